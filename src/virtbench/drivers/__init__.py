@@ -1,0 +1,30 @@
+"""Driver registry: one line per driver, imported lazily so a missing tool never breaks the CLI."""
+
+from __future__ import annotations
+
+import importlib
+
+from .base import Driver, DriverContext, Instance
+
+REGISTRY: dict[str, str] = {
+    "host": "virtbench.drivers.host:HostDriver",
+    "container": "virtbench.drivers.container:ContainerDriver",
+}
+
+
+def names() -> list[str]:
+    return sorted(REGISTRY)
+
+
+def driver_class(name: str) -> type[Driver]:
+    if name not in REGISTRY:
+        raise KeyError(name)
+    module, _, attr = REGISTRY[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def make(name: str, context: DriverContext) -> Driver:
+    return driver_class(name)(context)
+
+
+__all__ = ["Driver", "DriverContext", "Instance", "REGISTRY", "names", "driver_class", "make"]

@@ -1,0 +1,160 @@
+"""The environment driver interface: turn an EnvSpec into running instances and back into nothing.
+
+Drivers know nothing about workloads. Workloads only see `Instance`.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..model import EnvSpec, ExecResult
+
+# Lifecycle phases in order; drivers record the ones they can observe (epoch seconds).
+PHASES = ("requested", "created", "running", "init", "ready", "teardown_start", "teardown_end")
+
+
+@dataclass
+class DriverContext:
+    """What the runner hands every driver: the run, a private work directory, the guest image."""
+
+    run_id: str
+    workdir: Path
+    image: Any = None  # virtbench.image.ImageInfo when a driver needs the guest image
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One driver option a suite file may set under an environment."""
+
+    type: type
+    default: Any
+    help: str
+    choices: tuple | None = None
+
+
+class Instance(ABC):
+    """One running machine-like thing that can run argument lists."""
+
+    def __init__(self, name: str, env: EnvSpec, role: str = "main", index: int = 0):
+        self.name = name
+        self.env = env
+        self.role = role
+        self.index = index
+        self.lifecycle: dict[str, float] = {}
+        self.address: str | None = None  # reachable IP for peers, when the driver knows one
+        self._torn_down = False
+
+    def mark(self, phase: str, when: float | None = None) -> None:
+        if phase not in PHASES:
+            raise ValueError(f"unknown lifecycle phase {phase}")
+        self.lifecycle[phase] = time.time() if when is None else when
+
+    @property
+    def vcpus(self) -> int:
+        """vCPUs the instance is entitled to: the shape's, or what the instance reports."""
+        if self.env.shape.vcpus:
+            return self.env.shape.vcpus
+        res = self.exec(["nproc"], timeout=30)
+        return int(res.stdout.strip()) if res.ok and res.stdout.strip().isdigit() else 1
+
+    @abstractmethod
+    def exec(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
+             env: Mapping[str, str] | None = None) -> ExecResult:
+        """Run an argument list (never a shell string) inside the instance."""
+
+    @abstractmethod
+    def copy_in(self, src: Path, dest: str) -> None:
+        """Copy a local file into the instance."""
+
+    @abstractmethod
+    def copy_out(self, src: str, dest: Path) -> None:
+        """Copy a file from the instance to the local machine."""
+
+    @abstractmethod
+    def bin(self, name: str) -> str:
+        """Path, inside the instance, of one of virtbench's native kernels."""
+
+    @abstractmethod
+    def scratch_dir(self) -> str:
+        """A writable directory inside the instance for temporary files."""
+
+    def alive(self) -> bool:
+        """Is the instance still there to run commands? The runner replaces dead ones."""
+        return not self._torn_down
+
+    def metadata(self) -> dict[str, Any]:
+        """What every sample taken on this instance records about where it ran."""
+        return {"driver": self.env.driver, "instance": self.name}
+
+    def teardown(self) -> None:
+        """Destroy the instance; safe to call twice."""
+        if self._torn_down:
+            return
+        self.mark("teardown_start")
+        try:
+            self._destroy()
+        finally:
+            self._torn_down = True
+            self.mark("teardown_end")
+
+    @abstractmethod
+    def _destroy(self) -> None:
+        """Driver-specific teardown."""
+
+
+@dataclass
+class Problem:
+    """Something `doctor` reports: what is wrong and how to fix it."""
+
+    what: str
+    fix: str
+
+
+class Driver(ABC):
+    """Makes instances of one kind."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    options: ClassVar[dict[str, OptionSpec]] = {}
+    needs_image: ClassVar[bool] = False
+
+    def __init__(self, context: DriverContext):
+        self.context = context
+
+    @abstractmethod
+    def check(self) -> list[Problem]:
+        """Can this driver work on this machine? Empty list means yes."""
+
+    @abstractmethod
+    def provision(self, env: EnvSpec, count: int = 1, role: str = "main") -> list[Instance]:
+        """Start `count` instances of env; all or none (tear down what started if one fails)."""
+
+    def cleanup_stale(self) -> list[str]:
+        """Remove leftovers of earlier, killed runs (e.g. containers labelled as virtbench's)."""
+        return []
+
+
+@dataclass
+class Fleet:
+    """All instances the runner started, torn down together whatever happens."""
+
+    instances: list[Instance] = field(default_factory=list)
+
+    def add(self, items: list[Instance]) -> list[Instance]:
+        self.instances.extend(items)
+        return items
+
+    def teardown(self) -> list[str]:
+        errors = []
+        for inst in reversed(self.instances):
+            try:
+                inst.teardown()
+            except Exception as exc:  # keep tearing the rest down
+                errors.append(f"{inst.name}: {exc}")
+        self.instances.clear()
+        return errors

@@ -1,0 +1,60 @@
+"""The bare host: commands run as local processes, with the same native binaries the image holds."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .. import paths, procs
+from ..model import EnvSpec, ExecResult
+from .base import Driver, Instance, Problem
+
+
+class HostInstance(Instance):
+    def __init__(self, name: str, env: EnvSpec, workdir: Path, role: str, index: int):
+        super().__init__(name, env, role, index)
+        self._scratch = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=workdir))
+        self.address = "127.0.0.1"
+
+    def exec(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
+             env: Mapping[str, str] | None = None) -> ExecResult:
+        return procs.run(argv, timeout=timeout, stdin=stdin, env=env)
+
+    def copy_in(self, src: Path, dest: str) -> None:
+        shutil.copy2(src, dest)
+
+    def copy_out(self, src: str, dest: Path) -> None:
+        shutil.copy2(src, dest)
+
+    def bin(self, name: str) -> str:
+        return str(paths.native_bin_dir() / name)
+
+    def scratch_dir(self) -> str:
+        return str(self._scratch)
+
+    def _destroy(self) -> None:
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+class HostDriver(Driver):
+    name = "host"
+    description = "the local machine, no isolation (the usual baseline)"
+
+    def check(self) -> list[Problem]:
+        problems = []
+        if not (paths.native_bin_dir() / "vb-system").exists():
+            problems.append(Problem(f"native kernels not built in {paths.native_bin_dir()}",
+                                    "run: make native"))
+        return problems
+
+    def provision(self, env: EnvSpec, count: int = 1, role: str = "main") -> list[Instance]:
+        out = []
+        for i in range(count):
+            inst = HostInstance(f"{env.name}-{role}-{i}", env, self.context.workdir, role, i)
+            # Nothing to start: every phase happens at once.
+            for phase in ("requested", "created", "running", "init", "ready"):
+                inst.mark(phase)
+            out.append(inst)
+        return out

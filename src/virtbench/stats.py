@@ -1,0 +1,356 @@
+"""Analysis statistics: summaries, ratios to a baseline, significance, indexes, noise warnings.
+
+Pure functions: no I/O, no global state. Every random draw comes from
+``numpy.random.default_rng(seed)``, so the same input and seed give the same
+result on every call.
+
+Conventions shared by all functions here:
+
+* Input values may be any iterable of numbers (list, tuple, numpy array).
+  NaN values are **dropped** before anything is computed (a failed repetition
+  recorded as NaN does not poison a summary); ``n`` counts the values kept.
+* Too little data never raises: an empty input gives ``n == 0`` and NaN
+  fields, one value gives NaN spread and NaN confidence interval.
+* Confidence intervals come from a nonparametric bootstrap with the
+  percentile method: ``resamples`` resamples drawn with replacement at once as
+  an index matrix, the statistic computed along one axis, and the
+  ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles taken.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as _sps
+
+__all__ = [
+    "Summary",
+    "summarize",
+    "Ratio",
+    "ratio",
+    "overhead",
+    "relative_ci_halfwidth",
+    "geometric_mean",
+    "geomean_index_ci",
+    "warnings_for",
+    "MAD_SCALE",
+    "OUTLIER_THRESHOLD",
+]
+
+#: Scale that turns the median absolute deviation into a standard-deviation
+#: estimate for normally distributed data.
+MAD_SCALE = 1.4826
+#: A point is an outlier when its robust z-score |x - median| / (MAD_SCALE * MAD)
+#: exceeds this (Iglewicz and Hoaglin's recommended cut-off).
+OUTLIER_THRESHOLD = 3.5
+
+_NAN = float("nan")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _clean(values: Iterable[float]) -> np.ndarray:
+    """Values as a 1-D float array with NaNs dropped."""
+    if not isinstance(values, (np.ndarray, Sequence)):
+        values = list(values)
+    arr = np.asarray(values, dtype=float).ravel()
+    return arr[~np.isnan(arr)]
+
+
+def _check_params(confidence: float, resamples: int) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be between 0 and 1 (exclusive), got {confidence!r}")
+    if int(resamples) != resamples or resamples < 1:
+        raise ValueError(f"resamples must be a positive integer, got {resamples!r}")
+
+
+def _bootstrap_medians(x: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Median of each of ``resamples`` bootstrap resamples of ``x`` (vectorized)."""
+    idx = rng.integers(0, x.size, size=(int(resamples), x.size))
+    return np.median(x[idx], axis=1)
+
+
+def _percentile_ci(boot: np.ndarray, confidence: float) -> tuple[float, float]:
+    """Percentile-method interval; NaN when any bootstrap statistic is not finite."""
+    if not np.all(np.isfinite(boot)):
+        return _NAN, _NAN
+    tail = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(boot, [tail, 1.0 - tail])
+    return float(lo), float(hi)
+
+
+# --------------------------------------------------------------------------- summary
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Descriptive statistics of one set of repetitions of one metric.
+
+    ``stdev`` is the sample standard deviation (ddof=1); ``ci_low``/``ci_high``
+    bound the bootstrap confidence interval of the *median*; ``cv`` is
+    ``stdev / |mean|``; ``outliers`` counts points whose robust z-score by
+    median/MAD exceeds :data:`OUTLIER_THRESHOLD` (0 when MAD is 0).
+    Spread, CI and cv are NaN when ``n < 2``; everything but ``n`` and
+    ``outliers`` is NaN when ``n == 0``.
+    """
+
+    n: int
+    median: float
+    mean: float
+    stdev: float
+    ci_low: float
+    ci_high: float
+    cv: float
+    outliers: int
+    min: float
+    max: float
+
+
+def _count_outliers(x: np.ndarray, median: float) -> int:
+    dev = np.abs(x - median)
+    mad = float(np.median(dev))
+    if mad == 0.0 or not math.isfinite(mad):
+        return 0
+    return int(np.count_nonzero(dev / (MAD_SCALE * mad) > OUTLIER_THRESHOLD))
+
+
+def summarize(
+    values: Iterable[float], *, confidence: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> Summary:
+    """Summarize repetitions of one metric (NaN values are dropped first).
+
+    Never raises on too little data: empty input gives ``n=0`` and NaN fields.
+    Raises ValueError only for an invalid ``confidence`` or ``resamples``.
+    """
+    _check_params(confidence, resamples)
+    x = _clean(values)
+    n = int(x.size)
+    if n == 0:
+        return Summary(0, _NAN, _NAN, _NAN, _NAN, _NAN, _NAN, 0, _NAN, _NAN)
+    median = float(np.median(x))
+    mean = float(np.mean(x))
+    lo = hi = stdev = cv = _NAN
+    if n >= 2:
+        stdev = float(np.std(x, ddof=1))
+        cv = stdev / abs(mean) if mean != 0.0 else _NAN
+        rng = np.random.default_rng(seed)
+        lo, hi = _percentile_ci(_bootstrap_medians(x, resamples, rng), confidence)
+    return Summary(
+        n=n,
+        median=median,
+        mean=mean,
+        stdev=stdev,
+        ci_low=lo,
+        ci_high=hi,
+        cv=cv,
+        outliers=_count_outliers(x, median),
+        min=float(np.min(x)),
+        max=float(np.max(x)),
+    )
+
+
+def relative_ci_halfwidth(
+    values: Iterable[float], *, confidence: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> float:
+    """Half the width of the median's CI relative to the median.
+
+    ``(ci_high - ci_low) / 2 / |median|`` of :func:`summarize`; ``inf`` when
+    there are fewer than 2 values, the median is 0 or the CI is undefined, so
+    an adaptive runner comparing it to a target keeps repeating.
+    """
+    s = summarize(values, confidence=confidence, resamples=resamples, seed=seed)
+    if s.n < 2 or s.median == 0.0 or not (math.isfinite(s.ci_low) and math.isfinite(s.ci_high)):
+        return math.inf
+    return (s.ci_high - s.ci_low) / 2.0 / abs(s.median)
+
+
+# --------------------------------------------------------------------------- ratio to baseline
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """Candidate median / baseline median, with bootstrap CI and Mann-Whitney U p-value.
+
+    The ratio is raw: for a time metric 1.2 means 20 % slower, for a
+    throughput metric 1.2 means 20 % faster. Use :func:`overhead` for a
+    direction-aware cost.
+    """
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    significant: bool
+
+
+def ratio(
+    candidate: Iterable[float],
+    baseline: Iterable[float],
+    *,
+    higher_is_better: bool = True,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> Ratio:
+    """Compare a candidate platform's samples with the baseline's.
+
+    * ``ratio``: median(candidate) / median(baseline); NaN when the baseline
+      median is 0 or either group is empty.
+    * ``ci_low``/``ci_high``: percentile bootstrap CI of that ratio, resampling
+      both groups independently; NaN when either group has fewer than 2
+      values or a resampled baseline median is 0.
+    * ``p_value``: two-sided Mann-Whitney U (scipy, method 'auto'); NaN when
+      either group has fewer than 2 values or all values are identical.
+    * ``significant``: ``p_value < alpha``; False when ``p_value`` is NaN.
+
+    ``higher_is_better`` does not change any of these (the ratio is always
+    raw); it is accepted so call sites can pass a sample's direction along
+    unchanged, and is what :func:`overhead` needs.
+    NaN values are dropped from both groups first.
+    """
+    del higher_is_better  # documented: no effect on the raw ratio
+    _check_params(confidence, resamples)
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be between 0 and 1 (exclusive), got {alpha!r}")
+    c = _clean(candidate)
+    b = _clean(baseline)
+
+    point = _NAN
+    if c.size and b.size:
+        b_med = float(np.median(b))
+        if b_med != 0.0:
+            point = float(np.median(c)) / b_med
+
+    lo = hi = p = _NAN
+    if c.size >= 2 and b.size >= 2:
+        rng = np.random.default_rng(seed)
+        c_boot = _bootstrap_medians(c, resamples, rng)
+        b_boot = _bootstrap_medians(b, resamples, rng)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lo, hi = _percentile_ci(c_boot / b_boot, confidence)
+        if math.isnan(point):
+            lo = hi = _NAN
+        both = np.concatenate([c, b])
+        if not np.all(both == both[0]):
+            p = float(
+                _sps.mannwhitneyu(c, b, alternative="two-sided", method="auto").pvalue
+            )
+    significant = bool(not math.isnan(p) and p < alpha)
+    return Ratio(ratio=point, ci_low=lo, ci_high=hi, p_value=p, significant=significant)
+
+
+def overhead(r: Ratio, higher_is_better: bool) -> float:
+    """Cost of the candidate as a fraction of the baseline (positive = worse).
+
+    ``1 - ratio`` when higher is better (throughput 0.9x -> 0.10 overhead),
+    ``ratio - 1`` when lower is better (time 1.2x -> 0.20 overhead).
+    NaN ratio gives NaN.
+    """
+    return 1.0 - r.ratio if higher_is_better else r.ratio - 1.0
+
+
+# --------------------------------------------------------------------------- indexes
+
+
+def geometric_mean(values: Iterable[float]) -> float:
+    """Geometric mean of positive values.
+
+    Raises ValueError when there are no values or any value is not a positive
+    finite number (NaN included: a missing test would silently change what an
+    index means).
+    """
+    x = np.asarray(values if isinstance(values, (np.ndarray, Sequence)) else list(values),
+                   dtype=float).ravel()
+    if x.size == 0:
+        raise ValueError("geometric mean of no values is undefined; pass at least one positive value")
+    bad = ~(np.isfinite(x) & (x > 0))
+    if np.any(bad):
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"geometric mean needs positive finite values; value #{i} is {x[i]!r} "
+            "(a zero, negative or missing score cannot enter a geometric-mean index)"
+        )
+    return float(np.exp(np.mean(np.log(x))))
+
+
+def geomean_index_ci(
+    per_test_samples: list[list[float]],
+    baselines: list[float],
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> tuple[float, float, float]:
+    """Overall index over tests with a bootstrap CI: ``(index, ci_low, ci_high)``.
+
+    ``index = geometric_mean(median(samples_i) / baselines[i] * 10)`` over tests
+    ``i`` (a platform equal to the baseline scores 10 on every test and
+    overall). The CI resamples each test's samples independently, recomputes
+    the index per resample and takes percentiles. NaNs are dropped from each
+    test's samples. The CI is NaN when any test has fewer than 2 samples
+    (its uncertainty is unknown) or a resampled median is not positive.
+
+    Raises ValueError when the lists are empty or of different lengths, a
+    test has no samples, or a baseline or test median is not positive.
+    """
+    _check_params(confidence, resamples)
+    if len(per_test_samples) != len(baselines):
+        raise ValueError(
+            f"{len(per_test_samples)} tests but {len(baselines)} baselines; pass one baseline per test"
+        )
+    if not per_test_samples:
+        raise ValueError("no tests given; an index needs at least one test")
+    base = np.asarray(baselines, dtype=float)
+    if not np.all(np.isfinite(base) & (base > 0)):
+        raise ValueError(f"baselines must be positive finite numbers, got {list(baselines)!r}")
+    tests = [_clean(s) for s in per_test_samples]
+    for i, x in enumerate(tests):
+        if x.size == 0:
+            raise ValueError(f"test #{i} has no samples; run it or leave it out of the index")
+
+    scores = [float(np.median(x)) / base[i] * 10.0 for i, x in enumerate(tests)]
+    index = geometric_mean(scores)
+
+    if any(x.size < 2 for x in tests):
+        return index, _NAN, _NAN
+    rng = np.random.default_rng(seed)
+    log_sum = np.zeros(int(resamples))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for i, x in enumerate(tests):
+            log_sum += np.log(_bootstrap_medians(x, resamples, rng) / base[i] * 10.0)
+    lo, hi = _percentile_ci(np.exp(log_sum / len(tests)), confidence)
+    return index, lo, hi
+
+
+# --------------------------------------------------------------------------- warnings
+
+
+def warnings_for(summary: Summary, *, cv_limit: float = 0.05) -> list[str]:
+    """Sentences telling the user what is wrong with a summary and what to do.
+
+    Empty list when nothing is wrong.
+    """
+    out: list[str] = []
+    n = summary.n
+    if n == 0:
+        out.append("no samples: nothing was measured; check that the workload ran and its output was parsed")
+        return out
+    if n == 1:
+        out.append("only 1 sample: no confidence interval; run at least 3 repetitions")
+    elif n == 2:
+        out.append("only 2 samples: the confidence interval is unreliable; run at least 3 repetitions")
+    if math.isfinite(summary.cv) and summary.cv > cv_limit:
+        out.append(
+            f"noisy: coefficient of variation {summary.cv * 100:.1f}% (> {cv_limit * 100:g}%); "
+            "close other programs, pin CPU frequency, or add repetitions"
+        )
+    if summary.outliers > 0:
+        out.append(
+            f"{summary.outliers} outlier(s) by median/MAD; look for interference during the run"
+        )
+    return out
