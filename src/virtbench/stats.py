@@ -344,6 +344,39 @@ def geomean_index_ci(
     return index, lo, hi
 
 
+def index_ratio(
+    candidate_tests: list[list[float]],
+    baseline_tests: list[list[float]],
+    baselines: list[float],
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> Ratio:
+    """Ratio of two overall indexes (candidate / baseline) with a bootstrap CI.
+
+    Both indexes are bootstrapped as in ``geomean_index_ci``, each test resampled
+    independently. An index is not a sample of one distribution, so there is no
+    rank test here: ``significant`` means the CI excludes 1 (``p_value`` is NaN).
+    """
+    cand, _, _ = geomean_index_ci(candidate_tests, baselines, resamples=1, seed=seed, confidence=confidence)
+    base, _, _ = geomean_index_ci(baseline_tests, baselines, resamples=1, seed=seed, confidence=confidence)
+    point = cand / base
+    tests = [_clean(s) for s in candidate_tests] + [_clean(s) for s in baseline_tests]
+    if any(x.size < 2 for x in tests):
+        return Ratio(point, _NAN, _NAN, _NAN, False)
+    rng = np.random.default_rng(seed)
+    log_ratio = np.zeros(int(resamples))
+    k = len(baselines)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for i in range(k):
+            log_ratio += np.log(_bootstrap_medians(_clean(candidate_tests[i]), resamples, rng))
+            log_ratio -= np.log(_bootstrap_medians(_clean(baseline_tests[i]), resamples, rng))
+    lo, hi = _percentile_ci(np.exp(log_ratio / k), confidence)
+    significant = bool(np.isfinite(lo) and np.isfinite(hi) and (lo > 1.0 or hi < 1.0))
+    return Ratio(point, lo, hi, _NAN, significant)
+
+
 # --------------------------------------------------------------------------- warnings
 
 

@@ -122,6 +122,7 @@ class Driver(ABC):
     description: ClassVar[str] = ""
     options: ClassVar[dict[str, OptionSpec]] = {}
     needs_image: ClassVar[bool] = False
+    supports_shapes: ClassVar[bool] = True  # False: the driver cannot limit vCPUs/memory
 
     def __init__(self, context: DriverContext):
         self.context = context

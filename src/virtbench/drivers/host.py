@@ -41,6 +41,7 @@ class HostInstance(Instance):
 class HostDriver(Driver):
     name = "host"
     description = "the local machine, no isolation (the usual baseline)"
+    supports_shapes = False
 
     def check(self) -> list[Problem]:
         problems = []

@@ -77,6 +77,8 @@ class Workload(ABC):
     metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     # Published baselines for an index (score / baseline x 10), by metric name.
     index_baselines: ClassVar[dict[str, float]] = {}
+    # The parameter that enumerates the indexed tests (left out when grouping tests into one index).
+    index_param: ClassVar[str | None] = None
 
     def param(self, name: str) -> Param:
         for p in self.params:

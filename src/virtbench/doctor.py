@@ -1,0 +1,71 @@
+"""`virtbench doctor`: what this machine can run, and how to fix what it cannot."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import drivers, paths
+from .drivers.base import DriverContext
+
+# Programs the set-up needs, with the Debian package that brings each.
+TOOLS = {
+    "cc": ("build-essential", "compiles virtbench's native kernels"),
+    "make": ("make", "builds the native kernels"),
+    "mmdebstrap": ("mmdebstrap", "builds the guest image"),
+    "podman": ("podman runc", "runs the container environment"),
+    "mpicc": ("libopenmpi-dev", "builds the MPI kernels"),
+    "mpirun": ("openmpi-bin", "runs MPI workloads"),
+}
+
+
+def checks() -> list[dict[str, Any]]:
+    out = []
+    for tool, (package, why) in TOOLS.items():
+        where = shutil.which(tool)
+        out.append({"name": f"tool {tool}", "ok": bool(where), "detail": where or f"missing ({why})",
+                    "fix": f"apt-get install {package}"})
+    bin_dir = paths.native_bin_dir()
+    built = sorted(p.name for p in bin_dir.glob("vb-*")) if bin_dir.exists() else []
+    out.append({"name": "native kernels", "ok": "vb-system" in built,
+                "detail": f"{bin_dir}: {', '.join(built) or 'none built'}", "fix": "make native"})
+    out.append(_image_check())
+    out.append(_db_check())
+    with tempfile.TemporaryDirectory(prefix="virtbench-doctor-") as tmp:
+        ctx = DriverContext("doctor", Path(tmp))
+        for name in drivers.names():
+            try:
+                problems = drivers.make(name, ctx).check()
+            except Exception as exc:  # a broken driver must not hide the others
+                problems = [drivers.base.Problem(f"{type(exc).__name__}: {exc}", "report this as a bug")]
+            out.append({"name": f"driver {name}", "ok": not problems,
+                        "detail": "; ".join(p.what for p in problems) or "ready",
+                        "fix": "; ".join(p.fix for p in problems)})
+    return out
+
+
+def _image_check() -> dict[str, Any]:
+    try:
+        from . import image
+
+        info = image.find()
+    except Exception as exc:
+        return {"name": "guest image", "ok": False, "detail": str(exc), "fix": "make native && virtbench image build"}
+    if info is None:
+        return {"name": "guest image", "ok": False, "detail": "not built for the current kernels and packages",
+                "fix": "virtbench image build"}
+    return {"name": "guest image", "ok": True, "detail": f"{info.hash} ({info.tarball})", "fix": ""}
+
+
+def _db_check() -> dict[str, Any]:
+    db = paths.default_db()
+    try:
+        from .store import Store
+
+        Store(db)
+        return {"name": "results database", "ok": True, "detail": str(db), "fix": ""}
+    except Exception as exc:
+        return {"name": "results database", "ok": False, "detail": f"{db}: {exc}",
+                "fix": "check permissions of the data directory or set VIRTBENCH_DATA"}

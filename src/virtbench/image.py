@@ -1,0 +1,314 @@
+"""The guest image: one Debian root filesystem tarball, the same bytes in every environment.
+
+Built with mmdebstrap from Debian bookworm packages plus virtbench's native kernels (copied to
+/opt/virtbench/bin). Cached under data_dir()/images/<hash>/ by a hash of everything that goes in.
+Only the KEEP newest images keep their tarball; older ones keep just manifest.json (a record of
+what they held), so disk use stays bounded at about KEEP x 0.5 GB.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from . import paths, procs
+from .errors import MissingTool, UserError
+
+# Bump when the build recipe changes in a way the other inputs do not show.
+IMAGE_FORMAT_VERSION = 1
+SUITE = "bookworm"
+# "apt" (essential set + apt + ours) measured smaller and no slower than "minbase" (see build notes
+# in docs/architecture.md); minbase only adds Priority:required packages nothing here needs.
+VARIANT = "apt"
+MIRRORS = (
+    "deb http://deb.debian.org/debian bookworm main",
+    "deb http://deb.debian.org/debian bookworm-updates main",
+    "deb http://deb.debian.org/debian-security bookworm-security main",
+)
+PACKAGES = (
+    # benchmark tools
+    "fio", "sysbench", "stress-ng", "iperf3", "bonnie++", "nginx-light", "wrk", "openmpi-bin",
+    # what workloads and drivers run around them (coreutils: sort od tee wc timeout)
+    "procps", "iproute2", "coreutils", "grep", "sed", "mawk", "busybox",
+    "openssh-server", "openssh-client",
+    # for the VM driver: a kernel and initrd under /boot (here now so the hash does not churn later)
+    "linux-image-cloud-amd64", "initramfs-tools",
+)
+# Documentation and translations are never read by a benchmark; leaving them out saves ~15 %.
+DPKG_OPTIONS = (
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/info/*",
+    "path-exclude=/usr/share/doc/*",
+    "path-include=/usr/share/doc/*/copyright",
+    "path-exclude=/usr/share/locale/*",
+)
+GUEST_BIN_DIR = "/opt/virtbench/bin"
+GUEST_MANIFEST = "/opt/virtbench/manifest.txt"
+KEEP = 2
+BUILD_TIMEOUT = 3600.0
+TAG_PREFIX = "localhost/virtbench-guest"
+
+# Runs under sh with $1 = the new root. {stage} and {pkgout} are filled in per build; the hash
+# covers this template, not the temporary paths.
+CUSTOMIZE_HOOK = """\
+set -e
+mkdir -p "$1{bindir}"
+cp -a {stage}/. "$1{bindir}/"
+chroot "$1" dpkg-query -W -f '${{Package}}\\t${{Version}}\\n' > "$1{manifest}"
+cp "$1{manifest}" {pkgout}
+"""
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    hash: str
+    tarball: Path
+    manifest: dict = field(compare=False, hash=False)
+
+    @property
+    def tag(self) -> str:
+        return f"{TAG_PREFIX}:{self.hash}"
+
+
+def images_dir() -> Path:
+    path = paths.data_dir() / "images"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@lru_cache(maxsize=None)
+def _mmdebstrap_version(exe: str) -> str:
+    res = procs.run([exe, "--version"], timeout=60)
+    if not res.ok:
+        raise UserError(f"'{exe} --version' failed: {res.describe_failure()}")
+    return (res.stdout + res.stderr).strip()
+
+
+def _mmdebstrap() -> str:
+    exe = shutil.which("mmdebstrap")
+    if not exe:
+        raise MissingTool("mmdebstrap", "mmdebstrap", "it builds the guest image")
+    return exe
+
+
+@lru_cache(maxsize=1)
+def _arch() -> str:
+    res = procs.run(["dpkg", "--print-architecture"], timeout=30)
+    return res.stdout.strip() if res.ok else os.uname().machine
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def native_files() -> dict[str, Path]:
+    """The native kernels that go into the image, by name; UserError if they are not built."""
+    bindir = paths.native_bin_dir()
+    files = {p.name: p for p in sorted(bindir.iterdir()) if p.is_file()} if bindir.is_dir() else {}
+    if "vb-system" not in files:
+        raise UserError(f"native kernels are not built (no vb-system in {bindir})", hint="run: make native")
+    return files
+
+
+def inputs() -> dict:
+    """Everything that decides the image's content, in a form that hashes canonically."""
+    return {
+        "format": IMAGE_FORMAT_VERSION,
+        "suite": SUITE,
+        "variant": VARIANT,
+        "arch": _arch(),
+        "mirrors": list(MIRRORS),
+        "packages": sorted(PACKAGES),
+        "dpkg_options": list(DPKG_OPTIONS),
+        "mmdebstrap": _mmdebstrap_version(_mmdebstrap()),
+        "hook": CUSTOMIZE_HOOK,
+        "native": {name: _sha256(path) for name, path in native_files().items()},
+    }
+
+
+def input_hash(inp: dict) -> str:
+    canonical = json.dumps(inp, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _load(d: Path) -> ImageInfo | None:
+    tarball, manifest = d / "rootfs.tar", d / "manifest.json"
+    if not (tarball.is_file() and manifest.is_file()):
+        return None
+    try:
+        data = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return None
+    return ImageInfo(d.name, tarball, data)
+
+
+def find() -> ImageInfo | None:
+    """The built image for the current inputs, or None. UserError if the native kernels are missing."""
+    return _load(images_dir() / input_hash(inputs()))
+
+
+def require() -> ImageInfo:
+    info = find()
+    if info is None:
+        raise UserError("guest image not built for these kernels", hint="run: virtbench image build")
+    return info
+
+
+def build(force: bool = False, log: Callable[[str], None] | None = None) -> ImageInfo:
+    """Build the image for the current inputs (or return the cached one unless force)."""
+    log = log or (lambda line: None)
+    exe = _mmdebstrap()
+    inp = inputs()
+    h = input_hash(inp)
+    d = images_dir() / h
+    with _build_lock():
+        # Another process may have built it while we waited for the lock.
+        if not force and (info := _load(d)):
+            return info
+        d.mkdir(parents=True, exist_ok=True)
+        _remove_partials(d)
+        info = _build_into(exe, inp, h, d, log)
+        _prune(keep=KEEP, log=log)
+        return info
+
+
+@contextlib.contextmanager
+def _build_lock():
+    with open(images_dir() / ".build.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _remove_partials(d: Path) -> None:
+    """Delete temp files of builds whose process is gone (killed before its own cleanup ran)."""
+    for p in d.glob("*.partial-*"):
+        pid = p.name.rpartition("-")[2]
+        if not (pid.isdigit() and _pid_alive(int(pid))):
+            with contextlib.suppress(OSError):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _build_into(exe: str, inp: dict, h: str, d: Path, log: Callable[[str], None]) -> ImageInfo:
+    pid = os.getpid()
+    tmp_tar = d / f"rootfs.tar.partial-{pid}"
+    stage = d / f"stage.partial-{pid}"  # a copy, so what we hashed is exactly what goes in
+    pkgout = d / f"packages.partial-{pid}"
+    tmp_manifest = d / f"manifest.json.partial-{pid}"
+    try:
+        stage.mkdir()
+        for name, src in native_files().items():
+            shutil.copyfile(src, stage / name)
+            os.chmod(stage / name, 0o755)
+            if _sha256(stage / name) != inp["native"].get(name):
+                raise UserError(f"native kernel {name} changed during the image build", hint="run it again")
+        hook = CUSTOMIZE_HOOK.format(stage=shlex.quote(str(stage)), pkgout=shlex.quote(str(pkgout)),
+                                     bindir=GUEST_BIN_DIR, manifest=GUEST_MANIFEST)
+        argv = [exe, f"--mode={'root' if os.geteuid() == 0 else 'unshare'}", f"--variant={VARIANT}",
+                "--include=" + ",".join(sorted(PACKAGES)), "--format=tar",
+                *[f"--dpkgopt={o}" for o in DPKG_OPTIONS], f"--customize-hook={hook}",
+                SUITE, str(tmp_tar), *MIRRORS]
+        log(f"building guest image {h}: mmdebstrap --variant={VARIANT}, {len(PACKAGES)} packages, "
+            f"{len(inp['native'])} native kernels")
+        started = time.time()
+        _run_streaming(argv, log, BUILD_TIMEOUT)
+        seconds = time.time() - started
+        packages = dict(line.split("\t", 1) for line in pkgout.read_text().splitlines() if "\t" in line)
+        size = tmp_tar.stat().st_size
+        manifest = {
+            "hash": h, "inputs": inp, "packages": packages,
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "built_at_epoch": started, "build_seconds": round(seconds, 1),
+            "size_bytes": size, "tarball_sha256": _sha256(tmp_tar),
+        }
+        tmp_manifest.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        # The manifest is renamed last: a directory with both files is a complete image.
+        os.replace(tmp_tar, d / "rootfs.tar")
+        os.replace(tmp_manifest, d / "manifest.json")
+        log(f"built guest image {h} in {seconds:.1f} s, {size / 1e6:.0f} MB ({len(packages)} packages)")
+        return ImageInfo(h, d / "rootfs.tar", manifest)
+    finally:
+        for p in (tmp_tar, pkgout, tmp_manifest):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _run_streaming(argv: list[str], log: Callable[[str], None], timeout: float) -> None:
+    """Run argv, passing each output line to log; kill its process group on timeout or Ctrl-C."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    fired = threading.Event()
+
+    def on_timeout():
+        fired.set()
+        procs.kill_group(proc)
+
+    timer = threading.Timer(timeout, on_timeout)
+    timer.daemon = True
+    timer.start()
+    tail: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            tail = (tail + [line])[-20:]
+            log(line)
+        proc.wait()
+    except BaseException:
+        procs.kill_group(proc)
+        raise
+    finally:
+        timer.cancel()
+    if fired.is_set():
+        raise UserError(f"mmdebstrap took longer than {timeout:.0f} s and was stopped")
+    if proc.returncode != 0:
+        raise UserError(f"mmdebstrap failed (exit {proc.returncode}):\n  " + "\n  ".join(tail[-10:]),
+                        hint="check that the Debian mirror is reachable (apt-get update)")
+
+
+def installed() -> list[ImageInfo]:
+    """Complete images on disk, newest first."""
+    out = [info for d in images_dir().iterdir() if d.is_dir() and (info := _load(d))]
+    return sorted(out, key=lambda i: i.manifest.get("built_at_epoch", 0), reverse=True)
+
+
+def _prune(keep: int, log: Callable[[str], None]) -> None:
+    for old in installed()[keep:]:
+        with contextlib.suppress(OSError):
+            old.tarball.unlink()
+            log(f"removed old guest image tarball {old.hash} (manifest kept)")
+
+
+_HASH_RE = re.compile(r"^[0-9a-f]{16}$")
+
+
+def is_image_hash(text: str) -> bool:
+    return bool(_HASH_RE.match(text))

@@ -1,0 +1,138 @@
+"""Terminal output: result tables with CIs, run lists, comparisons (rich)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import defaultdict
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+LEGEND = ("median [95% bootstrap CI]; ratio = environment / baseline, medians, with its CI; "
+          "* = significant (Mann-Whitney p < 0.05, or CI excluding 1 for an index); ~ = not distinguishable "
+          "from noise")
+
+
+def num(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude >= 10 ** digits:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def _ci(lo: float | None, hi: float | None, digits: int = 4) -> str:
+    return f"[{num(lo, digits)}, {num(hi, digits)}]" if lo is not None and hi is not None else "[-]"
+
+
+def _group_title(row: dict[str, Any], hide: set[str]) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in row["params"].items() if k not in hide)
+    cond = ", ".join(f"{k}={v}" for k, v in row["condition"].items())
+    return " · ".join(x for x in (row["workload"], params, cond) if x)
+
+
+def results_tables(console: Console, data: dict[str, Any]) -> None:
+    """One table per (workload, params except the per-row test, condition); one row per metric."""
+    envs, baseline = data["environments"], data["baseline"]
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for row in data["results"]:
+        hide = {"test"} if "test" in row["params"] else set()
+        groups[_group_title(row, hide)].append(row)
+    for title, rows in groups.items():
+        table = Table(title=title, title_justify="left", header_style="bold")
+        table.add_column("metric")
+        table.add_column("unit")
+        for env in envs:
+            table.add_column(f"{env}{' (baseline)' if env == baseline else ''}", justify="right")
+        for env in envs:
+            if env != baseline:
+                table.add_column(f"{env} / {baseline}", justify="right")
+        by_metric: dict[str, dict[str, dict]] = defaultdict(dict)
+        for row in rows:
+            by_metric[row["metric"]][row["environment"]] = row
+        for metric, cells in by_metric.items():
+            line = [metric, next(iter(cells.values()))["unit"]]
+            for env in envs:
+                r = cells.get(env)
+                line.append(_value_cell(r))
+            for env in envs:
+                if env == baseline:
+                    continue
+                line.append(_ratio_cell(cells.get(env)))
+            table.add_row(*line, style="bold" if metric == "index" else None)
+        console.print(table)
+    console.print(f"[dim]{LEGEND}[/dim]")
+    _warnings(console, data)
+
+
+def _value_cell(r: dict | None) -> str:
+    if r is None or r["n"] == 0:
+        return f"[red]failed ({r['failures']})[/red]" if r and r["failures"] else "-"
+    text = f"{num(r['median'])} {_ci(r['ci_low'], r['ci_high'])}"
+    index = r["metadata"].get("index")
+    if index is not None:
+        text += f" (idx {num(index, 4)})"
+    if r["failures"]:
+        text += f" [red]+{r['failures']} failed[/red]"
+    return text + f" n={r['n']}"
+
+
+def _ratio_cell(r: dict | None) -> str:
+    if r is None or r["ratio"] is None:
+        return "-"
+    mark = "*" if r["significant"] else "~"
+    return f"{r['ratio']:.3f} {_ci(r['ratio_ci_low'], r['ratio_ci_high'], 3)} {mark}"
+
+
+def _warnings(console: Console, data: dict[str, Any]) -> None:
+    seen = []
+    for row in data["results"]:
+        for w in row.get("warnings", []):
+            label = f"{_group_title(row, set())} {row['metric']} @ {row['environment']}: {w}"
+            if label not in seen:
+                seen.append(label)
+    for note in data.get("notes", []):
+        seen.append(note)
+    if seen:
+        console.print(f"[yellow]{len(seen)} warning(s):[/yellow]")
+        for line in seen[:40]:
+            console.print(f"  [yellow]-[/yellow] {line}", highlight=False)
+        if len(seen) > 40:
+            console.print(f"  ... and {len(seen) - 40} more (see --json)")
+
+
+def runs_table(console: Console, runs: list[dict[str, Any]]) -> None:
+    table = Table(header_style="bold")
+    for col in ("run id", "started", "took", "status", "suite", "baseline", "samples", "failures"):
+        table.add_column(col)
+    for r in runs:
+        took = f"{r['finished_at'] - r['created_at']:.0f} s" if r["finished_at"] else "-"
+        table.add_row(r["id"], when(r["created_at"]), took, r["status"], r["suite_name"] or "",
+                      r["baseline"] or "", str(r["samples"]), str(r["failures"]))
+    console.print(table)
+
+
+def compare_table(console: Console, data: dict[str, Any]) -> None:
+    table = Table(title=f"{data['run_b']} against {data['run_a']}", title_justify="left", header_style="bold")
+    for col in ("workload", "params", "metric", "env", "A median", "B median", "B / A", ""):
+        table.add_column(col, justify="right" if "median" in col or col == "B / A" else "left")
+    for r in data["results"]:
+        mark = "*" if r["significant"] else "~"
+        table.add_row(r["workload"], json.dumps(r["params"], sort_keys=True), r["metric"], r["environment"],
+                      f"{num(r['median_a'])} {_ci(r['ci_low_a'], r['ci_high_a'])}",
+                      f"{num(r['median_b'])} {_ci(r['ci_low_b'], r['ci_high_b'])}",
+                      f"{num(r['ratio'], 3)} {_ci(r['ratio_ci_low'], r['ratio_ci_high'], 3)}", mark)
+    console.print(table)
+    console.print(f"[dim]{LEGEND}[/dim]")
+    for side in ("only_in_a", "only_in_b"):
+        if data[side]:
+            console.print(f"{side.replace('_', ' ')}: {', '.join(data[side][:20])}")
+
+
+def when(epoch: float | None) -> str:
+    return dt.datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S") if epoch else "-"

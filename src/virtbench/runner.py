@@ -1,0 +1,323 @@
+"""The runner: expand -> provision -> warm up -> interleaved repetitions -> adaptive stop -> teardown.
+
+Every attempt (ok or failed) and its samples are committed as soon as they exist. Teardown always
+happens: on success, on errors, on Ctrl-C and on SIGTERM. An interrupted run resumes by id.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import tempfile
+import time
+import traceback
+from collections import defaultdict
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import drivers, stats, sysinfo, workloads
+from .drivers.base import DriverContext, Instance
+from .errors import UserError, WorkloadFailed
+from .model import EnvSpec
+from .store import Store
+from .suite import Matrix
+from .workloads.base import RunContext
+
+GIVE_UP_AFTER = 3  # consecutive failures of one cell in one environment
+
+
+@dataclass
+class Tally:
+    """What has happened so far for one (cell, environment)."""
+
+    attempts: int = 0
+    ok: int = 0
+    consecutive_failures: int = 0
+    warmed_up: bool = False
+    values: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    finished: bool = False
+    stop_reason: str = ""
+
+
+class Events:
+    """Progress callbacks; the CLI shows them as a progress bar. Default: silent."""
+
+    def planned(self, total: int) -> None: ...
+    def provisioning(self, env: str, role: str, count: int) -> None: ...
+    def attempt(self, cell: dict, env: str, repetition: int, warmup: bool, status: str, reason: str | None) -> None: ...
+    def note(self, message: str) -> None: ...
+
+
+@dataclass
+class _EnvState:
+    env: EnvSpec
+    driver: drivers.Driver
+    pool: dict[str, list[Instance]] = field(default_factory=lambda: defaultdict(list))
+    instance_rows: dict[str, int] = field(default_factory=dict)
+    facts_saved: bool = False
+
+
+class Runner:
+    def __init__(self, store: Store, matrix: Matrix | None, *, events: Events | None = None, command: str = "",
+                 clock: Callable[[], float] = time.monotonic):
+        self.store = store
+        self.matrix = matrix
+        self.events = events or Events()
+        self.command = command
+        self.clock = clock
+        self.run_id: str | None = None
+
+    # -- entry points ------------------------------------------------------------------------
+    def start(self) -> str:
+        self.run_id = self.store.create_run(self.matrix.to_spec(), suite_name=self.matrix.name,
+                                            suite_path=self.matrix.path, baseline=self.matrix.baseline,
+                                            command=self.command)
+        self._execute({})
+        return self.run_id
+
+    def resume(self, run_id: str) -> str:
+        """Continue a stored run: its matrix comes from the store, its counts from its attempts."""
+        run = self.store.run(run_id)
+        if run["status"] == "completed":
+            raise UserError(f"run {run['id']} already completed", "start a new run instead")
+        self.matrix = Matrix.from_spec(run["spec"])
+        self.run_id = run["id"]
+        self.store.set_status(self.run_id, "running")
+        self._execute(self._tallies_from_store())
+        return self.run_id
+
+    # -- the loop ----------------------------------------------------------------------------
+    def _execute(self, tallies: dict[tuple[str, str], Tally]) -> None:
+        workdir = Path(tempfile.mkdtemp(prefix=f"virtbench-{self.run_id}-"))
+        states: dict[str, _EnvState] = {}
+        try:
+            with _sigterm_as_interrupt():
+                states = self._prepare_envs(workdir)
+                self._loop(states, tallies)
+            self.store.set_status(self.run_id, "completed")
+        except KeyboardInterrupt:
+            self.store.set_status(self.run_id, "interrupted",
+                                  f"interrupted; resume with: virtbench run --resume {self.run_id}")
+            raise
+        except BaseException as exc:
+            self.store.set_status(self.run_id, "failed", f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            self._teardown(states)
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _prepare_envs(self, workdir: Path) -> dict[str, _EnvState]:
+        image = None
+        if any(drivers.driver_class(e.driver).needs_image for e in self.matrix.environments):
+            from . import image as image_mod
+            image = image_mod.require()
+        ctx = DriverContext(self.run_id, workdir, image)
+        states, problems, made = {}, [], {}
+        for env in self.matrix.environments:
+            if env.driver not in made:
+                made[env.driver] = drivers.make(env.driver, ctx)
+                for name in made[env.driver].cleanup_stale():
+                    self.events.note(f"removed a leftover of an earlier run: {name}")
+                problems += [f"{env.name}: {p.what} (fix: {p.fix})" for p in made[env.driver].check()]
+            states[env.name] = _EnvState(env, made[env.driver])
+        if problems:
+            raise UserError("cannot run these environments:\n  " + "\n  ".join(problems),
+                            "fix the problems above, or leave those environments out with --envs")
+        return states
+
+    def _loop(self, states: dict[str, _EnvState], tallies: dict[tuple[str, str], Tally]) -> None:
+        policy = self.matrix.policy
+        envs = [e.name for e in self.matrix.environments]
+        cells = self.matrix.cells
+        self.events.planned(len(cells) * len(envs) * (policy.min_repetitions + policy.warmup))
+        started = self.clock()
+        for index, cell in enumerate(cells):
+            wl = workloads.get(cell["workload"])
+            timeout = policy.timeout or wl.timeout(cell["params"])
+            for env in envs:
+                tallies.setdefault((cell["key"], env), Tally())
+            for env in envs:  # warm-up: unrecorded in statistics, but the attempt is logged
+                tally = tallies[(cell["key"], env)]
+                for _ in range(0 if tally.warmed_up else policy.warmup):
+                    self._attempt(states[env], wl, cell, tally, timeout, warmup=True)
+                tally.warmed_up = True
+            rotation = 0
+            while True:
+                active = [env for env in envs if not tallies[(cell["key"], env)].finished]
+                if not active:
+                    break
+                # Interleave A B C, starting one further each round, so drift hits all alike.
+                order = active[rotation % len(active):] + active[:rotation % len(active)]
+                rotation += 1
+                for env in order:
+                    self._attempt(states[env], wl, cell, tallies[(cell["key"], env)], timeout, warmup=False)
+                cell_budget = self._cell_budget(started, index, len(cells))
+                for env in active:
+                    self._decide(tallies[(cell["key"], env)], cell_budget)
+
+    def _cell_budget(self, started: float, index: int, total: int) -> bool:
+        """True while this cell may still take extra (adaptive) repetitions."""
+        budget = self.matrix.policy.time_budget
+        if budget is None:
+            return True
+        used = self.clock() - started
+        # Cells share what is left evenly; this one may use its share.
+        return used < budget * (index + 1) / total
+
+    def _decide(self, tally: Tally, within_budget: bool) -> None:
+        policy = self.matrix.policy
+        if tally.attempts >= policy.max_repetitions:
+            tally.finished, tally.stop_reason = True, "max_repetitions"
+        elif tally.consecutive_failures >= GIVE_UP_AFTER:
+            tally.finished, tally.stop_reason = True, f"gave up after {GIVE_UP_AFTER} failures in a row"
+        elif tally.ok >= policy.min_repetitions:
+            if all(stats.relative_ci_halfwidth(v) <= policy.ci_target for v in tally.values.values()):
+                tally.finished, tally.stop_reason = True, "ci_target reached"
+            elif not within_budget:
+                tally.finished, tally.stop_reason = True, "time budget spent"
+
+    def _attempt(self, state: _EnvState, wl: workloads.Workload, cell: dict, tally: Tally, timeout: float,
+                 *, warmup: bool) -> None:
+        repetition = -1 if warmup else tally.attempts
+        started = time.time()
+        raw, found, reason, detail, meta = None, [], None, None, {}
+        try:
+            instances = self._instances(state, wl.roles(cell["params"]))
+            main = next(iter(instances.values()))[0]
+            meta = {**main.metadata(), "repetition": repetition}
+            ctx = RunContext(timeout=timeout, condition=cell["condition"], repetition=repetition)
+            raw = wl.execute(instances, cell["params"], ctx)
+            found = wl.parse(raw, cell["params"])
+            if not found:
+                raise ValueError("the workload produced no samples")
+        except KeyboardInterrupt:
+            raise
+        except WorkloadFailed as exc:
+            reason, detail = exc.reason, exc.detail
+        except UserError as exc:
+            reason = str(exc)
+        except ValueError as exc:
+            reason = f"could not read the workload's output: {exc}"
+        except Exception as exc:  # a bug or an unexpected fault: data, not a crash
+            reason, detail = f"{type(exc).__name__}: {exc}", traceback.format_exc()
+        status = "failed" if reason else "ok"
+        self.store.record_attempt(self.run_id, cell, state.env.name, repetition, warmup=warmup, status=status,
+                                  started=started, ended=time.time(), reason=reason, detail=detail, raw=raw,
+                                  samples_=found, sample_metadata=meta)
+        if not warmup:
+            tally.attempts += 1
+            if status == "ok":
+                tally.ok += 1
+                tally.consecutive_failures = 0
+                for s in found:
+                    tally.values[s.metric].append(s.value)
+            else:
+                tally.consecutive_failures += 1
+        self.events.attempt(cell, state.env.name, repetition, warmup, status, reason)
+        if status != "ok":
+            self._drop_dead(state)
+
+    # -- instances ---------------------------------------------------------------------------
+    def _instances(self, state: _EnvState, roles: dict[str, int]) -> dict[str, list[Instance]]:
+        out = {}
+        for role, count in roles.items():
+            pool = state.pool[role]
+            missing = count - len(pool)
+            if missing > 0:
+                self.events.provisioning(state.env.name, role, missing)
+                for inst in state.driver.provision(state.env, missing, role):
+                    pool.append(inst)
+                    state.instance_rows[inst.name] = self.store.save_instance(
+                        self.run_id, state.env.name, inst.name, role, inst.lifecycle, inst.metadata())
+            out[role] = pool[:count]
+        if not state.facts_saved:
+            first = next(iter(out.values()))[0]
+            facts = {**sysinfo.collect(first), **first.metadata()}
+            self.store.save_environment(self.run_id, state.env.name, state.env.driver, state.env.as_dict(), facts)
+            state.facts_saved = True
+        return out
+
+    def _drop_dead(self, state: _EnvState) -> None:
+        """After a failure, replace instances that died (killed container, crashed VM)."""
+        for role, pool in state.pool.items():
+            for inst in list(pool):
+                if not inst.alive():
+                    self.events.note(f"{inst.name} is gone; a new instance will replace it")
+                    self._teardown_one(state, inst)
+                    pool.remove(inst)
+
+    def _teardown_one(self, state: _EnvState, inst: Instance) -> None:
+        try:
+            inst.teardown()
+        finally:
+            row = state.instance_rows.get(inst.name)
+            if row is not None:
+                self.store.update_instance(row, inst.lifecycle)
+
+    def _teardown(self, states: dict[str, _EnvState]) -> None:
+        # Ctrl-C during teardown must not leave half of it undone.
+        with _ignore_interrupts():
+            for state in states.values():
+                for pool in state.pool.values():
+                    for inst in pool:
+                        try:
+                            self._teardown_one(state, inst)
+                        except Exception as exc:
+                            self.events.note(f"teardown of {inst.name} failed: {exc}")
+                    pool.clear()
+
+    # -- resume ------------------------------------------------------------------------------
+    def _tallies_from_store(self) -> dict[tuple[str, str], Tally]:
+        tallies: dict[tuple[str, str], Tally] = defaultdict(Tally)
+        for a in self.store.attempts(self.run_id):
+            tally = tallies[(a["cell_key"], a["environment"])]
+            if a["warmup"]:
+                continue  # fresh instances after a resume get a fresh warm-up
+            tally.attempts += 1
+            if a["status"] == "ok":
+                tally.ok += 1
+                tally.consecutive_failures = 0
+            else:
+                tally.consecutive_failures += 1
+        for s in self.store.samples(self.run_id):
+            tallies[(s["cell_key"], s["environment"])].values[s["metric"]].append(s["value"])
+        policy = self.matrix.policy
+        for tally in tallies.values():
+            # Only stop early for counts here; the CI test runs after the next round.
+            if tally.attempts >= policy.max_repetitions:
+                tally.finished = True
+        return dict(tallies)
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """Treat SIGTERM like Ctrl-C so `kill` also tears everything down."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def _ignore_interrupts():
+    try:
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)

@@ -1,0 +1,287 @@
+"""Suite files (TOML) and ad hoc runs -> one validated matrix the runner executes.
+
+The matrix is plain JSON-able data (stored with the run, so `--resume` needs no suite file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import drivers, shapes, workloads
+from .errors import SuiteError, UserError
+from .model import EnvSpec, Shape
+from .store import canonical
+from .tomlpos import key_lines, line_of
+
+SUITE_KEYS = {
+    "name": "suite name shown in listings",
+    "description": "what the suite reproduces",
+    "baseline": "environment every other one is compared with",
+    "environments": "which of the defined environments to run (default: all)",
+    "warmup": "unrecorded repetitions per environment before measuring",
+    "min_repetitions": "repetitions always taken",
+    "max_repetitions": "repetitions at most",
+    "ci_target": "stop repeating when the 95% CI half-width is below this fraction of the median",
+    "time_budget": "seconds the whole run may take; cells stop repeating once it is spent",
+    "timeout": "seconds one repetition may take (default: the workload's own estimate)",
+}
+SHAPE_KEYS = ("vcpus", "memory_mb", "disk_gb")
+WORKLOAD_KEYS = ("name", "params", "condition")
+
+
+@dataclass
+class Policy:
+    warmup: int = 1
+    min_repetitions: int = 3
+    max_repetitions: int = 10
+    ci_target: float = 0.02
+    time_budget: float | None = None
+    timeout: float | None = None
+
+
+@dataclass
+class Matrix:
+    name: str
+    path: str | None
+    baseline: str
+    environments: list[EnvSpec]
+    cells: list[dict[str, Any]]
+    policy: Policy = field(default_factory=Policy)
+    description: str = ""
+
+    def to_spec(self) -> dict[str, Any]:
+        return {"name": self.name, "path": self.path, "description": self.description, "baseline": self.baseline,
+                "environments": [e.as_dict() for e in self.environments], "cells": self.cells,
+                "policy": vars(self.policy)}
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> Matrix:
+        envs = [EnvSpec(e["name"], e["driver"], Shape(**e["shape"]), e["options"]) for e in spec["environments"]]
+        return cls(spec["name"], spec["path"], spec["baseline"], envs, spec["cells"], Policy(**spec["policy"]),
+                   spec.get("description", ""))
+
+
+def cell(workload: str, params: dict[str, Any], condition: dict[str, Any] | None = None) -> dict[str, Any]:
+    condition = condition or {}
+    key = hashlib.sha1(canonical([workload, params, condition]).encode()).hexdigest()[:16]
+    return {"key": key, "workload": workload, "params": params, "condition": condition}
+
+
+class _Where:
+    """Turns a key path into a SuiteError with file and line."""
+
+    def __init__(self, path: str, text: str):
+        self.path = path
+        self.lines = key_lines(text)
+
+    def error(self, keypath: tuple, problem: str, choices=None) -> SuiteError:
+        key = ".".join(str(k) for k in keypath if not isinstance(k, int)) or "(top)"
+        return SuiteError(self.path, line_of(self.lines, keypath), key, problem, choices)
+
+
+def load(path: str | Path, *, envs: list[str] | None = None, repeat: int | None = None,
+         duration: float | None = None) -> Matrix:
+    """Read and validate a suite file; the overrides are the CLI's quick-try flags."""
+    path = Path(path)
+    if not path.exists():
+        candidate = Path(__file__).resolve().parents[2] / "suites" / f"{path.name}.toml"
+        if path.suffix == "" and candidate.exists():
+            path = candidate
+        else:
+            raise UserError(f"suite file {path} does not exist", "pass a path such as suites/quick.toml")
+    text = path.read_text()
+    where = _Where(str(path), text)
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not valid TOML: {exc}", "fix the syntax at that line") from None
+    _check_keys(where, doc, (), ("suite", "shapes", "environments", "workloads"))
+
+    meta = doc.get("suite", {})
+    _check_keys(where, meta, ("suite",), tuple(SUITE_KEYS))
+    custom_shapes = _shapes(where, doc.get("shapes", {}))
+    defined = _environments(where, doc.get("environments", {}), custom_shapes)
+    if not defined:
+        raise where.error(("environments",), "no environments defined", drivers.names())
+
+    selected = envs or meta.get("environments") or list(defined)
+    env_list = [_pick_env(where, name, defined, custom_shapes) for name in selected]
+    baseline = meta.get("baseline", env_list[0].name)
+    names = [e.name for e in env_list]
+    if baseline not in names:
+        if envs:  # the CLI narrowed the environments: fall back to the first one
+            baseline = names[0]
+        else:
+            raise where.error(("suite", "baseline"), f"'{baseline}' is not one of the run's environments", names)
+
+    wl_entries = doc.get("workloads", [])
+    if not isinstance(wl_entries, list) or not wl_entries:
+        raise where.error(("workloads",), "no [[workloads]] entries", workloads.names())
+    cells = []
+    for i, entry in enumerate(wl_entries):
+        cells.extend(_workload_cells(where, i, entry, duration))
+
+    policy = _policy(where, meta, repeat)
+    return Matrix(meta.get("name", path.stem), str(path), baseline, env_list, cells, policy,
+                  meta.get("description", ""))
+
+
+def adhoc(workload: str, raw_params: dict[str, str], envs: list[str], *, repeat: int | None = None,
+          duration: float | None = None, baseline: str | None = None) -> Matrix:
+    """`virtbench run --workload NAME --param K=V ... --envs a,b` without a suite file."""
+    where = _Where("--param", "")
+    try:
+        wl = workloads.get(workload)
+    except KeyError:
+        raise UserError(f"unknown workload '{workload}'", "valid workloads: " + ", ".join(workloads.names())) from None
+    params = {k: [p.strip() for p in v.split(",")] if isinstance(v, str) and "," in v else v
+              for k, v in raw_params.items()}
+    cells = _expand(where, ("workloads", 0), wl, params, duration)
+    env_list = [_pick_env(where, name, {}, {}) for name in (envs or ["host"])]
+    names = [e.name for e in env_list]
+    base = baseline or names[0]
+    if base not in names:
+        raise UserError(f"baseline '{base}' is not one of the environments", "choose one of: " + ", ".join(names))
+    policy = Policy()
+    if repeat:
+        policy.min_repetitions = policy.max_repetitions = repeat
+    return Matrix(f"adhoc-{workload}", None, base, env_list, cells, policy)
+
+
+# -- pieces -------------------------------------------------------------------------------------
+
+def _check_keys(where: _Where, table: Any, at: tuple, allowed) -> None:
+    if not isinstance(table, dict):
+        raise where.error(at, "must be a table")
+    for key in table:
+        if key not in allowed:
+            raise where.error(at + (key,), "unknown key", sorted(allowed))
+
+
+def _shapes(where: _Where, table: dict) -> dict[str, Shape]:
+    out = {}
+    for name, spec in table.items():
+        _check_keys(where, spec, ("shapes", name), SHAPE_KEYS)
+        for key, value in spec.items():
+            if not isinstance(value, int) or value <= 0:
+                raise where.error(("shapes", name, key), f"must be a positive whole number, got {value!r}")
+        out[name] = Shape(name, spec.get("vcpus"), spec.get("memory_mb"), spec.get("disk_gb"))
+    return out
+
+
+def _environments(where: _Where, table: dict, custom: dict[str, Shape]) -> dict[str, EnvSpec]:
+    out = {}
+    for name, spec in table.items():
+        at = ("environments", name)
+        if not isinstance(spec, dict):
+            raise where.error(at, "must be a table with at least driver = \"...\"")
+        driver = spec.get("driver")
+        if driver not in drivers.REGISTRY:
+            raise where.error(at + ("driver",), f"unknown driver {driver!r}", drivers.names())
+        options_spec = drivers.driver_class(driver).options
+        _check_keys(where, spec, at, ("driver", "shape", *options_spec))
+        shape = _shape(where, at + ("shape",), spec.get("shape", "native"), custom)
+        if shape.name != "native" and not drivers.driver_class(driver).supports_shapes:
+            raise where.error(at + ("shape",), f"the {driver} driver cannot limit resources; remove the shape",
+                              ["native"])
+        options = {}
+        for key, opt in options_spec.items():
+            value = spec.get(key, opt.default)
+            if opt.choices and value not in opt.choices:
+                raise where.error(at + (key,), f"invalid value {value!r}", opt.choices)
+            options[key] = value
+        out[name] = EnvSpec(name, driver, shape, options)
+    return out
+
+
+def _shape(where: _Where, at: tuple, name: Any, custom: dict[str, Shape]) -> Shape:
+    try:
+        return shapes.resolve(str(name), custom)
+    except KeyError:
+        raise where.error(at, f"unknown shape {name!r}", shapes.names(custom)) from None
+
+
+def _pick_env(where: _Where, name: str, defined: dict[str, EnvSpec], custom: dict[str, Shape]) -> EnvSpec:
+    """A suite-defined environment, or an ad hoc 'driver' / 'driver:shape' one."""
+    if name in defined:
+        return defined[name]
+    driver, _, shape_name = name.partition(":")
+    if driver in drivers.REGISTRY:
+        options = {k: o.default for k, o in drivers.driver_class(driver).options.items()}
+        shape = _shape(where, ("environments", name), shape_name or "native", custom)
+        return EnvSpec(name, driver, shape, options)
+    choices = sorted(defined) + [f"{d}[:SHAPE]" for d in drivers.names()]
+    raise UserError(f"{where.path}: unknown environment '{name}'", "valid choices: " + ", ".join(choices))
+
+
+def _workload_cells(where: _Where, i: int, entry: Any, duration: float | None) -> list[dict]:
+    at = ("workloads", i)
+    _check_keys(where, entry, at, WORKLOAD_KEYS)
+    name = entry.get("name")
+    try:
+        wl = workloads.get(name)
+    except KeyError:
+        raise where.error(at + ("name",), f"unknown workload {name!r}", workloads.names()) from None
+    condition = entry.get("condition", {})
+    if condition:
+        raise where.error(at + ("condition",), "conditions are not supported by this version yet")
+    return _expand(where, at, wl, entry.get("params", {}), duration)
+
+
+def _expand(where: _Where, at: tuple, wl, given: dict, duration: float | None) -> list[dict]:
+    """Coerce each parameter, sweep lists (cartesian product), validate each combination."""
+    known = {p.name: p for p in wl.params}
+    for key in given:
+        if key not in known:
+            raise where.error(at + ("params", key), f"unknown parameter of workload '{wl.name}'", sorted(known))
+    axes = []
+    for p in wl.params:
+        if p.name == "duration" and duration is not None:
+            raw_values = [duration]
+        elif p.name in given:
+            raw = given[p.name]
+            raw_values = list(raw) if isinstance(raw, list) else [raw]
+        else:
+            raw_values = p.default_values()
+        values = []
+        for raw in raw_values:
+            try:
+                values.append(p.coerce(raw))
+            except ValueError as exc:
+                raise where.error(at + ("params", p.name), str(exc), p.choices) from None
+        axes.append((p.name, values))
+    cells = []
+    for combo in itertools.product(*(values for _, values in axes)):
+        params = dict(zip((name for name, _ in axes), combo))
+        try:
+            wl.validate(params)
+        except ValueError as exc:
+            raise where.error(at + ("params",), str(exc)) from None
+        cells.append(cell(wl.name, params))
+    return cells
+
+
+def _policy(where: _Where, meta: dict, repeat: int | None) -> Policy:
+    policy = Policy()
+    for key in ("warmup", "min_repetitions", "max_repetitions"):
+        if key in meta:
+            value = meta[key]
+            if not isinstance(value, int) or value < (0 if key == "warmup" else 1):
+                raise where.error(("suite", key), f"must be a whole number >= {0 if key == 'warmup' else 1}")
+            setattr(policy, key, value)
+    for key in ("ci_target", "time_budget", "timeout"):
+        if key in meta:
+            value = meta[key]
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise where.error(("suite", key), f"must be a positive number, got {value!r}")
+            setattr(policy, key, float(value))
+    if policy.max_repetitions < policy.min_repetitions:
+        raise where.error(("suite", "max_repetitions"), "must be >= min_repetitions")
+    if repeat:
+        policy.min_repetitions = policy.max_repetitions = repeat
+    return policy

@@ -1,0 +1,74 @@
+"""The UnixBench-style system suite, run by virtbench's own kernels (native/system, `vb-system`).
+
+Each test is one cell (param `test`), so a failing test is recorded alone and noisy tests get more
+repetitions. The overall index (geometric mean of score / baseline x 10) is derived in analysis.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..drivers.base import Instance
+from ..model import Sample
+from .base import MetricSpec, Param, Workload
+
+# Published UnixBench 5.1 baselines (seeds/SUMMARY.md, study 000 item 3): test -> (score, unit, title).
+TESTS: dict[str, tuple[float, str, str]] = {
+    "dhrystone": (116700.0, "lps", "Dhrystone-like integer and string work"),
+    "whetstone": (55.0, "MWIPS", "Whetstone-like floating point"),
+    "execl": (43.0, "lps", "execl throughput"),
+    "fcopy1024": (3960.0, "KBps", "file copy, 1024-byte buffer"),
+    "fcopy256": (1655.0, "KBps", "file copy, 256-byte buffer"),
+    "fcopy4096": (5800.0, "KBps", "file copy, 4096-byte buffer"),
+    "pipe": (12440.0, "lps", "pipe throughput"),
+    "context": (4000.0, "lps", "pipe-based context switching"),
+    "spawn": (126.0, "lps", "process creation"),
+    "shell1": (42.4, "lpm", "shell scripts, 1 concurrent"),
+    "shell8": (6.0, "lpm", "shell scripts, 8 concurrent"),
+    "syscall": (15000.0, "lps", "system call overhead"),
+}
+
+
+def _copies(value: Any) -> str:
+    text = str(value).strip()
+    if text == "vcpus" or (text.isdigit() and 1 <= int(text) <= 1024):
+        return text
+    raise ValueError(f"{value!r} is neither 'vcpus' nor a whole number from 1 to 1024")
+
+
+class SystemSuite(Workload):
+    name = "system"
+    description = "UnixBench-style system tests (12), one copy and one copy per vCPU, indexed to published baselines"
+    params = (
+        Param("test", str, list(TESTS), "which tests to run", choices=tuple(TESTS)),
+        Param("copies", _copies, ["1", "vcpus"], "parallel copies: a number, or 'vcpus' for one per vCPU"),
+        Param("duration", float, 10.0, "seconds each test runs", min=0.05, max=3600),
+    )
+    metrics = tuple(MetricSpec(t, unit, True, title) for t, (_, unit, title) in TESTS.items())
+    index_baselines = {t: base for t, (base, _, _) in TESTS.items()}
+    index_param = "test"
+
+    def timeout(self, params: dict[str, Any]) -> float:
+        # Start-up and clean-up are short; allow generous slack on a loaded 2-core machine.
+        return params["duration"] * 3 + 60
+
+    def command(self, instance: Instance, params: dict[str, Any]) -> list[str]:
+        copies = instance.vcpus if params["copies"] == "vcpus" else int(params["copies"])
+        return [instance.bin("vb-system"), params["test"], "--duration", str(params["duration"]),
+                "--copies", str(copies), "--dir", instance.scratch_dir()]
+
+    def parse(self, raw: str, params: dict[str, Any]) -> list[Sample]:
+        records = [json.loads(line) for line in raw.splitlines() if line.strip().startswith("{")]
+        if len(records) != 1:
+            raise ValueError(f"expected one JSON record from vb-system, got {len(records)}")
+        rec = records[0]
+        test = rec["test"]
+        if test != params["test"]:
+            raise ValueError(f"vb-system reported test {test!r}, expected {params['test']!r}")
+        base, unit, _ = TESTS[test]
+        if rec["unit"] != unit:
+            raise ValueError(f"vb-system reported unit {rec['unit']!r} for {test}, expected {unit!r}")
+        return [Sample(test, rec["rate"], unit, True, {
+            "copies_actual": rec["copies"], "measured_seconds": rec["duration_s"], "count": rec["count"],
+            "index": rec["rate"] / base * 10, "kernel_version": rec.get("version")})]
