@@ -182,7 +182,7 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
             progress.stop()
             rid = runner.run_id if runner and runner.run_id else resume_id
             err.print(f"\ninterrupted; everything was torn down. Resume with: virtbench run --resume {rid}"
-                      + (f" --db {db}" if db else ""))
+                      + (f" --db {db}" if db else ""), soft_wrap=True, highlight=False)
             sys.exit(130)
     _show(store, run_id, as_json)
 
@@ -290,6 +290,14 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    except Exception as exc:  # a bug: say so briefly, keep the traceback for the report
+        import traceback
+
+        path = paths.data_dir() / "last-error.txt"
+        path.write_text(traceback.format_exc())
+        err.print(f"[red]internal error (a bug in virtbench):[/red] {type(exc).__name__}: {exc}", highlight=False)
+        err.print(f"  the traceback is in {path}; please include it in a bug report", highlight=False)
+        sys.exit(70)
 
 
 if __name__ == "__main__":

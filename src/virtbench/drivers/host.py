@@ -9,13 +9,19 @@ from pathlib import Path
 
 from .. import paths, procs
 from ..model import EnvSpec, ExecResult
-from .base import Driver, Instance, Problem
+from ..errors import UserError
+from .base import Driver, Instance, OptionSpec, Problem
 
 
 class HostInstance(Instance):
     def __init__(self, name: str, env: EnvSpec, workdir: Path, role: str, index: int):
         super().__init__(name, env, role, index)
-        self._scratch = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=workdir))
+        parent = env.options.get("scratch") or workdir
+        try:
+            self._scratch = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=parent))
+        except OSError as exc:
+            raise UserError(f"cannot make a scratch directory under {parent}: {exc.strerror}",
+                            "set the environment's scratch option to an existing, writable directory") from None
         self.address = "127.0.0.1"
 
     def exec(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
@@ -42,6 +48,8 @@ class HostDriver(Driver):
     name = "host"
     description = "the local machine, no isolation (the usual baseline)"
     supports_shapes = False
+    options = {"scratch": OptionSpec(str, "", "directory for the workloads' temporary files "
+                                             "(default: a private directory under $TMPDIR)")}
 
     def check(self) -> list[Problem]:
         problems = []

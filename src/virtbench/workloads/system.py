@@ -63,6 +63,9 @@ class SystemSuite(Workload):
         if len(records) != 1:
             raise ValueError(f"expected one JSON record from vb-system, got {len(records)}")
         rec = records[0]
+        missing = {"test", "unit", "copies", "duration_s", "count", "rate"} - set(rec)
+        if missing:
+            raise ValueError(f"vb-system record lacks {', '.join(sorted(missing))}")
         test = rec["test"]
         if test != params["test"]:
             raise ValueError(f"vb-system reported test {test!r}, expected {params['test']!r}")

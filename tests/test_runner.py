@@ -1,0 +1,134 @@
+"""The runner, for real on the host: a short run end to end, adaptive stopping, failures as data,
+interruption and resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from virtbench import analysis, suite
+from virtbench.runner import Runner
+from virtbench.store import Store
+
+CONTRACT_KEYS = {"workload", "params", "condition", "metric", "unit", "environment", "n", "median", "ci_low",
+                 "ci_high", "ratio", "ratio_ci_low", "ratio_ci_high", "higher_is_better", "failures", "metadata"}
+
+
+def test_short_real_run_end_to_end(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    m = suite.adhoc("system", {"test": "dhrystone,syscall", "copies": "1,vcpus", "duration": "0.1"},
+                    ["host"], repeat=2)
+    run_id = Runner(store, m).start()
+    assert store.run(run_id)["status"] == "completed"
+    attempts = store.attempts(run_id)
+    assert sum(a["warmup"] for a in attempts) == 4  # one warm-up per cell
+    assert all(a["status"] == "ok" for a in attempts)
+    assert len(store.samples(run_id)) == 8  # 4 cells x 2 repetitions
+    (env,) = store.environments(run_id)
+    assert env["facts"]["cores"] >= 1 and env["facts"]["kernel"] and env["facts"]["driver"] == "host"
+
+    data = analysis.results(store, run_id)
+    assert data["run_id"] == run_id and data["baseline"] == "host"
+    rows = data["results"]
+    assert all(CONTRACT_KEYS <= set(r) for r in rows)
+    dhry = [r for r in rows if r["metric"] == "dhrystone" and r["params"]["copies"] == "1"][0]
+    values = [s["value"] for s in store.samples(run_id) if s["cell_key"] == dhry["cell_key"]]
+    assert dhry["n"] == 2 and dhry["median"] == pytest.approx(sorted(values)[0] / 2 + sorted(values)[1] / 2)
+    assert dhry["ratio"] == 1.0 and dhry["metadata"]["index"] > 0
+    index_rows = [r for r in rows if r["metric"] == "index"]
+    assert {r["params"]["copies"] for r in index_rows} == {"1", "vcpus"}
+
+    df = store.dataframe(run_id)
+    assert len(df) == 8 and set(df["metric"]) == {"dhrystone", "syscall"}
+
+
+def test_adaptive_stop_and_max(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    m = suite.adhoc("system", {"test": "dhrystone", "copies": "1", "duration": "0.05"}, ["host"])
+    m.policy.warmup, m.policy.min_repetitions, m.policy.max_repetitions = 0, 2, 6
+    m.policy.ci_target = 10.0  # any CI is tight enough: stop at the minimum
+    rid = Runner(store, m).start()
+    assert len(store.samples(rid)) == 2
+    m.policy.ci_target = 1e-9  # never tight enough: run to the maximum
+    rid = Runner(store, m).start()
+    assert len(store.samples(rid)) == 6
+
+
+def _root_can_mount():
+    return os.geteuid() == 0 and subprocess.run(["which", "mount"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _root_can_mount(), reason="needs root to mount a tiny tmpfs")
+def test_full_disk_is_a_recorded_failure_and_other_samples_survive(tmp_path):
+    full = tmp_path / "full"
+    full.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)]).returncode != 0:
+        pytest.skip("cannot mount tmpfs here")
+    try:
+        store = Store(tmp_path / "r.sqlite")
+        m = suite.adhoc("system", {"test": "dhrystone,fcopy4096", "copies": "1", "duration": "0.2"},
+                        ["host"], repeat=2)
+        m.environments[0].options["scratch"] = str(full)
+        rid = Runner(store, m).start()
+    finally:
+        subprocess.run(["umount", str(full)])
+    assert store.run(rid)["status"] == "completed"
+    failed = [a for a in store.attempts(rid) if a["status"] == "failed"]
+    assert failed and all(json.loads(a["params_json"])["test"] == "fcopy4096" for a in failed)
+    assert any("space" in (a["reason"] or "").lower() for a in failed), failed[0]["reason"]
+    assert len([s for s in store.samples(rid) if s["metric"] == "dhrystone"]) == 2
+    rows = analysis.results(store, rid)["results"]
+    fcopy = [r for r in rows if r["params"].get("test") == "fcopy4096"]
+    assert fcopy and fcopy[0]["n"] == 0 and fcopy[0]["failures"] >= 2
+    assert "failed" in " ".join(fcopy[0]["warnings"])
+
+
+def _wait_for_samples(db, count, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if db.exists():
+            try:
+                store = Store(db)
+                runs = store.runs()
+                if runs and runs[0]["samples"] >= count:
+                    return runs[0]["id"]
+            except Exception:
+                pass
+        time.sleep(0.1)
+    raise AssertionError("no samples appeared")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_then_resume_loses_nothing(tmp_path, sig):
+    db = tmp_path / "r.sqlite"
+    cmd = [sys.executable, "-m", "virtbench.cli", "run", "--workload", "system", "--param",
+           "test=dhrystone,pipe,syscall", "--param", "copies=1", "--duration", "0.2", "--envs", "host",
+           "--repeat", "3", "--db", str(db)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_id = _wait_for_samples(db, 2)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert f"virtbench run --resume {run_id}" in err
+    store = Store(db)
+    assert store.run(run_id)["status"] == "interrupted"
+    before = {s["id"]: s["value"] for s in store.samples(run_id)}
+    assert 2 <= len(before) < 9
+    import tempfile
+    from pathlib import Path
+
+    assert not list(Path(tempfile.gettempdir()).glob(f"virtbench-{run_id}-*"))  # work dir removed
+
+    res = subprocess.run([sys.executable, "-m", "virtbench.cli", "run", "--resume", run_id, "--db", str(db),
+                          "--json"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    after = {s["id"]: s["value"] for s in store.samples(run_id)}
+    assert all(after[i] == v for i, v in before.items())  # every earlier sample kept as it was
+    ok = [a for a in store.attempts(run_id) if a["status"] == "ok" and not a["warmup"]]
+    assert len(ok) == 9 and len(after) == 9
+    assert store.run(run_id)["status"] == "completed"
+    assert json.loads(res.stdout)["run_id"] == run_id

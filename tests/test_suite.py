@@ -1,0 +1,127 @@
+"""Suite files: expansion, overrides, and errors that name file, line, key and the valid choices."""
+
+import textwrap
+
+import pytest
+
+from virtbench import suite
+from virtbench.errors import SuiteError, UserError
+
+GOOD = """\
+[suite]
+name = "t"
+baseline = "host"
+min_repetitions = 2
+max_repetitions = 4
+
+[shapes.tiny]
+vcpus = 1
+memory_mb = 256
+
+[environments.host]
+driver = "host"
+
+[environments.small]
+driver = "container"
+shape = "tiny"
+
+[[workloads]]
+name = "system"
+params = { duration = 0.5, test = ["dhrystone", "pipe"], copies = ["1", "vcpus"] }
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "s.toml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_good_suite_expands_the_matrix(tmp_path):
+    m = suite.load(write(tmp_path, GOOD))
+    assert m.baseline == "host"
+    assert [e.name for e in m.environments] == ["host", "small"]
+    assert m.environments[1].shape.vcpus == 1 and m.environments[1].shape.memory_mb == 256
+    assert len(m.cells) == 4  # 2 tests x 2 copies
+    assert {(c["params"]["test"], c["params"]["copies"]) for c in m.cells} == {
+        ("dhrystone", "1"), ("dhrystone", "vcpus"), ("pipe", "1"), ("pipe", "vcpus")}
+    assert all(c["params"]["duration"] == 0.5 for c in m.cells)
+    assert len({c["key"] for c in m.cells}) == 4
+    assert (m.policy.min_repetitions, m.policy.max_repetitions) == (2, 4)
+
+
+def test_overrides_and_round_trip(tmp_path):
+    m = suite.load(write(tmp_path, GOOD), envs=["host", "container:m1.small"], repeat=2, duration=0.1)
+    assert [e.name for e in m.environments] == ["host", "container:m1.small"]
+    assert m.environments[1].shape.memory_mb == 128
+    assert m.policy.min_repetitions == m.policy.max_repetitions == 2
+    assert all(c["params"]["duration"] == 0.1 for c in m.cells)
+    again = suite.Matrix.from_spec(m.to_spec())
+    assert again.to_spec() == m.to_spec()
+
+
+def test_shipped_quick_suite_is_valid():
+    m = suite.load(suite.Path(__file__).resolve().parents[1] / "suites" / "quick.toml")
+    assert m.baseline == "host" and len(m.cells) == 24
+
+
+@pytest.mark.parametrize("old,new,line,key,choice", [
+    ('driver = "container"', 'driver = "lxd"', 15, "environments.small.driver", "container"),
+    ('shape = "tiny"', 'shape = "huge"', 16, "environments.small.shape", "m1.small"),
+    ('name = "system"', 'name = "unixbench"', 19, "workloads.name", "system"),
+    ('max_repetitions = 4', 'max_repetitons = 4', 5, "suite.max_repetitons", "max_repetitions"),
+    ('baseline = "host"', 'baseline = "vm"', 3, "suite.baseline", "host"),
+    ('vcpus = 1', 'vcpus = 0', 8, "shapes.tiny.vcpus", None),
+])
+def test_errors_name_file_line_key_and_choices(tmp_path, old, new, line, key, choice):
+    path = write(tmp_path, GOOD.replace(old, new))
+    with pytest.raises(SuiteError) as info:
+        suite.load(path)
+    err = info.value
+    assert err.path == str(path) and err.line == line and err.key == key
+    assert f"{path}:{line}" in str(err)
+    if choice:
+        assert choice in err.hint
+
+
+def test_unknown_and_invalid_params(tmp_path):
+    with pytest.raises(SuiteError) as info:
+        suite.load(write(tmp_path, GOOD.replace("duration = 0.5", "durration = 0.5")))
+    assert info.value.key == "workloads.params.durration" and info.value.line == 20
+    assert "duration" in info.value.hint
+    with pytest.raises(SuiteError) as info:
+        suite.load(write(tmp_path, GOOD.replace('"pipe"', '"pipes"')))
+    assert info.value.key == "workloads.params.test" and "syscall" in info.value.hint
+    with pytest.raises(SuiteError, match="below the minimum"):
+        suite.load(write(tmp_path, GOOD.replace("duration = 0.5", "duration = 0")))
+
+
+def test_host_cannot_take_a_shape(tmp_path):
+    text = GOOD.replace('[environments.host]\ndriver = "host"', '[environments.host]\ndriver = "host"\nshape = "m1.small"')
+    with pytest.raises(SuiteError, match="cannot limit resources"):
+        suite.load(write(tmp_path, text))
+
+
+def test_syntax_error_and_missing_file(tmp_path):
+    with pytest.raises(UserError, match="not valid TOML.*line 2"):
+        suite.load(write(tmp_path, "[suite]\nname = \n"))
+    with pytest.raises(UserError, match="does not exist"):
+        suite.load(tmp_path / "nope.toml")
+
+
+def test_unknown_environment_lists_choices(tmp_path):
+    with pytest.raises(UserError) as info:
+        suite.load(write(tmp_path, GOOD), envs=["bare"])
+    assert "unknown environment 'bare'" in str(info.value) and "small" in info.value.hint
+    with pytest.raises(UserError, match="unknown shape"):
+        suite.load(write(tmp_path, GOOD), envs=["container:m9.huge"])
+
+
+def test_adhoc_sweeps_comma_lists():
+    m = suite.adhoc("system", {"test": "dhrystone,pipe", "copies": "1"}, ["host"], repeat=3)
+    assert [c["params"]["test"] for c in m.cells] == ["dhrystone", "pipe"]
+    assert m.policy.max_repetitions == 3
+    with pytest.raises(UserError, match="unknown workload"):
+        suite.adhoc("nope", {}, ["host"])
+    with pytest.raises(SuiteError, match="copies"):
+        suite.adhoc("system", {"copies": "many"}, ["host"])
