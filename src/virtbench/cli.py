@@ -17,7 +17,8 @@ from .runner import Events, Runner
 from .store import Store
 
 err = Console(stderr=True)
-out = Console()
+# Piped output is read by people too: do not squeeze tables into 80 columns there.
+out = Console(width=None if sys.stdout.isatty() else 200)
 
 DB_HELP = "results database: a SQLite file path or a postgresql:// URL [default: the user's data directory]"
 

@@ -13,7 +13,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -31,8 +30,8 @@ from .errors import MissingTool, UserError
 # Bump when the build recipe changes in a way the other inputs do not show.
 IMAGE_FORMAT_VERSION = 1
 SUITE = "bookworm"
-# "apt" (essential set + apt + ours) measured smaller and no slower than "minbase" (see build notes
-# in docs/architecture.md); minbase only adds Priority:required packages nothing here needs.
+# "apt" (essential set + apt + ours) against "minbase" (+ Priority:required) with this package list:
+# 96.6 s / 523 MB against 93.3 s / 529 MB (same within network noise); apt is the smaller root.
 VARIANT = "apt"
 MIRRORS = (
     "deb http://deb.debian.org/debian bookworm main",
@@ -62,22 +61,23 @@ KEEP = 2
 BUILD_TIMEOUT = 3600.0
 TAG_PREFIX = "localhost/virtbench-guest"
 
-# Runs under sh with $1 = the new root. {stage} and {pkgout} are filled in per build; the hash
-# covers this template, not the temporary paths.
-CUSTOMIZE_HOOK = """\
-set -e
-mkdir -p "$1{bindir}"
-cp -a {stage}/. "$1{bindir}/"
-chroot "$1" dpkg-query -W -f '${{Package}}\\t${{Version}}\\n' > "$1{manifest}"
-cp "$1{manifest}" {pkgout}
-"""
+# Runs under sh with $1 = the new root: copies the kernels in and records the installed package
+# versions (inside the image and for manifest.json). {stage} and {pkgout} are filled in per build;
+# the hash covers this template, not the temporary paths. One line: mmdebstrap stat()s the hook
+# text as a possible file name and warns about newlines.
+CUSTOMIZE_HOOK = " && ".join((
+    'mkdir -p "$1{bindir}"',
+    'cp -a {stage}/. "$1{bindir}/"',
+    """chroot "$1" dpkg-query -W -f '${{Package}}\\t${{Version}}\\n' > "$1{manifest}"""",
+    'cp "$1{manifest}" {pkgout}',
+))
 
 
 @dataclass(frozen=True)
 class ImageInfo:
     hash: str
     tarball: Path
-    manifest: dict = field(compare=False, hash=False)
+    manifest: dict = field(compare=False, hash=False, repr=False)
 
     @property
     def tag(self) -> str:
@@ -306,9 +306,3 @@ def _prune(keep: int, log: Callable[[str], None]) -> None:
             old.tarball.unlink()
             log(f"removed old guest image tarball {old.hash} (manifest kept)")
 
-
-_HASH_RE = re.compile(r"^[0-9a-f]{16}$")
-
-
-def is_image_hash(text: str) -> bool:
-    return bool(_HASH_RE.match(text))

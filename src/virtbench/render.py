@@ -109,7 +109,7 @@ def _warnings(console: Console, data: dict[str, Any]) -> None:
 def runs_table(console: Console, runs: list[dict[str, Any]]) -> None:
     table = Table(header_style="bold")
     for col in ("run id", "started", "took", "status", "suite", "baseline", "samples", "failures"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col in ("run id", "started"))
     for r in runs:
         took = f"{r['finished_at'] - r['created_at']:.0f} s" if r["finished_at"] else "-"
         table.add_row(r["id"], when(r["created_at"]), took, r["status"], r["suite_name"] or "",

@@ -1,0 +1,99 @@
+"""The CLI as a user meets it: JSON contracts, listings, export, compare, and clear errors."""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def vb(*args, check=True):
+    res = subprocess.run([sys.executable, "-m", "virtbench.cli", *args], capture_output=True, text=True,
+                         timeout=300)
+    if check:
+        assert res.returncode == 0, res.stderr
+    return res
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    db = str(tmp_path_factory.mktemp("cli") / "r.sqlite")
+    ids = []
+    for _ in range(2):
+        res = vb("run", "--workload", "system", "--param", "test=dhrystone,pipe", "--param", "copies=1",
+                 "--duration", "0.1", "--envs", "host", "--repeat", "3", "--db", db, "--json")
+        ids.append(json.loads(res.stdout)["run_id"])
+    return db, ids
+
+
+def test_run_json_contract(two_runs):
+    db, (a, _) = two_runs
+    data = json.loads(vb("show", a, "--db", db, "--json").stdout)
+    assert data["run_id"] == a and data["baseline"] == "host"
+    metrics = {r["metric"] for r in data["results"]}
+    assert metrics == {"dhrystone", "pipe", "index"}
+    for r in data["results"]:
+        assert r["n"] == 3 and r["ci_low"] <= r["median"] <= r["ci_high"]
+        assert r["condition"] == {} and r["failures"] == 0 and isinstance(r["metadata"], dict)
+
+
+def test_runs_listing_and_prefix(two_runs):
+    db, ids = two_runs
+    rows = json.loads(vb("runs", "--db", db, "--json").stdout)
+    assert [r["id"] for r in rows][:2] == ids[::-1] and all(r["samples"] == 6 for r in rows)
+    text = vb("runs", "--db", db).stdout
+    assert ids[0] in text and "completed" in text
+    assert ids[0] in vb("show", ids[0][:-2] if ids[0][:-2] != ids[1][:-2] else ids[0], "--db", db).stdout
+
+
+def test_compare_matches_cells(two_runs):
+    db, (a, b) = two_runs
+    data = json.loads(vb("compare", a, b, "--db", db, "--json").stdout)
+    assert {r["metric"] for r in data["results"]} == {"dhrystone", "pipe"}
+    for r in data["results"]:
+        assert r["n_a"] == r["n_b"] == 3 and r["ratio"] > 0
+        assert r["ratio"] == pytest.approx(r["median_b"] / r["median_a"])
+    assert "against" in vb("compare", a, b, "--db", db).stdout
+
+
+def test_export_csv_and_json(two_runs, tmp_path):
+    db, (a, _) = two_runs
+    rows = list(csv.DictReader(io.StringIO(vb("export", a, "--db", db).stdout)))
+    assert len(rows) == 6 and {r["metric"] for r in rows} == {"dhrystone", "pipe"}
+    assert all(float(r["value"]) > 0 for r in rows)
+    out = tmp_path / "run.json"
+    vb("export", a, "--format", "json", "-o", str(out), "--db", db)
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "virtbench-run/1" and len(doc["samples"]) == 6
+    assert doc["environments"][0]["facts"]["kernel"]
+
+
+def test_workloads_listing():
+    items = json.loads(vb("workloads", "--json").stdout)
+    system = next(w for w in items if w["name"] == "system")
+    assert {p["name"] for p in system["params"]} == {"test", "copies", "duration"}
+    assert len(system["metrics"]) == 12
+
+
+@pytest.mark.parametrize("args,needle,hint", [
+    (["show", "nope"], "run id 'nope' is not in", "virtbench runs"),
+    (["run", "--workload", "nosuch"], "unknown workload 'nosuch'", "system"),
+    (["run", "--workload", "system", "--envs", "bare"], "unknown environment 'bare'", "container"),
+    (["run", "--workload", "system", "--param", "copies"], "not KEY=VALUE", "--param"),
+    (["run", "--workload", "system", "--param", "tset=pipe"], "key 'workloads.params.tset'", "test"),
+    (["run"], "give either a SUITE", "suites/quick.toml"),
+    (["run", "missing.toml"], "does not exist", "suites/quick.toml"),
+])
+def test_bad_input_says_what_and_how(tmp_path, args, needle, hint):
+    res = vb(*args, "--db", str(tmp_path / "e.sqlite"), check=False)
+    assert res.returncode == 2, res.stderr
+    assert needle in res.stderr and hint in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_help_lists_subcommands():
+    text = vb("--help").stdout
+    for cmd in ("doctor", "image", "run", "runs", "show", "compare", "export", "workloads"):
+        assert cmd in text
