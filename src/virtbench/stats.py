@@ -26,7 +26,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as _sps
 
 __all__ = [
     "Summary",
@@ -254,6 +253,8 @@ def ratio(
             lo = hi = _NAN
         both = np.concatenate([c, b])
         if not np.all(both == both[0]):
+            from scipy import stats as _sps  # imported here: scipy costs ~1 s at start-up
+
             p = float(
                 _sps.mannwhitneyu(c, b, alternative="two-sided", method="auto").pvalue
             )
