@@ -6,6 +6,7 @@ The row shape is the public `--json` contract of `run`, `show` and `compare`.
 from __future__ import annotations
 
 import json
+import statistics
 import math
 from collections import defaultdict
 from typing import Any
@@ -14,7 +15,7 @@ from . import stats, workloads
 from .store import Store
 
 # Sample metadata that differs per repetition; not lifted into a result's metadata.
-_PER_SAMPLE = {"repetition", "measured_seconds", "count", "index", "instance"}
+_PER_SAMPLE = {"repetition", "measured_seconds", "count", "index", "instance", "condition"}
 
 
 def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
@@ -29,10 +30,14 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
         groups[(s["cell_key"], s["metric"])][s["environment"]].append(s)
     failures: dict[tuple[str, str], int] = defaultdict(int)
     reasons: dict[tuple[str, str], list[str]] = defaultdict(list)
+    skipped: dict[tuple[str, str], str] = {}
     for a in store.attempts(run_id):
-        if a["status"] != "ok" and not a["warmup"]:
-            failures[(a["cell_key"], a["environment"])] += 1
-            reasons[(a["cell_key"], a["environment"])].append(a["reason"] or "")
+        where = (a["cell_key"], a["environment"])
+        if a["status"] == "skipped":
+            skipped[where] = a["reason"] or "skipped"
+        elif a["status"] != "ok" and not a["warmup"]:
+            failures[where] += 1
+            reasons[where].append(a["reason"] or "")
 
     rows: list[dict[str, Any]] = []
     for (cell_key, metric), by_env in groups.items():
@@ -46,6 +51,12 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
     for (cell_key, env), count in failures.items():
         if (cell_key, env) not in seen and cell_key in cells:
             rows.append(_failed_row(cells[cell_key], env, count, reasons[(cell_key, env)]))
+    for (cell_key, env), reason in skipped.items():
+        if (cell_key, env) not in seen and cell_key in cells:
+            row = _row(cells[cell_key], "(none)", env, [], [], False, 0, [], 0)
+            row["skipped"] = reason
+            row["warnings"] = [f"skipped: {reason}"]
+            rows.append(row)
     rows += _index_rows(rows, groups, cells, env_order, baseline, seed)
     order = {k: i for i, k in enumerate(cells)}
     rows.sort(key=lambda r: (order.get(r["cell_key"], len(order)), r["metric"] == "index", r["metric"],
@@ -64,7 +75,9 @@ def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reason
         r = stats.ratio(values, base_values, higher_is_better=hib, seed=seed)
     else:
         r = _nan_ratio()
-    meta = _common_metadata([json.loads(s["metadata_json"]) for s in samples_])
+    metas = [json.loads(s["metadata_json"]) for s in samples_]
+    meta = _common_metadata(metas)
+    condition = {**cell["condition"], **_measured_condition(metas)}
     wl = workloads.get(cell["workload"])
     base = wl.index_baselines.get(metric)
     if base and values:
@@ -74,7 +87,7 @@ def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reason
     if failures:
         warnings.append(f"{failures} failed repetition(s): {_top(reasons)}")
     return {"cell_key": cell["key"], "workload": cell["workload"], "params": cell["params"],
-            "condition": cell["condition"], "metric": metric, "unit": samples_[0]["unit"] if samples_ else "",
+            "condition": condition, "metric": metric, "unit": samples_[0]["unit"] if samples_ else "",
             "environment": env, "n": summary.n, "median": summary.median, "mean": summary.mean,
             "stdev": summary.stdev, "ci_low": summary.ci_low, "ci_high": summary.ci_high, "cv": summary.cv,
             "outliers": summary.outliers, "ratio": r.ratio, "ratio_ci_low": r.ci_low,
@@ -130,6 +143,21 @@ def _index_rows(rows, groups, cells, env_order, baseline, seed) -> list[dict[str
 
 def _nan_ratio() -> stats.Ratio:
     return stats.Ratio(math.nan, math.nan, math.nan, math.nan, False)
+
+
+def _measured_condition(metas: list[dict]) -> dict[str, Any]:
+    """What the conditions reported (mechanism, measured delay): medians of numbers, common strings."""
+    values: dict[str, list] = defaultdict(list)
+    for m in metas:
+        for k, v in (m.get("condition") or {}).items():
+            values[k].append(v)
+    out: dict[str, Any] = {}
+    for k, vs in values.items():
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vs):
+            out[k] = float(statistics.median(vs))
+        elif all(v == vs[0] for v in vs):
+            out[k] = vs[0]
+    return out
 
 
 def _common_metadata(metas: list[dict]) -> dict[str, Any]:

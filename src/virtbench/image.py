@@ -68,7 +68,7 @@ TAG_PREFIX = "localhost/virtbench-guest"
 CUSTOMIZE_HOOK = " && ".join((
     'mkdir -p "$1{bindir}"',
     'cp -a {stage}/. "$1{bindir}/"',
-    """chroot "$1" dpkg-query -W -f '${{Package}}\\t${{Version}}\\n' > "$1{manifest}"""",
+    'chroot "$1" dpkg-query -W -f \'${{Package}}\\t${{Version}}\\n\' > "$1{manifest}"',
     'cp "$1{manifest}" {pkgout}',
 ))
 

@@ -6,6 +6,7 @@ happens: on success, on errors, on Ctrl-C and on SIGTERM. An interrupted run res
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import tempfile
@@ -18,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import drivers, stats, sysinfo, workloads
+from . import conditions, drivers, stats, sysinfo, workloads
+from .conditions import Applied, ConditionUnavailable
 from .drivers.base import DriverContext, Instance
 from .errors import UserError, WorkloadFailed
 from .model import EnvSpec
@@ -58,6 +60,9 @@ class _EnvState:
     pool: dict[str, list[Instance]] = field(default_factory=lambda: defaultdict(list))
     instance_rows: dict[str, int] = field(default_factory=dict)
     facts_saved: bool = False
+    # The conditions in force, kept across repetitions of one cell: (key, Applied).
+    applied_key: str | None = None
+    applied: Applied | None = None
 
 
 class Runner:
@@ -184,11 +189,15 @@ class Runner:
         repetition = -1 if warmup else tally.attempts
         started = time.time()
         raw, found, reason, detail, meta = None, [], None, None, {}
+        status_override = None
         try:
             instances = self._instances(state, wl.roles(cell["params"]))
             main = next(iter(instances.values()))[0]
+            applied = self._conditions(state, cell, instances)
             meta = {**main.metadata(), "repetition": repetition}
-            ctx = RunContext(timeout=timeout, condition=cell["condition"], repetition=repetition)
+            if applied.metadata:
+                meta["condition"] = dict(applied.metadata)
+            ctx = RunContext(timeout=timeout, condition=cell["condition"], repetition=repetition, applied=applied)
             raw = wl.execute(instances, cell["params"], ctx)
             found = wl.parse(raw, cell["params"])
             if not found:
@@ -197,13 +206,15 @@ class Runner:
             raise
         except WorkloadFailed as exc:
             reason, detail = exc.reason, exc.detail
+        except ConditionUnavailable as exc:
+            status_override, reason = "skipped", f"condition not available here: {exc}"
         except UserError as exc:
             reason = str(exc)
         except ValueError as exc:
             reason = f"could not read the workload's output: {exc}"
         except Exception as exc:  # a bug or an unexpected fault: data, not a crash
             reason, detail = f"{type(exc).__name__}: {exc}", traceback.format_exc()
-        status = "failed" if reason else "ok"
+        status = status_override or ("failed" if reason else "ok")
         self.store.record_attempt(self.run_id, cell, state.env.name, repetition, warmup=warmup, status=status,
                                   started=started, ended=time.time(), reason=reason, detail=detail, raw=raw,
                                   samples_=found, sample_metadata=meta)
@@ -214,6 +225,8 @@ class Runner:
                 tally.consecutive_failures = 0
                 for s in found:
                     tally.values[s.metric].append(s.value)
+            elif status == "skipped":
+                tally.finished, tally.stop_reason = True, reason
             else:
                 tally.consecutive_failures += 1
         self.events.attempt(cell, state.env.name, repetition, warmup, status, reason)
@@ -240,6 +253,22 @@ class Runner:
             state.facts_saved = True
         return out
 
+    def _conditions(self, state: _EnvState, cell: dict, instances: dict[str, list[Instance]]) -> Applied:
+        """Apply the cell's conditions once and keep them while the cell and its instances stay."""
+        names = sorted(i.name for pool in instances.values() for i in pool)
+        key = json.dumps([cell["condition"], names], sort_keys=True)
+        if state.applied_key != key:
+            self._release_conditions(state)
+            state.applied = conditions.apply_all(cell["condition"], instances)
+            state.applied_key = key
+        return state.applied
+
+    def _release_conditions(self, state: _EnvState) -> None:
+        if state.applied is not None:
+            for problem in state.applied.close():
+                self.events.note(f"undoing a condition in {state.env.name} failed: {problem}")
+        state.applied, state.applied_key = None, None
+
     def _drop_dead(self, state: _EnvState) -> None:
         """After a failure, replace instances that died (killed container, crashed VM)."""
         for role, pool in state.pool.items():
@@ -261,6 +290,7 @@ class Runner:
         # Ctrl-C during teardown must not leave half of it undone.
         with _ignore_interrupts():
             for state in states.values():
+                self._release_conditions(state)
                 for pool in state.pool.values():
                     for inst in pool:
                         try:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import drivers, shapes, workloads
+from . import conditions, drivers, shapes, workloads
 from .errors import SuiteError, UserError
 from .model import EnvSpec, Shape
 from .store import canonical
@@ -141,7 +141,9 @@ def adhoc(workload: str, raw_params: dict[str, str], envs: list[str], *, repeat:
         raise UserError(f"unknown workload '{workload}'", "valid workloads: " + ", ".join(workloads.names())) from None
     params = {k: [p.strip() for p in v.split(",")] if isinstance(v, str) and "," in v else v
               for k, v in raw_params.items()}
-    cells = _expand(where, ("workloads", 0), wl, params, duration)
+    wl_keys = {p.name for p in wl.params}
+    cond = {k: params.pop(k) for k in list(params) if k not in wl_keys and k in conditions.REGISTRY}
+    cells = _expand(where, ("workloads", 0), wl, params, duration, cond)
     env_list = [_pick_env(where, name, {}, {}) for name in (envs or ["host"])]
     names = [e.name for e in env_list]
     base = baseline or names[0]
@@ -227,14 +229,13 @@ def _workload_cells(where: _Where, i: int, entry: Any, duration: float | None) -
         wl = workloads.get(name)
     except KeyError:
         raise where.error(at + ("name",), f"unknown workload {name!r}", workloads.names()) from None
-    condition = entry.get("condition", {})
-    if condition:
-        raise where.error(at + ("condition",), "conditions are not supported by this version yet")
-    return _expand(where, at, wl, entry.get("params", {}), duration)
+    return _expand(where, at, wl, entry.get("params", {}), duration, entry.get("condition", {}))
 
 
-def _expand(where: _Where, at: tuple, wl, given: dict, duration: float | None) -> list[dict]:
-    """Coerce each parameter, sweep lists (cartesian product), validate each combination."""
+def _expand(where: _Where, at: tuple, wl, given: dict, duration: float | None,
+            given_condition: dict | None = None) -> list[dict]:
+    """Coerce each parameter and condition, sweep lists (cartesian product), validate each combination."""
+    cond_axes = _condition_axes(where, at, given_condition or {})
     known = {p.name: p for p in wl.params}
     for key in given:
         if key not in known:
@@ -262,8 +263,29 @@ def _expand(where: _Where, at: tuple, wl, given: dict, duration: float | None) -
             wl.validate(params)
         except ValueError as exc:
             raise where.error(at + ("params",), str(exc)) from None
-        cells.append(cell(wl.name, params))
+        for cond_combo in itertools.product(*(values for _, values in cond_axes)):
+            condition = {k: v for (k, _), v in zip(cond_axes, cond_combo)}
+            cells.append(cell(wl.name, params, condition))
     return cells
+
+
+def _condition_axes(where: _Where, at: tuple, given: dict) -> list[tuple[str, list]]:
+    if not isinstance(given, dict):
+        raise where.error(at + ("condition",), "must be a table such as { delay_ms = [0, 10] }")
+    axes = []
+    for key, raw in given.items():
+        try:
+            cond = conditions.get(key)
+        except KeyError:
+            raise where.error(at + ("condition", key), "unknown condition", conditions.names()) from None
+        values = []
+        for item in raw if isinstance(raw, list) else [raw]:
+            try:
+                values.append(cond.coerce(item))
+            except ValueError as exc:
+                raise where.error(at + ("condition", key), str(exc)) from None
+        axes.append((key, values))
+    return axes
 
 
 def _policy(where: _Where, meta: dict, repeat: int | None) -> Policy:

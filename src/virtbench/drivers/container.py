@@ -419,21 +419,21 @@ class ContainerDriver(Driver):
 
     def cleanup_stale(self) -> list[str]:
         """Remove virtbench containers whose creating process is gone (or its pid was reused)."""
-        cmd = pick_engine("auto")
+        try:
+            cmd = pick_engine("auto")
+        except UserError:
+            return []  # no engine, so nothing of ours can be running; check() reports why
         cli = next((e.cli() for e in _engines.values() if e.cmd == cmd), [cmd])
-        res = _run([*cli, "ps", "-a", "-q", "--filter", "label=virtbench=1"], timeout=60)
-        ids = res.stdout.split()
-        if not ids:
-            return []
+        res = _run([*cli, "ps", "-a", "--filter", "label=virtbench=1", "--format", "{{.Names}}"], timeout=60)
         removed = []
-        for c in json.loads(_run([*cli, "inspect", *ids], timeout=60).stdout or "[]"):
-            labels = (c.get("Config") or {}).get("Labels") or {}
+        for name in res.stdout.split():
+            got = _run([*cli, "inspect", "-f", "{{json .Config.Labels}}", name], timeout=60)
+            if not got.ok:
+                continue  # gone meanwhile
+            labels = json.loads(got.stdout or "{}") or {}
             pid, start = labels.get("virtbench.pid", ""), labels.get("virtbench.pidstart", "")
-            live = pid.isdigit() and _process_start(int(pid)) is not None
-            if live and start and _process_start(int(pid)) != start:
-                live = False
-            if not live:
-                name = c.get("Name", "").lstrip("/")
+            now = _process_start(int(pid)) if pid.isdigit() else None
+            if now is None or (start and now != start):
                 with contextlib.suppress(UserError):
                     _remove(cli, cmd, name)
                     removed.append(name)

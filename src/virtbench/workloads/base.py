@@ -9,6 +9,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..conditions.base import Applied
 from ..drivers.base import Instance
 from ..errors import WorkloadFailed
 from ..model import Sample
@@ -68,6 +69,10 @@ class RunContext:
     timeout: float
     condition: dict[str, Any] = field(default_factory=dict)
     repetition: int = 0
+    applied: Applied = field(default_factory=Applied)  # storage dirs and routes of the conditions
+
+    def storage_dir(self, instance: Instance) -> str:
+        return self.applied.storage_dir(instance)
 
 
 class Workload(ABC):
@@ -100,12 +105,12 @@ class Workload(ABC):
     def execute(self, instances: dict[str, list[Instance]], params: dict[str, Any], ctx: RunContext) -> str:
         """Run one repetition and return its raw output. Default: one command on the main instance."""
         inst = instances["main"][0]
-        res = inst.exec(self.command(inst, params), timeout=ctx.timeout)
+        res = inst.exec(self.command(inst, params, ctx), timeout=ctx.timeout)
         if not res.ok:
             raise WorkloadFailed(res.describe_failure(), res.stdout[-4000:] + res.stderr[-4000:])
         return res.stdout
 
-    def command(self, instance: Instance, params: dict[str, Any]) -> list[str]:
+    def command(self, instance: Instance, params: dict[str, Any], ctx: RunContext) -> list[str]:
         raise NotImplementedError(f"{self.name} overrides execute() instead")
 
     @abstractmethod

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..drivers.base import Instance
 from ..model import Sample
-from .base import MetricSpec, Param, Workload
+from .base import MetricSpec, Param, RunContext, Workload
 
 # Published UnixBench 5.1 baselines (seeds/SUMMARY.md, study 000 item 3): test -> (score, unit, title).
 TESTS: dict[str, tuple[float, str, str]] = {
@@ -53,10 +53,10 @@ class SystemSuite(Workload):
         # Start-up and clean-up are short; allow generous slack on a loaded 2-core machine.
         return params["duration"] * 3 + 60
 
-    def command(self, instance: Instance, params: dict[str, Any]) -> list[str]:
+    def command(self, instance: Instance, params: dict[str, Any], ctx: RunContext) -> list[str]:
         copies = instance.vcpus if params["copies"] == "vcpus" else int(params["copies"])
         return [instance.bin("vb-system"), params["test"], "--duration", str(params["duration"]),
-                "--copies", str(copies), "--dir", instance.scratch_dir()]
+                "--copies", str(copies), "--dir", ctx.storage_dir(instance)]
 
     def parse(self, raw: str, params: dict[str, Any]) -> list[Sample]:
         records = [json.loads(line) for line in raw.splitlines() if line.strip().startswith("{")]
