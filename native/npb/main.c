@@ -1,0 +1,262 @@
+/*
+ * vb-npb: virtbench's implementation of the NAS Parallel Benchmark kernels EP, CG,
+ * MG, FT and IS in C11 + MPI (+ OpenMP), written from the published specification
+ * (NAS reports RNR-94-007 and NAS-95-020), not from the NPB sources.
+ *
+ *   mpirun -np R vb-npb KERNEL CLASS [--threads T]
+ *
+ * KERNEL: ep | cg | mg | ft | is      CLASS: S | W | A | B | C
+ * --threads T   OpenMP threads per rank (ep, cg, mg, ft; is runs with 1)
+ *
+ * Exit status: 0 run finished (verified or not: see the JSON line), 1 runtime error,
+ * 2 bad input (kernel, class, options, rank count), 3 not enough memory.
+ * Before allocating, the per-rank memory estimate times the ranks on each node is
+ * compared with the memory available there: MemAvailable from /proc/meminfo, capped
+ * by the cgroup limit minus current usage (v2 memory.max / v1 memory.limit_in_bytes).
+ * The environment variable VB_NPB_MEM_AVAILABLE (bytes) replaces that measurement
+ * (for tests).  A hidden option --perturb changes one input value of the kernel so
+ * that verification must fail (to exercise "verified": false).
+ */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include "classes.h"
+#include "npb.h"
+
+#include <ctype.h>
+#include <sched.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static const struct npb_kernel *const kernels[] = {&npb_ep, &npb_cg, &npb_mg, &npb_ft, &npb_is};
+#define NKERNELS (sizeof kernels / sizeof kernels[0])
+
+static void usage(FILE *f)
+{
+    fputs("usage: mpirun -np R vb-npb KERNEL CLASS [--threads T]\n"
+          "  KERNEL  ep | cg | mg | ft | is\n"
+          "  CLASS   S | W | A | B | C\n"
+          "  --threads T  OpenMP threads per rank (default 1; is supports only 1)\n"
+          "Rank counts: ep any; cg, mg, ft, is a power of two (within the class's grid).\n"
+          "Prints one JSON line with time_s, mops and verification on rank 0's stdout.\n",
+          f);
+}
+
+struct args {
+    const struct npb_kernel *kernel;
+    char cls;
+    int threads;
+    int perturb;
+};
+
+/* returns 0, or an exit status with the message in msg (empty for --help) */
+static int parse_args(int argc, char **argv, int nranks, struct args *a, char *msg, size_t len)
+{
+    a->kernel = NULL;
+    a->cls = 0;
+    a->threads = 1;
+    a->perturb = 0;
+    msg[0] = '\0';
+    const char *pos[2] = {NULL, NULL};
+    int npos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help"))
+            return -1;
+        if (!strcmp(s, "--perturb")) {
+            a->perturb = 1;
+        } else if (!strcmp(s, "--threads") || !strncmp(s, "--threads=", 10)) {
+            const char *v = s[9] == '=' ? s + 10 : (i + 1 < argc ? argv[++i] : NULL);
+            char *end;
+            errno = 0;
+            long t = v ? strtol(v, &end, 10) : 0;
+            if (!v || errno || end == v || *end || t < 1 || t > 1024) {
+                snprintf(msg, len, "--threads needs a whole number from 1 to 1024, got '%s'",
+                         v ? v : "");
+                return 2;
+            }
+            a->threads = (int)t;
+        } else if (s[0] == '-' && s[1] != '\0') {
+            snprintf(msg, len, "unknown option '%s' (see --help)", s);
+            return 2;
+        } else if (npos < 2) {
+            pos[npos++] = s;
+        } else {
+            snprintf(msg, len, "unexpected argument '%s' (see --help)", s);
+            return 2;
+        }
+    }
+    if (npos < 2) {
+        snprintf(msg, len, "need KERNEL and CLASS, e.g. 'vb-npb cg S' (see --help)");
+        return 2;
+    }
+    for (size_t k = 0; k < NKERNELS; k++)
+        if (!strcmp(pos[0], kernels[k]->name))
+            a->kernel = kernels[k];
+    if (!a->kernel) {
+        snprintf(msg, len, "kernel '%s' is not one of ep, cg, mg, ft, is", pos[0]);
+        return 2;
+    }
+    char c = (char)toupper((unsigned char)pos[1][0]);
+    if (strlen(pos[1]) != 1 || !strchr(NPB_CLASS_LETTERS, c) || c == '\0') {
+        snprintf(msg, len, "class '%s' is not one of S, W, A, B, C", pos[1]);
+        return 2;
+    }
+    a->cls = c;
+    if (a->threads > 1 && !a->kernel->multithreaded) {
+        snprintf(msg, len, "%s runs one thread per rank; --threads %d is not supported (use more ranks)",
+                 a->kernel->name, a->threads);
+        return 2;
+    }
+    return a->kernel->check(a->cls, nranks, msg, len);
+}
+
+/* ---- memory ------------------------------------------------------------------------- */
+
+static int read_u64_file(const char *path, uint64_t *out)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char buf[64];
+    int ok = fgets(buf, sizeof buf, f) != NULL;
+    fclose(f);
+    if (!ok || !isdigit((unsigned char)buf[0]))
+        return -1; /* "max" or unreadable: no limit */
+    *out = strtoull(buf, NULL, 10);
+    return 0;
+}
+
+/* bytes this node can still give; what names the source */
+static double available_memory(const char **what)
+{
+    const char *env = getenv("VB_NPB_MEM_AVAILABLE");
+    if (env && *env) {
+        *what = "VB_NPB_MEM_AVAILABLE";
+        return strtod(env, NULL);
+    }
+    double avail = -1;
+    *what = "MemAvailable";
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+                avail = (double)kb * 1024.0;
+        fclose(f);
+    }
+    uint64_t lim, used = 0;
+    double cg = -1;
+    if (read_u64_file("/sys/fs/cgroup/memory.max", &lim) == 0) {
+        read_u64_file("/sys/fs/cgroup/memory.current", &used);
+        cg = lim > used ? (double)(lim - used) : 0.0;
+    } else if (read_u64_file("/sys/fs/cgroup/memory/memory.limit_in_bytes", &lim) == 0 &&
+               lim < (1ULL << 60)) {
+        read_u64_file("/sys/fs/cgroup/memory/memory.usage_in_bytes", &used);
+        cg = lim > used ? (double)(lim - used) : 0.0;
+    }
+    if (cg >= 0 && (avail < 0 || cg < avail)) {
+        avail = cg;
+        *what = "cgroup memory limit";
+    }
+    return avail; /* < 0: unknown, do not refuse */
+}
+
+static const char *human(double bytes, char *buf, size_t len)
+{
+    if (bytes >= 1073741824.0)
+        snprintf(buf, len, "%.2f GiB", bytes / 1073741824.0);
+    else
+        snprintf(buf, len, "%.1f MiB", bytes / 1048576.0);
+    return buf;
+}
+
+/* 0 when every node has room for its ranks, else 3 (message printed by a node leader) */
+static int memory_check(const struct npb_ctx *ctx, const struct npb_kernel *k)
+{
+    double need = k->mem_per_rank(ctx->cls, ctx->nranks) + 32.0 * 1024 * 1024; /* + runtime */
+    MPI_Comm node;
+    MPI_Comm_split_type(ctx->comm, MPI_COMM_TYPE_SHARED, ctx->rank, MPI_INFO_NULL, &node);
+    int nrank, nsize;
+    MPI_Comm_rank(node, &nrank);
+    MPI_Comm_size(node, &nsize);
+    double node_need = 0;
+    MPI_Reduce(&need, &node_need, 1, MPI_DOUBLE, MPI_SUM, 0, node);
+    int status = 0;
+    if (nrank == 0) {
+        const char *what;
+        double avail = available_memory(&what);
+        if (avail >= 0 && node_need > avail) {
+            char host[256] = "this node";
+            gethostname(host, sizeof host);
+            host[sizeof host - 1] = '\0';
+            char b1[32], b2[32], b3[32];
+            fprintf(stderr,
+                    "vb-npb: %s class %c needs about %s on %s (%d rank(s) x %s), "
+                    "only %s available (%s); not starting\n",
+                    k->name, ctx->cls, human(node_need, b1, sizeof b1), host, nsize,
+                    human(need, b2, sizeof b2), human(avail, b3, sizeof b3), what);
+            status = 3;
+        }
+    }
+    MPI_Comm_free(&node);
+    int any = 0;
+    MPI_Allreduce(&status, &any, 1, MPI_INT, MPI_MAX, ctx->comm);
+    return any;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    struct npb_ctx ctx;
+    ctx.comm = MPI_COMM_WORLD;
+    MPI_Comm_rank(ctx.comm, &ctx.rank);
+    MPI_Comm_size(ctx.comm, &ctx.nranks);
+
+    struct args a;
+    char msg[512];
+    int rc = parse_args(argc, argv, ctx.nranks, &a, msg, sizeof msg);
+    if (rc != 0) {
+        if (ctx.rank == 0) {
+            if (rc < 0)
+                usage(stdout);
+            else
+                fprintf(stderr, "vb-npb: %s\n", msg);
+        }
+        MPI_Finalize();
+        return rc < 0 ? 0 : rc;
+    }
+    ctx.cls = a.cls;
+    ctx.threads = a.threads;
+    ctx.perturb = a.perturb;
+#ifdef _OPENMP
+    omp_set_num_threads(ctx.threads);
+#endif
+    if (ctx.rank == 0 && ctx.threads > 1) {
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < ctx.threads)
+            fprintf(stderr,
+                    "vb-npb: warning: rank 0 may run on %d CPU(s) but --threads is %d; "
+                    "launch with 'mpirun --bind-to none' or '--map-by slot:PE=%d'\n",
+                    CPU_COUNT(&set), ctx.threads, ctx.threads);
+    }
+
+    rc = memory_check(&ctx, a.kernel);
+    if (rc != 0) {
+        MPI_Finalize();
+        return rc;
+    }
+
+    struct npb_result res;
+    memset(&res, 0, sizeof res);
+    a.kernel->run(&ctx, &res);
+    if (ctx.rank == 0)
+        npb_print_json(stdout, &ctx, a.kernel->name, &res);
+    MPI_Finalize();
+    return 0;
+}
