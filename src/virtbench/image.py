@@ -16,7 +16,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -47,7 +46,7 @@ PACKAGES = (
     # for the VM driver: a kernel and initrd under /boot (here now so the hash does not churn later)
     "linux-image-cloud-amd64", "initramfs-tools",
 )
-# Documentation and translations are never read by a benchmark; leaving them out saves ~15 %.
+# Documentation and translations are never read by a benchmark; leaving them out: 523 -> 457 MB.
 DPKG_OPTIONS = (
     "path-exclude=/usr/share/man/*",
     "path-exclude=/usr/share/info/*",
@@ -140,6 +139,7 @@ def inputs() -> dict:
         "dpkg_options": list(DPKG_OPTIONS),
         "mmdebstrap": _mmdebstrap_version(_mmdebstrap()),
         "hook": CUSTOMIZE_HOOK,
+        "guest_paths": [GUEST_BIN_DIR, GUEST_MANIFEST],
         "native": {name: _sha256(path) for name, path in native_files().items()},
     }
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import image, procs
+from ..conditions import hostmounts
 from ..errors import MissingTool, UserError
 from ..model import EnvSpec, ExecResult
 from .base import Driver, Instance, OptionSpec, Problem
@@ -228,6 +229,8 @@ class ContainerInstance(Instance):
         self.image = info
         self.container_id: str | None = None
         self.started_at: str | None = None
+        # Host directory seen at /vb-mnt inside, mounts made later included (storage conditions).
+        self.host_mount_dir: str | None = None
 
     def _cli(self, *args: str, timeout: float | None = CLI_TIMEOUT, stdin: bytes | None = None) -> ExecResult:
         return _run([*self.engine.cli(), *args], timeout=timeout, stdin=stdin)
@@ -243,6 +246,10 @@ class ContainerInstance(Instance):
             argv += ["--cpus", str(shape.vcpus)]
         if shape.memory_mb:
             argv += ["--memory", f"{shape.memory_mb}m", "--memory-swap", f"{shape.memory_mb}m"]
+        self.host_mount_dir = hostmounts.prepare(self.name)
+        if self.host_mount_dir:
+            argv += ["--mount", f"type=bind,src={self.host_mount_dir},dst={hostmounts.GUEST_DIR},"
+                                "bind-propagation=rslave"]
         argv += ["--network", "bridge", self.image.tag, "sleep", "infinity"]
         self.mark("requested")
         res = self._cli(*argv)
@@ -254,13 +261,13 @@ class ContainerInstance(Instance):
         if not res.ok:
             raise UserError(f"{self.engine.cmd} start {self.name} failed: {_tail(res)}{self._logs()}")
         self.mark("running")
+        self._wait_ready()  # before inspect, so "ready" is not delayed by it
         state = self._inspect()
         self.started_at = state["State"]["StartedAt"]
         self.mark("init", _parse_started(self.started_at) / 1e9)
         nets = state.get("NetworkSettings") or {}
         self.address = nets.get("IPAddress") or next(
             (n.get("IPAddress") for n in (nets.get("Networks") or {}).values() if n.get("IPAddress")), None)
-        self._wait_ready()
 
     def _wait_ready(self) -> None:
         # The readiness probe doubles as scratch set-up: its first success is the "ready" mark.
@@ -298,7 +305,7 @@ class ContainerInstance(Instance):
         if timeout is not None:
             # coreutils timeout inside the container, so the timed-out process dies in there too;
             # the outer timeout only guards against a hung engine.
-            cmd += ["timeout", "-k", "5", f"{timeout:g}"]
+            cmd += ["timeout", "-k", "5", f"{timeout:.3f}".rstrip("0").rstrip(".")]  # never 1e+06
         res = self._cli(*cmd, *argv, timeout=None if timeout is None else timeout + 15, stdin=stdin)
         timed_out = res.timed_out or (timeout is not None and res.seconds >= timeout
                                       and res.returncode in (124, 137))
@@ -337,6 +344,7 @@ class ContainerInstance(Instance):
 
     def _destroy(self) -> None:
         _remove(self.engine.cli(), self.engine.cmd, self.name)
+        hostmounts.release(self.host_mount_dir)
         with _lock:
             _names.discard(self.name)
 
@@ -408,7 +416,9 @@ class ContainerDriver(Driver):
         return list(made)
 
     def _name(self, env: EnvSpec, role: str, index: int) -> str:
-        base = f"vb-{_safe(self.context.run_id)[:8]}-{_safe(env.name)}-{_safe(role)}-{index}"
+        # Run ids start with the date (20261122-042745-ab12): their tail is the distinctive part.
+        short = re.sub(r"[^a-zA-Z0-9]", "", self.context.run_id)[-8:] or "run"
+        base = f"vb-{short}-{_safe(env.name)}-{_safe(role)}-{index}"
         with _lock:
             name, n = base, 1
             while name in _names:  # the runner may replace a dead instance under the same index

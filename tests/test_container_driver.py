@@ -1,0 +1,195 @@
+"""Container driver against a real podman: limits, exec, copies, timeouts, kills, teardown, leftovers."""
+
+import shutil
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from virtbench import procs
+from virtbench.drivers import container
+from virtbench.drivers.base import DriverContext
+from virtbench.errors import MissingTool, UserError
+from virtbench.model import EnvSpec, Shape
+
+pytestmark = pytest.mark.podman
+
+if not shutil.which("podman"):
+    pytest.skip("podman is not installed (apt-get install podman runc)", allow_module_level=True)
+if not procs.run(["podman", "info"], timeout=60).ok:
+    pytest.skip("podman is installed but 'podman info' fails", allow_module_level=True)
+
+SMALL = EnvSpec("ctr", "container", Shape("t", vcpus=1, memory_mb=256))
+
+
+def ours(run_id):
+    res = procs.run(["podman", "ps", "-a", "-q", "--filter", f"label=virtbench.run={run_id}"], timeout=60)
+    return res.stdout.split()
+
+
+@pytest.fixture
+def driver(guest_image, tmp_path):
+    d = container.ContainerDriver(DriverContext(f"t{uuid.uuid4().hex[:10]}", tmp_path, guest_image))
+    yield d
+    for cid in ours(d.context.run_id):  # whatever a failing test left behind
+        procs.run(["podman", "rm", "-f", "-t", "0", cid], timeout=60)
+
+
+@pytest.fixture(scope="module")
+def pair(guest_image, tmp_path_factory):
+    d = container.ContainerDriver(DriverContext(f"t{uuid.uuid4().hex[:10]}", tmp_path_factory.mktemp("w"),
+                                                guest_image))
+    insts = d.provision(SMALL, count=2, role="node")
+    yield insts
+    for inst in insts:
+        inst.teardown()
+
+
+def test_provisioned_pair(pair, guest_image):
+    a, b = pair
+    assert a.name != b.name and a.name.endswith("-ctr-node-0")
+    for inst in pair:
+        lc = inst.lifecycle
+        assert lc["requested"] <= lc["created"] <= lc["running"] <= lc["ready"]
+        assert lc["requested"] - 1 <= lc["init"] <= lc["ready"]
+        assert inst.address and inst.address.count(".") == 3
+        meta = inst.metadata()
+        assert meta["engine"] == "podman" and meta["image_hash"] == guest_image.hash
+        assert meta["runtime"] and meta["cgroup_manager"] and meta["container_id"]
+        assert meta["cpus"] == 1 and meta["memory_mb"] == 256
+        assert inst.alive()
+
+
+def test_exec_output_env_and_stdin(pair):
+    a = pair[0]
+    res = a.exec(["echo", "hello", "two words"])
+    assert res.ok and res.stdout == "hello two words\n"
+    res = a.exec(["sh", "-c", 'echo "$VB_X"'], env={"VB_X": "a b;c"}, timeout=30)
+    assert res.stdout == "a b;c\n"
+    res = a.exec(["wc", "-c"], stdin=b"12345", timeout=30)
+    assert res.stdout.strip() == "5"
+    res = a.exec(["sh", "-c", "exit 3"], timeout=30)
+    assert res.returncode == 3 and not res.timed_out and not res.ok
+    assert a.exec(["test", "-x", a.bin("vb-system")]).ok
+    assert a.exec(["test", "-d", a.scratch_dir()]).ok
+
+
+def _read_first(inst, paths_):
+    for p in paths_:
+        res = inst.exec(["cat", p], timeout=30)
+        if res.ok:
+            return res.stdout.split()
+    raise AssertionError(f"none of {paths_} readable")
+
+
+def test_limits_visible_inside(pair):
+    a = pair[0]
+    cpu = _read_first(a, ["/sys/fs/cgroup/cpu.max", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"])
+    if len(cpu) == 2:  # cgroup v2: "quota period"
+        assert int(cpu[0]) / int(cpu[1]) == 1
+    else:
+        period = _read_first(a, ["/sys/fs/cgroup/cpu/cpu.cfs_period_us"])
+        assert int(cpu[0]) / int(period[0]) == 1
+    mem = _read_first(a, ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"])
+    assert int(mem[0]) == 256 * 1024 * 1024
+
+
+def test_peers_reach_each_other(pair):
+    # TCP, not ping: containers lack CAP_NET_RAW. busybox httpd daemonizes, so exec returns.
+    a, b = pair
+    assert b.exec(["sh", "-c", f"echo peer-ok > {b.scratch_dir()}/f"]).ok
+    assert b.exec(["busybox", "httpd", "-p", "8080", "-h", b.scratch_dir()], timeout=30).ok
+    res = a.exec(["busybox", "wget", "-q", "-O", "-", f"http://{b.address}:8080/f"], timeout=30)
+    assert res.stdout == "peer-ok\n", res.describe_failure()
+
+
+def test_copy_in_and_out(pair, tmp_path):
+    a = pair[0]
+    src = tmp_path / "in.txt"
+    src.write_text("payload\n")
+    dest = f"{a.scratch_dir()}/in.txt"
+    a.copy_in(src, dest)
+    assert a.exec(["cat", dest]).stdout == "payload\n"
+    assert a.exec(["sh", "-c", f"echo result > {a.scratch_dir()}/out.txt"]).ok
+    a.copy_out(f"{a.scratch_dir()}/out.txt", tmp_path / "out.txt")
+    assert (tmp_path / "out.txt").read_text() == "result\n"
+    with pytest.raises(OSError):
+        a.copy_out("/no/such/file", tmp_path / "x")
+
+
+def test_timeout_kills_inside(pair):
+    a = pair[1]
+    t0 = time.monotonic()
+    res = a.exec(["sleep", "30"], timeout=1)
+    assert time.monotonic() - t0 < 8
+    assert res.timed_out and not res.ok
+    assert "timed out" in res.describe_failure()
+    procs_inside = a.exec(["ps", "-eo", "args"]).stdout.splitlines()
+    assert not any(line.strip() == "sleep 30" for line in procs_inside), procs_inside
+
+
+def test_killed_from_outside(driver):
+    (inst,) = driver.provision(SMALL)
+    procs.run(["podman", "kill", inst.name], timeout=60)
+    assert not inst.alive()
+    res = inst.exec(["true"], timeout=10)
+    assert not res.ok and not res.timed_out
+    assert "not running" in res.describe_failure()
+    inst.teardown()
+    inst.teardown()  # idempotent
+    assert ours(driver.context.run_id) == []
+
+
+def test_teardown_leaves_nothing(driver):
+    insts = driver.provision(SMALL, count=2)
+    assert len(ours(driver.context.run_id)) == 2
+    for inst in insts:
+        inst.teardown()
+    assert ours(driver.context.run_id) == []
+    assert not insts[0].alive() and not insts[0].exec(["true"]).ok
+
+
+def test_all_or_none(driver, monkeypatch):
+    real_start = container.ContainerInstance.start
+
+    def start(self, run_id):
+        if self.index == 2:
+            raise UserError("injected failure")
+        real_start(self, run_id)
+
+    monkeypatch.setattr(container.ContainerInstance, "start", start)
+    with pytest.raises(UserError, match="injected failure"):
+        driver.provision(SMALL, count=3)
+    assert ours(driver.context.run_id) == []
+
+
+def test_cleanup_stale_removes_dead_owner(driver, guest_image):
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # its pid now belongs to no process
+    name = f"vb-stale-{uuid.uuid4().hex[:8]}"
+    res = procs.run(["podman", "create", "--name", name, "--label", "virtbench=1",
+                     "--label", f"virtbench.run={driver.context.run_id}", "--label", f"virtbench.pid={dead.pid}",
+                     guest_image.tag, "sleep", "infinity"], timeout=60)
+    assert res.ok, res.stderr
+    (live,) = driver.provision(SMALL)
+    try:
+        removed = driver.cleanup_stale()
+        assert name in removed and live.name not in removed
+        assert ours(driver.context.run_id) != [] and live.alive()
+    finally:
+        live.teardown()
+
+
+def test_missing_engine(driver, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(MissingTool) as err:
+        driver.provision(SMALL)
+    assert err.value.tool == "podman" and "podman" in err.value.package and "runc" in err.value.package
+    problems = driver.check()
+    assert len(problems) == 1 and "apt-get install podman runc" in problems[0].fix
+    assert driver.cleanup_stale() == []
+
+
+def test_check_passes_here(driver):
+    assert driver.check() == []
