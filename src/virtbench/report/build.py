@@ -1,0 +1,38 @@
+"""Stored runs -> a Document: for each run, its header and a section per workload family."""
+
+from __future__ import annotations
+
+import time
+
+from ..errors import UserError
+from ..store import Store
+from . import header, sections
+from .fmt import MARK_HELP
+from .data import RunData, load
+from .model import Document, Note, Part, Section
+
+
+LEGEND = ("Medians with 95 % bootstrap confidence intervals (CI); ratio = environment median / baseline "
+          "median, with its CI. " + MARK_HELP + ". Every chart is followed by its data as a table.")
+
+
+def part_for(data: RunData) -> Part:
+    head = [header.build(data)]
+    body = sections.workload_sections(data) + sections.run_sections(data)
+    if not body and data.sample_count == 0:
+        # Say what is missing rather than leave an empty page.
+        head.append(Section(f"{data.id}-empty", "Results", blocks=[Note(
+            "No results: this run stored no samples, so there is nothing to draw. "
+            "The warnings above say why (failures, skips, or an interrupted run).", "warn")]))
+    return Part(data.id, f"Run {data.id} · {data.run['suite_name'] or ''}".rstrip(" ·"), head + body)
+
+
+def document(store: Store, run_ids: list[str]) -> Document:
+    if not run_ids:
+        raise UserError("no run id given", "list runs with: virtbench runs")
+    datas = [load(store, rid) for rid in run_ids]
+    seen = [d.id for d in datas]
+    if len(set(seen)) != len(seen):
+        raise UserError("the same run is given twice: " + ", ".join(sorted({i for i in seen if seen.count(i) > 1})))
+    title = f"virtbench report: run {seen[0]}" if len(seen) == 1 else f"virtbench report: {len(seen)} runs"
+    return Document(title, time.time(), [part_for(d) for d in datas], legend=LEGEND)

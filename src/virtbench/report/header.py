@@ -1,0 +1,128 @@
+"""The run header: what ran, where, when, for how long, the environments' facts, and warnings."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+
+from . import fmt
+from .data import RunData
+from .model import Facts, Note, Section, Table
+from .sections.common import describe, slug
+
+# Environment facts shown as columns, in this order: (label, fact keys tried in turn).
+FACT_COLUMNS = [
+    ("CPU", ("cpu_model",)), ("cores", ("online_cpus", "cores")), ("memory", ("memory_kb",)),
+    ("kernel", ("kernel",)), ("OS", ("os",)), ("virtualization", ("virtualization",)),
+    ("accelerator", ("accelerator",)), ("image hash", ("image_hash",)),
+]
+
+
+def build(data: RunData) -> Section:
+    run = data.run
+    took = (run["finished_at"] - run["created_at"]) if run["finished_at"] else None
+    counts = data.attempt_counts()
+    section = Section(slug(data.id, "header"), "What ran, where and when")
+    section.blocks.append(Facts([
+        ("suite", f"{run['suite_name'] or '-'}" + (f" ({run['suite_path']})" if run["suite_path"] else "")),
+        ("status", run["status"] + (f": {run['note']}" if run["note"] else "")),
+        ("started", fmt.when(run["created_at"])),
+        ("finished", fmt.when(run["finished_at"])),
+        ("took", fmt.seconds(took) if took is not None else "not finished"),
+        ("baseline", data.baseline or "-"),
+        ("workloads", ", ".join(dict.fromkeys(c["workload"] for c in run["spec"].get("cells", []))) or "-"),
+        ("repetitions", f"{counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed, "
+                        f"{counts.get('skipped', 0)} skipped; {data.sample_count} samples"),
+        ("command", run["command"] or "-"),
+        ("virtbench", run["virtbench_version"] or "-"),
+    ]))
+    section.blocks.append(_environments(data))
+    section.blocks += [Note(w, "warn") for w in warnings(data)]
+    section.blocks += _result_warnings(data)
+    return section
+
+
+def _fact(facts: dict, keys: tuple[str, ...]) -> str:
+    for k in keys:
+        v = facts.get(k)
+        if v not in (None, ""):
+            if k == "memory_kb" and isinstance(v, int):
+                return f"{v / 1048576:.1f} GiB"
+            if k == "image_hash":
+                return str(v)[:16]
+            return str(v)
+    return "-"
+
+
+def _environments(data: RunData) -> Table:
+    cells = []
+    for name in data.env_order:
+        env = data.env(name)
+        shape = (env.get("spec") or {}).get("shape") or {}
+        shape_text = shape.get("name") or "-"
+        if shape.get("vcpus"):
+            shape_text += f" ({shape['vcpus']} vCPU, {shape.get('memory_mb')} MB)"
+        role = " (baseline)" if name == data.baseline else ""
+        cells.append([name + role, env.get("driver", "?"), shape_text,
+                      *(_fact(env.get("facts") or {}, keys) for _, keys in FACT_COLUMNS),
+                      env.get("problem") or ""])
+    return Table("Environments", ["environment", "driver", "shape", *(c for c, _ in FACT_COLUMNS), "problem"],
+                 cells, note="Facts were collected inside the first instance of each environment.")
+
+
+def _cell_text(a: dict) -> str:
+    where = describe(json.loads(a["params_json"]), json.loads(a["condition_json"]), hide=("duration",))
+    return f"{a['workload']} {where}".strip()
+
+
+def warnings(data: RunData) -> list[str]:
+    """Everything a reader should know before trusting the numbers, most serious first."""
+    out: list[str] = []
+    run = data.run
+    if run["status"] != "completed":
+        out.append(f"The run is {run['status']}, not completed" + (f": {run['note']}" if run["note"] else "")
+                   + ". Results cover only what was measured.")
+    if data.sample_count == 0:
+        counts = data.attempt_counts()
+        what = (f"{counts.get('failed', 0)} repetition(s) failed and {counts.get('skipped', 0)} were skipped"
+                if data.attempts else "no repetition was attempted")
+        out.append(f"This run has no samples: nothing was measured ({what}). There are no figures to show.")
+    for env in data.environments:
+        facts = env.get("facts") or {}
+        if env.get("problem"):
+            out.append(f"Environment {env['name']} could not run: {env['problem']}")
+        if str(facts.get("accelerator", "")).lower() == "tcg":
+            out.append(f"Environment {env['name']} is an emulated VM (accelerator=tcg, no KVM): its numbers "
+                       "measure a CPU emulator, not virtualization overhead.")
+        if facts.get("error"):
+            out.append(f"Facts of environment {env['name']} could not be collected: {facts['error']}")
+    failed: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    for a in data.attempts:
+        if a["status"] == "skipped":
+            out.append(f"Skipped {_cell_text(a)} on {a['environment']}: {a['reason'] or 'no reason recorded'}")
+        elif a["status"] != "ok" and not a["warmup"]:
+            failed[(_cell_text(a), a["environment"])][(a["reason"] or "unknown").splitlines()[0][:200]] += a["count"]
+    for (cell, env), reasons in failed.items():
+        total = sum(reasons.values())
+        top = "; ".join(f"{r} (x{n})" for r, n in reasons.most_common(3))
+        out.append(f"{total} failed repetition(s) of {cell} on {env}: {top}")
+    return list(dict.fromkeys(out))
+
+
+def _result_warnings(data: RunData) -> list:
+    """Noise and outlier warnings of single results: one summary line, then a table of them."""
+    cells = []
+    for r in data.results["results"]:
+        if r["n"]:
+            for w in r.get("warnings") or []:
+                where = describe(r["params"], r["condition"], hide=("duration",))
+                cells.append([f"{r['workload']} {r['metric']}", where, r["environment"], w])
+    if not cells:
+        return []
+    noisy = sum(1 for c in cells if c[3].startswith("noisy"))
+    total = sum(1 for r in data.results["results"] if r["n"])
+    summary = (f"{len({tuple(c[:3]) for c in cells})} of {total} results carry warnings"
+               + (f" ({noisy} noisy: coefficient of variation above 5 %)" if noisy else "")
+               + "; they are listed below and beside each result. Treat small differences there with care.")
+    return [Note(summary, "warn"), Table("Result warnings", ["result", "parameters", "environment", "warning"],
+                                         cells, collapsed=len(cells) > 8)]

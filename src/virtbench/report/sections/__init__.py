@@ -1,0 +1,43 @@
+"""The section registry: one module per workload family, plus sections about the run as a whole.
+
+A new workload's figure is one module with `build(data, rows) -> Section` and one line below; any
+workload without one gets the generic section.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from ..data import RunData
+from ..model import Section
+
+# workload name -> "module:function" building its section from analysis.results() rows.
+WORKLOAD_SECTIONS: dict[str, str] = {
+    "system": "virtbench.report.sections.system:build",
+}
+GENERIC = "virtbench.report.sections.generic:build"
+
+# Sections built from the run as a whole (analysis's derived results, instances, time series);
+# each returns None when the run has nothing for it.
+RUN_SECTIONS: list[str] = [
+    "virtbench.report.sections.scaling:build",
+    "virtbench.report.sections.lifecycle:build",
+    "virtbench.report.sections.timeseries:build",
+]
+
+
+def _load(ref: str) -> Callable:
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def workload_sections(data: RunData) -> list[Section]:
+    by_workload: dict[str, list[dict]] = {}
+    for row in data.results["results"]:
+        by_workload.setdefault(row["workload"], []).append(row)
+    return [_load(WORKLOAD_SECTIONS.get(wl, GENERIC))(data, rows) for wl, rows in by_workload.items()]
+
+
+def run_sections(data: RunData) -> list[Section]:
+    return [s for s in (_load(ref)(data) for ref in RUN_SECTIONS) if s is not None]

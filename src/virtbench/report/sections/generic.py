@@ -1,0 +1,128 @@
+"""Any workload without a section of its own: medians, CIs and ratios as a table, ratio bars, and
+each metric against a swept numeric parameter (file size, message size, ranks, replicas, delay ...)
+with log axes when the values span two decades or more."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+
+from .. import fmt, svg
+from ..data import RunData
+from ..model import Chart, Note, Section, Table
+from .common import describe, result_table, slug, versus
+
+MIN_POINTS = 3  # a sweep with fewer points is a comparison, not a curve
+
+
+def _settings(rows: list[dict]) -> tuple[dict, list[str]]:
+    """(settings shared by every row, names of the settings that vary): constants go in captions."""
+    merged = [{**r["params"], **r["condition"]} for r in rows]
+    keys = list(dict.fromkeys(k for m in merged for k in m))
+    const = {k: merged[0][k] for k in keys
+             if all(k in m for m in merged) and all(m[k] == merged[0][k] for m in merged)}
+    return const, [k for k in keys if k not in const and k != "duration"]
+
+
+def _where(r: dict, varying: list[str]) -> str:
+    both = {**r["params"], **r["condition"]}
+    return " · ".join(f"{k}={both[k]}" for k in varying if k in both)
+
+
+def build(data: RunData, rows: list[dict]) -> Section:
+    workload = rows[0]["workload"]
+    baseline, envs = data.baseline, data.env_order
+    const, varying = _settings(rows)
+    shared = describe({k: v for k, v in const.items() if k != "duration"}, {})
+    section = Section(slug(data.id, workload), f"Workload: {workload}", intro=(
+        f"Median of each metric per environment with its 95 % bootstrap CI, and the ratio to '{baseline}' "
+        "(for a time metric > 1 is slower, for a throughput metric > 1 is faster)."
+        + (f" Settings of every result here: {shared}." if shared else "")))
+    table = result_table(f"{workload}: medians and ratios", rows, baseline,
+                         lambda r: [r["metric"], _where(r, varying)], ["metric", "settings"])
+    others = [e for e in envs if e != baseline]
+    sweeps = _sweeps(data, workload, [r for r in rows if r["n"] and r["metric"] != "(none)"], varying)
+    drawn = {k["cell"] + "|" + k["metric"] for c in sweeps for k in c.table.keys or []}
+    # Results drawn as curves are not repeated as bars (their ratios are in the curves' tables).
+    barred = [r for r in rows if r["cell_key"] + "|" + r["metric"] not in drawn]
+    if any(r["environment"] in others and r["ratio"] is not None for r in barred):
+        label = {id(r): " · ".join(x for x in (r["metric"], _where(r, varying)) if x) for r in barred}
+        groups = list(dict.fromkeys(label[id(r)] for r in barred if r["n"]))
+        by = {(label[id(r)], r["environment"]): r for r in barred}
+
+        def get(g, e):
+            r = by.get((g, e))
+            return None if r is None or r["ratio"] is None else (
+                r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"], fmt.mark(r, baseline))
+        section.blocks.append(Chart(
+            slug(data.id, workload, "ratio"), f"{workload}: ratio to {baseline}",
+            f"Horizontal bars: median in each environment divided by {baseline}'s, with 95 % CI whiskers; "
+            f"the dashed line is 1. Marks: {fmt.MARK_HELP}.",
+            lambda uid: svg.bars(uid, f"{workload}: ratio to {baseline}", groups, others, get,
+                                 f"ratio {versus(others, baseline)}", refline=1.0, style_of=envs.index,
+                                 digits=fmt.ratio),
+            table))
+    else:
+        section.blocks.append(table)
+        if len(envs) < 2:
+            section.blocks.append(Note("One environment only: there are no ratios to draw."))
+    section.blocks += sweeps
+    return section
+
+
+def _number(v) -> float | None:
+    if isinstance(v, bool):
+        return None
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _sweeps(data: RunData, workload: str, rows: list[dict], varying: list[str]) -> list[Chart]:
+    """One line chart per (metric, swept numeric setting, values of the other varying settings)."""
+    out = []
+    for key in varying:
+        lines: dict[str, list[tuple[float, dict]]] = defaultdict(list)
+        for r in rows:
+            x = _number({**r["params"], **r["condition"]}.get(key))
+            if x is not None:
+                rest = [k for k in varying if k != key]
+                lines[json.dumps([r["metric"], _where(r, rest)])].append((x, r))
+        for ident, points in lines.items():
+            if len({x for x, _ in points}) >= MIN_POINTS:
+                metric, where = json.loads(ident)
+                out.append(_sweep_chart(data, workload, key, metric, where, sorted(points, key=lambda p: p[0])))
+    return out
+
+
+def _sweep_chart(data: RunData, workload: str, key: str, metric: str, where: str,
+                 points: list[tuple[float, dict]]) -> Chart:
+    envs = [e for e in data.env_order if any(r["environment"] == e for _, r in points)]
+    unit = points[0][1]["unit"]
+    title = f"{workload}: {metric} against {key}" + (f" ({where})" if where else "")
+    xs = [x for x, _ in points]
+    medians = [r["median"] for _, r in points]
+    log_x = min(xs) > 0 and max(xs) / min(xs) >= 100
+    log_y = min(medians) > 0 and max(medians) / min(medians) >= 100
+    lines = [svg.Line(env, [x for x, r in points if r["environment"] == env],
+                      [r["median"] for _, r in points if r["environment"] == env],
+                      [r["ci_low"] for _, r in points if r["environment"] == env],
+                      [r["ci_high"] for _, r in points if r["environment"] == env],
+                      style=data.env_order.index(env)) for env in envs]
+    cells = [[fmt.value(x), r["environment"], str(r["n"]), fmt.value(r["median"]), fmt.value(r["ci_low"]),
+              fmt.value(r["ci_high"]), unit, fmt.ratio(r["ratio"]), fmt.ratio(r["ratio_ci_low"]),
+              fmt.ratio(r["ratio_ci_high"]), fmt.mark(r, data.baseline)] for x, r in points]
+    keys = [{"cell": r["cell_key"], "metric": r["metric"], "env": r["environment"]} for _, r in points]
+    table = Table(title, [key, "environment", "n", "median", "CI low", "CI high", "unit", "ratio", "ratio CI low",
+                          "ratio CI high", "sig."], cells, keys, numeric={0, 2, 3, 4, 5, 7, 8, 9},
+                  note=f"ratio = environment median / {data.baseline} median. {fmt.MARK_HELP}.")
+    return Chart(slug(data.id, workload, metric, key, where), title,
+                 f"Lines: median {metric} against {key}, one line per environment (distinct marker and dash "
+                 "pattern, labelled at its end), with 95 % CI error bars"
+                 + ("; logarithmic axes where marked." if log_x or log_y else "."),
+                 lambda uid: svg.lines(uid, title, lines, key + (" (log scale)" if log_x else ""),
+                                       f"{metric} [{unit}]" + (" (log scale)" if log_y else ""),
+                                       log_x=log_x, log_y=log_y), table)

@@ -1,0 +1,91 @@
+"""Parallel efficiency and speedup against cores with the ideal line (study 001), and the
+constant-total-cores shape comparison (study 000: 16 x 1, 8 x 2, 4 x 4), from analysis's `scaling`."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from .. import fmt, svg
+from ..data import RunData
+from ..model import Chart, Section, Table
+from .common import describe, slug
+
+
+def build(data: RunData) -> Section | None:
+    scaling = data.results.get("scaling") or {}
+    eff, shapes = scaling.get("efficiency") or [], scaling.get("shapes") or []
+    if not eff and not shapes:
+        return None
+    section = Section(slug(data.id, "scaling"), "Parallel scaling", intro=(
+        "Speedup S(p) = T1 / Tp and efficiency E(p) = S(p) / p against p = ranks x threads cores, per "
+        "environment, with 95 % bootstrap CIs; the dotted line is ideal scaling."))
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in eff:
+        groups[json.dumps([r["workload"], r["params"], r["condition"]], sort_keys=True)].append(r)
+    for key, rows in groups.items():
+        workload, params, condition = json.loads(key)
+        section.blocks += _efficiency(data, workload, describe(params, condition, hide=("duration",)), rows)
+    if shapes:
+        section.blocks.append(_shapes(data, shapes))
+    return section
+
+
+def _lines(data: RunData, rows: list[dict], what: str) -> list[svg.Line]:
+    envs = [e for e in data.env_order if any(r["environment"] == e for r in rows)]
+    out = []
+    for env in envs:
+        pts = sorted((r for r in rows if r["environment"] == env), key=lambda r: r["cores"])
+        out.append(svg.Line(env, [r["cores"] for r in pts], [r[what] for r in pts],
+                            [r[f"{what}_ci_low"] for r in pts], [r[f"{what}_ci_high"] for r in pts],
+                            style=data.env_order.index(env)))
+    return out
+
+
+def _efficiency(data: RunData, workload: str, where: str, rows: list[dict]) -> list[Chart]:
+    cores = sorted({r["cores"] for r in rows})
+    title = f"{workload} ({where})" if where else workload
+    cells = [[str(r["cores"]), r["environment"], str(r["ranks"]), str(r["instances"]), str(r["threads"]),
+              fmt.value(r["time"]), fmt.value(r["speedup"]), fmt.value(r["speedup_ci_low"]),
+              fmt.value(r["speedup_ci_high"]), fmt.value(r["efficiency"]), fmt.value(r["efficiency_ci_low"]),
+              fmt.value(r["efficiency_ci_high"])] for r in sorted(rows, key=lambda r: (r["cores"], r["environment"]))]
+    table = Table(f"{title}: speedup and efficiency", ["cores", "environment", "ranks", "instances", "threads",
+                                                      "median time", "speedup", "CI low", "CI high", "efficiency",
+                                                      "CI low", "CI high"], cells, numeric=set(range(12)))
+    speed = _lines(data, rows, "speedup") + [svg.Line("ideal", cores, cores, reference=True)]
+    effic = _lines(data, rows, "efficiency") + [svg.Line("ideal", cores, [1.0] * len(cores), reference=True)]
+    sid = slug(data.id, "scaling", workload, where)
+    return [
+        Chart(f"{sid}-speedup", f"{title}: speedup against cores",
+              "Lines: speedup per environment (distinct marker and dash pattern) with 95 % CI error bars; "
+              "the dotted line is ideal (S = p).",
+              lambda uid: svg.lines(uid, f"{title}: speedup", speed, "cores (ranks x threads)", "speedup T1 / Tp"),
+              table),
+        Chart(f"{sid}-efficiency", f"{title}: parallel efficiency against cores",
+              "Lines: efficiency per environment with 95 % CI error bars; the dotted line is ideal (E = 1).",
+              lambda uid: svg.lines(uid, f"{title}: efficiency", effic, "cores (ranks x threads)",
+                                    "efficiency S / p"), table),
+    ]
+
+
+def _shapes(data: RunData, shapes: list[dict]) -> Chart:
+    label = {id(r): f"{r['workload']} {describe(r['params'], r['condition'], hide=('duration',))}: {r['shape']}"
+             for r in shapes}
+    groups = list(dict.fromkeys(label[id(r)] for r in shapes))
+    envs = [e for e in data.env_order if any(r["environment"] == e for r in shapes)]
+    by = {(label[id(r)], r["environment"]): r for r in shapes}
+
+    def get(g, e):
+        r = by.get((g, e))
+        return None if r is None or r["ratio"] is None else (r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"], "")
+    cells = [[label[id(r)], r["environment"], fmt.value(r["time"]), fmt.value(r["time_ci_low"]),
+              fmt.value(r["time_ci_high"]), r["reference"], fmt.ratio(r["ratio"]), fmt.ratio(r["ratio_ci_low"]),
+              fmt.ratio(r["ratio_ci_high"])] for r in shapes]
+    table = Table("Constant total cores: time per shape (instances x vCPUs)",
+                  ["shape", "environment", "median time", "CI low", "CI high", "reference", "ratio", "CI low",
+                   "CI high"], cells, numeric={2, 3, 4, 6, 7, 8})
+    return Chart(slug(data.id, "scaling-shapes"), "Constant total cores: time ratio per shape",
+                 "Horizontal bars: each shape's median time divided by the reference's, with 95 % CI whiskers; "
+                 "> 1 is slower.",
+                 lambda uid: svg.bars(uid, "time ratio per shape", groups, envs, get, "time ratio to the reference",
+                                      refline=1.0, style_of=data.env_order.index, digits=fmt.ratio), table)
