@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from virtbench.monitor import is_monitor_metric
+
 
 def vb(*args, check=True):
     res = subprocess.run([sys.executable, "-m", "virtbench.cli", *args], capture_output=True, text=True,
@@ -32,9 +34,11 @@ def test_run_json_contract(two_runs):
     db, (a, _) = two_runs
     data = json.loads(vb("show", a, "--db", db, "--json").stdout)
     assert data["run_id"] == a and data["baseline"] == "host"
-    metrics = {r["metric"] for r in data["results"]}
-    assert metrics == {"dhrystone", "pipe", "index"}
-    for r in data["results"]:
+    # Besides the workload's rows, the monitor's summaries (host.cpu_util_mean ...) may appear.
+    measured = [r for r in data["results"] if not is_monitor_metric(r["metric"])]
+    assert {r["metric"] for r in measured} == {"dhrystone", "pipe", "index"}
+    assert all(r["metadata"].get("monitor") for r in data["results"] if is_monitor_metric(r["metric"]))
+    for r in measured:
         assert r["n"] == 3 and r["ci_low"] <= r["median"] <= r["ci_high"]
         assert r["condition"] == {} and r["failures"] == 0 and isinstance(r["metadata"], dict)
 
@@ -51,8 +55,9 @@ def test_runs_listing_and_prefix(two_runs):
 def test_compare_matches_cells(two_runs):
     db, (a, b) = two_runs
     data = json.loads(vb("compare", a, b, "--db", db, "--json").stdout)
-    assert {r["metric"] for r in data["results"]} == {"dhrystone", "pipe"}
-    for r in data["results"]:
+    measured = [r for r in data["results"] if not is_monitor_metric(r["metric"])]
+    assert {r["metric"] for r in measured} == {"dhrystone", "pipe"}
+    for r in measured:
         assert r["n_a"] == r["n_b"] == 3 and r["ratio"] > 0
         assert r["ratio"] == pytest.approx(r["median_b"] / r["median_a"])
     assert "against" in vb("compare", a, b, "--db", db).stdout
@@ -60,13 +65,15 @@ def test_compare_matches_cells(two_runs):
 
 def test_export_csv_and_json(two_runs, tmp_path):
     db, (a, _) = two_runs
-    rows = list(csv.DictReader(io.StringIO(vb("export", a, "--db", db).stdout)))
+    rows = [r for r in csv.DictReader(io.StringIO(vb("export", a, "--db", db).stdout))
+            if not is_monitor_metric(r["metric"])]
     assert len(rows) == 6 and {r["metric"] for r in rows} == {"dhrystone", "pipe"}
     assert all(float(r["value"]) > 0 for r in rows)
     out = tmp_path / "run.json"
     vb("export", a, "--format", "json", "-o", str(out), "--db", db)
     doc = json.loads(out.read_text())
-    assert doc["format"] == "virtbench-run/1" and len(doc["samples"]) == 6
+    assert doc["format"] == "virtbench-run/1"
+    assert len([s for s in doc["samples"] if not is_monitor_metric(s["metric"])]) == 6
     assert doc["environments"][0]["facts"]["kernel"]
 
 

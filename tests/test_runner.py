@@ -10,9 +10,14 @@ import time
 
 import pytest
 
-from virtbench import analysis, suite
+from virtbench import analysis, monitor, suite
 from virtbench.runner import Runner
 from virtbench.store import Store
+
+def _measured(samples):
+    """The workload's own samples: without the monitor's summaries (metadata monitor=true)."""
+    return [s for s in samples if not monitor.is_monitor_sample(s["metadata_json"])]
+
 
 CONTRACT_KEYS = {"workload", "params", "condition", "metric", "unit", "environment", "n", "median", "ci_low",
                  "ci_high", "ratio", "ratio_ci_low", "ratio_ci_high", "higher_is_better", "failures", "metadata"}
@@ -27,7 +32,7 @@ def test_short_real_run_end_to_end(tmp_path):
     attempts = store.attempts(run_id)
     assert sum(a["warmup"] for a in attempts) == 4  # one warm-up per cell
     assert all(a["status"] == "ok" for a in attempts)
-    assert len(store.samples(run_id)) == 8  # 4 cells x 2 repetitions
+    assert len(_measured(store.samples(run_id))) == 8  # 4 cells x 2 repetitions
     (env,) = store.environments(run_id)
     assert env["facts"]["cores"] >= 1 and env["facts"]["kernel"] and env["facts"]["driver"] == "host"
 
@@ -36,13 +41,14 @@ def test_short_real_run_end_to_end(tmp_path):
     rows = data["results"]
     assert all(CONTRACT_KEYS <= set(r) for r in rows)
     dhry = [r for r in rows if r["metric"] == "dhrystone" and r["params"]["copies"] == "1"][0]
-    values = [s["value"] for s in store.samples(run_id) if s["cell_key"] == dhry["cell_key"]]
+    values = [s["value"] for s in _measured(store.samples(run_id)) if s["cell_key"] == dhry["cell_key"]]
     assert dhry["n"] == 2 and dhry["median"] == pytest.approx(sorted(values)[0] / 2 + sorted(values)[1] / 2)
     assert dhry["ratio"] == 1.0 and dhry["metadata"]["index"] > 0
     index_rows = [r for r in rows if r["metric"] == "index"]
     assert {r["params"]["copies"] for r in index_rows} == {"1", "vcpus"}
 
     df = store.dataframe(run_id)
+    df = df[~df["metadata"].map(lambda m: bool(m.get("monitor")))]
     assert len(df) == 8 and set(df["metric"]) == {"dhrystone", "syscall"}
 
 
@@ -52,10 +58,10 @@ def test_adaptive_stop_and_max(tmp_path):
     m.policy.warmup, m.policy.min_repetitions, m.policy.max_repetitions = 0, 2, 6
     m.policy.ci_target = 10.0  # any CI is tight enough: stop at the minimum
     rid = Runner(store, m).start()
-    assert len(store.samples(rid)) == 2
+    assert len(_measured(store.samples(rid))) == 2
     m.policy.ci_target = 1e-9  # never tight enough: run to the maximum
     rid = Runner(store, m).start()
-    assert len(store.samples(rid)) == 6
+    assert len(_measured(store.samples(rid))) == 6
 
 
 def _root_can_mount():
@@ -94,7 +100,7 @@ def _wait_for_samples(db, count, timeout=60):
             try:
                 store = Store(db)
                 runs = store.runs()
-                if runs and runs[0]["samples"] >= count:
+                if runs and len(_measured(store.samples(runs[0]["id"]))) >= count:
                     return runs[0]["id"]
             except Exception:
                 pass
@@ -117,7 +123,7 @@ def test_interrupt_then_resume_loses_nothing(tmp_path, sig):
     store = Store(db)
     assert store.run(run_id)["status"] == "interrupted"
     before = {s["id"]: s["value"] for s in store.samples(run_id)}
-    assert 2 <= len(before) < 9
+    assert 2 <= len(_measured(store.samples(run_id))) < 9
     import tempfile
     from pathlib import Path
 
@@ -129,6 +135,6 @@ def test_interrupt_then_resume_loses_nothing(tmp_path, sig):
     after = {s["id"]: s["value"] for s in store.samples(run_id)}
     assert all(after[i] == v for i, v in before.items())  # every earlier sample kept as it was
     ok = [a for a in store.attempts(run_id) if a["status"] == "ok" and not a["warmup"]]
-    assert len(ok) == 9 and len(after) == 9
+    assert len(ok) == 9 and len(_measured(store.samples(run_id))) == 9
     assert store.run(run_id)["status"] == "completed"
     assert json.loads(res.stdout)["run_id"] == run_id

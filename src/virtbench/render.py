@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -40,7 +41,10 @@ def results_tables(console: Console, data: dict[str, Any]) -> None:
     """One table per (workload, params except the per-row test, condition); one row per metric."""
     envs, baseline = data["environments"], data["baseline"]
     groups: dict[str, list[dict]] = defaultdict(list)
+    monitor_rows = [r for r in data["results"] if r["metadata"].get("monitor")]
     for row in data["results"]:
+        if row["metadata"].get("monitor"):
+            continue
         hide = {"test"} if "test" in row["params"] else set()
         groups[_group_title(row, hide)].append(row)
     for title, rows in groups.items():
@@ -67,6 +71,11 @@ def results_tables(console: Console, data: dict[str, Any]) -> None:
             table.add_row(*line, style="bold" if metric == "index" else None)
         console.print(table)
     console.print(f"[dim]{LEGEND}[/dim]")
+    if monitor_rows:
+        metrics = sorted({r["metric"] for r in monitor_rows})
+        console.print(f"[dim]resource use while running ({len(metrics)} monitor metrics: "
+                      f"{', '.join(metrics[:6])}{' ...' if len(metrics) > 6 else ''}) is in --json and "
+                      f"`virtbench report`[/dim]", highlight=False)
     _warnings(console, data)
 
 
@@ -89,21 +98,33 @@ def _ratio_cell(r: dict | None) -> str:
     return f"{r['ratio']:.3f} {_ci(r['ratio_ci_low'], r['ratio_ci_high'], 3)} {mark}"
 
 
+_CV = re.compile(r"coefficient of variation ([0-9.]+%)")
+
+
 def _warnings(console: Console, data: dict[str, Any]) -> None:
-    seen = []
+    """One line per kind of warning with the places it applies to (a noisy machine repeats a lot)."""
+    places: dict[str, list[str]] = defaultdict(list)
     for row in data["results"]:
+        extra = ", ".join(f"{k}={v}" for k, v in row["params"].items() if k not in ("test", "duration"))
+        label = f"{row['metric']}@{row['environment']}" + (f" ({extra})" if extra else "")
         for w in row.get("warnings", []):
-            label = f"{_group_title(row, set())} {row['metric']} @ {row['environment']}: {w}"
-            if label not in seen:
-                seen.append(label)
-    for note in data.get("notes", []):
-        seen.append(note)
-    if seen:
-        console.print(f"[yellow]{len(seen)} warning(s):[/yellow]")
-        for line in seen[:40]:
-            console.print(f"  [yellow]-[/yellow] {line}", highlight=False)
-        if len(seen) > 40:
-            console.print(f"  ... and {len(seen) - 40} more (see --json)")
+            cv = _CV.search(w)
+            if w.startswith("noisy") and cv:
+                places["noisy: coefficient of variation above 5 %; close other programs, pin the CPU "
+                       "frequency, or add repetitions"].append(f"{label} cv {cv.group(1)}")
+            elif w.startswith("only "):
+                places[w.split(":", 1)[0] + ": " + w.split(":", 1)[1].split(";", 1)[-1].strip()].append(label)
+            else:
+                places[w].append(label)
+    notes = list(data.get("notes", []))
+    if not places and not notes:
+        return
+    console.print("[yellow]warnings:[/yellow]")
+    for kind, where in places.items():
+        shown = "; ".join(where[:6]) + (f"; and {len(where) - 6} more" if len(where) > 6 else "")
+        console.print(f"  [yellow]-[/yellow] {kind} — {shown}", highlight=False)
+    for note in notes:
+        console.print(f"  [yellow]-[/yellow] {note}", highlight=False)
 
 
 def runs_table(console: Console, runs: list[dict[str, Any]]) -> None:

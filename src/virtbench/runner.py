@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import conditions, drivers, stats, sysinfo, workloads
+from . import conditions, drivers, monitor, stats, sysinfo, workloads
 from .conditions import Applied, ConditionUnavailable
 from .drivers.base import DriverContext, Instance
 from .errors import UserError, WorkloadFailed
@@ -74,9 +74,11 @@ class Runner:
         self.command = command
         self.clock = clock
         self.run_id: str | None = None
+        self._monitor_notes: set[str] = set()  # each monitoring problem is reported once per run
 
     # -- entry points ------------------------------------------------------------------------
     def start(self) -> str:
+        self._check_capacity()
         self.run_id = self.store.create_run(self.matrix.to_spec(), suite_name=self.matrix.name,
                                             suite_path=self.matrix.path, baseline=self.matrix.baseline,
                                             command=self.command)
@@ -93,6 +95,19 @@ class Runner:
         self.store.set_status(self.run_id, "running")
         self._execute(self._tallies_from_store())
         return self.run_id
+
+    def _check_capacity(self) -> None:
+        """Cells that cannot fit an environment (shape or machine) are refused before anything starts.
+        Workloads that know their needs define check_capacity(params, env) -> [problem, ...]."""
+        problems: list[str] = []
+        for cell in self.matrix.cells:
+            check = getattr(workloads.get(cell["workload"]), "check_capacity", None)
+            for env in self.matrix.environments if check else ():
+                where = ", ".join(f"{k}={v}" for k, v in cell["params"].items())
+                problems += [f"{cell['workload']} ({where}) on {env.name}: {p}" for p in check(cell["params"], env)]
+        if problems:
+            raise UserError("the run does not fit this machine:\n  " + "\n  ".join(dict.fromkeys(problems)),
+                            "use fewer ranks or instances, a smaller class or dataset, or a bigger shape")
 
     # -- the loop ----------------------------------------------------------------------------
     def _execute(self, tallies: dict[tuple[str, str], Tally]) -> None:
@@ -190,6 +205,7 @@ class Runner:
         started = time.time()
         raw, found, reason, detail, meta = None, [], None, None, {}
         status_override = None
+        watched = None  # the monitor's series and summary samples for this repetition
         try:
             instances = self._instances(state, wl.roles(cell["params"]))
             main = next(iter(instances.values()))[0]
@@ -198,7 +214,11 @@ class Runner:
             if applied.metadata:
                 meta["condition"] = dict(applied.metadata)
             ctx = RunContext(timeout=timeout, condition=cell["condition"], repetition=repetition, applied=applied)
-            raw = wl.execute(instances, cell["params"], ctx)
+            session = self._monitor_start(state, instances, timeout)
+            try:
+                raw = wl.execute(instances, cell["params"], ctx)
+            finally:
+                watched = self._monitor_stop(session, ctx)
             found = wl.parse(raw, cell["params"])
             if not found:
                 raise ValueError("the workload produced no samples")
@@ -217,14 +237,16 @@ class Runner:
         status = status_override or ("failed" if reason else "ok")
         self.store.record_attempt(self.run_id, cell, state.env.name, repetition, warmup=warmup, status=status,
                                   started=started, ended=time.time(), reason=reason, detail=detail, raw=raw,
-                                  samples_=found, sample_metadata=meta)
+                                  samples_=found + (watched.samples if watched and status == "ok" else []),
+                                  sample_metadata=meta, timeseries_=watched.rows if watched else None)
         if not warmup:
             tally.attempts += 1
             if status == "ok":
                 tally.ok += 1
                 tally.consecutive_failures = 0
+                series = getattr(wl, "series_key", None)  # one CI per series point (e.g. message size)
                 for s in found:
-                    tally.values[s.metric].append(s.value)
+                    tally.values[(s.metric, s.metadata.get(series)) if series else s.metric].append(s.value)
             elif status == "skipped":
                 tally.finished, tally.stop_reason = True, reason
             else:
@@ -232,6 +254,35 @@ class Runner:
         self.events.attempt(cell, state.env.name, repetition, warmup, status, reason)
         if status != "ok":
             self._drop_dead(state)
+
+    # -- monitoring --------------------------------------------------------------------------
+    # Summary samples carry metadata monitor=true and never enter tally.values: the stopping rule
+    # looks at the workload's own metrics only.
+    def _monitor_start(self, state: _EnvState, instances: dict[str, list[Instance]],
+                       timeout: float) -> monitor.Session | None:
+        policy = self.matrix.policy
+        if not getattr(policy, "monitor", True):
+            return None
+        try:
+            return monitor.Session.start(instances, environment=state.env.name,
+                                         interval=getattr(policy, "monitor_interval", 1.0), lifetime=timeout)
+        except Exception as exc:  # monitoring never fails a repetition
+            self.events.note(f"monitor: not started: {type(exc).__name__}: {exc}")
+            return None
+
+    def _monitor_stop(self, session: monitor.Session | None, ctx: RunContext) -> monitor.Result | None:
+        if session is None:
+            return None
+        try:
+            # A workload may set ctx.measure_window = (t0, t1): summaries then cover only that part.
+            result = session.stop(getattr(ctx, "measure_window", None))
+        except Exception as exc:  # monitoring never fails a repetition
+            result = monitor.Result(notes=[f"monitor: {type(exc).__name__}: {exc}"])
+        for note in result.notes:
+            if note not in self._monitor_notes:
+                self._monitor_notes.add(note)
+                self.events.note(note)
+        return result
 
     # -- instances ---------------------------------------------------------------------------
     def _instances(self, state: _EnvState, roles: dict[str, int]) -> dict[str, list[Instance]]:
@@ -312,8 +363,13 @@ class Runner:
                 tally.consecutive_failures = 0
             else:
                 tally.consecutive_failures += 1
+        series = {c["key"]: getattr(workloads.get(c["workload"]), "series_key", None) for c in self.matrix.cells}
         for s in self.store.samples(self.run_id):
-            tallies[(s["cell_key"], s["environment"])].values[s["metric"]].append(s["value"])
+            if monitor.is_monitor_sample(s["metadata_json"]):
+                continue  # the monitor's summaries never decide when to stop
+            key = series.get(s["cell_key"])
+            metric = (s["metric"], json.loads(s["metadata_json"]).get(key)) if key else s["metric"]
+            tallies[(s["cell_key"], s["environment"])].values[metric].append(s["value"])
         policy = self.matrix.policy
         for tally in tallies.values():
             # Only stop early for counts here; the CI test runs after the next round.

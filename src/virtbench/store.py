@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from . import __version__
 from .errors import UserError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the timeseries table (the monitor's samples)
 
 metadata = sa.MetaData()
 
@@ -87,6 +87,24 @@ samples = sa.Table("samples", metadata,
                    sa.Column("higher_is_better", sa.Boolean, nullable=False),
                    sa.Column("metadata_json", sa.Text, nullable=False))
 
+# The monitor's series (1 Hz by default): one row per (sampler tick, metric), tied to its attempt.
+timeseries = sa.Table("timeseries", metadata,
+                      sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+                      sa.Column("run_id", sa.String(40), sa.ForeignKey("runs.id"), nullable=False),
+                      sa.Column("attempt_id", sa.Integer, sa.ForeignKey("attempts.id"), nullable=False),
+                      sa.Column("environment", sa.String(100), nullable=False),
+                      sa.Column("repetition", sa.Integer, nullable=False),
+                      sa.Column("instance", sa.String(200), nullable=False),  # an instance's name, or "host"
+                      sa.Column("role", sa.String(40), nullable=False),
+                      sa.Column("t", sa.Float, nullable=False),  # epoch seconds at the end of the interval
+                      sa.Column("metric", sa.String(100), nullable=False),
+                      sa.Column("value", sa.Float, nullable=False),
+                      sa.Column("unit", sa.String(40), nullable=False),
+                      # Where the values came from (/proc/stat, cgroup v1 ...): stored on the first row of each
+                      # (attempt, instance, metric) only (a 64-replica sweep has ~400,000 rows), filled in on reading.
+                      sa.Column("source", sa.Text),
+                      sa.Index("ix_timeseries_run_attempt", "run_id", "attempt_id"))
+
 RAW_LIMIT = 256 * 1024  # keep raw tool output, bounded, so parsers can be re-run on stored data
 
 
@@ -125,6 +143,20 @@ class Store:
                             "for PostgreSQL: pip install 'virtbench[postgres]'") from None
 
     def _init_schema(self) -> None:
+        # Two processes opening a new database at once (a run and `virtbench show`) race on creating
+        # its tables and version row ("table ... already exists", UNIQUE meta.key): the loser retries
+        # and finds the work done.
+        for attempt in range(6):
+            try:
+                return self._init_schema_once()
+            except (sa.exc.OperationalError, sa.exc.IntegrityError) as exc:
+                text = str(exc.orig)
+                racing = isinstance(exc, sa.exc.IntegrityError) or "already exists" in text or "locked" in text
+                if not racing or attempt == 5:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+
+    def _init_schema_once(self) -> None:
         metadata.create_all(self.engine)
         with self.engine.begin() as conn:
             row = conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).first()
@@ -133,6 +165,9 @@ class Store:
             elif int(row[0]) > SCHEMA_VERSION:
                 raise UserError(f"the database has schema version {row[0]}, newer than this virtbench's "
                                 f"{SCHEMA_VERSION}", "upgrade virtbench or use another --db")
+            elif int(row[0]) < SCHEMA_VERSION:
+                # Migrations so far only add tables, which create_all above has just done (1 -> 2: timeseries).
+                conn.execute(meta.update().where(meta.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
 
     # -- writing ---------------------------------------------------------------------------
     def create_run(self, spec: dict[str, Any], *, suite_name: str, suite_path: str | None, baseline: str,
@@ -176,8 +211,8 @@ class Store:
     def record_attempt(self, run_id: str, cell: dict, environment: str, repetition: int, *, warmup: bool,
                        status: str, started: float | None, ended: float | None, reason: str | None = None,
                        detail: str | None = None, raw: str | None = None, samples_: list | None = None,
-                       sample_metadata: dict | None = None) -> int:
-        """One repetition and its samples, in one transaction."""
+                       sample_metadata: dict | None = None, timeseries_: list[dict] | None = None) -> int:
+        """One repetition, its samples and its monitoring series (rows of monitor.rows()), in one transaction."""
         base = {"run_id": run_id, "cell_key": cell["key"], "workload": cell["workload"],
                 "params_json": canonical(cell["params"]), "condition_json": canonical(cell["condition"]),
                 "environment": environment, "repetition": repetition}
@@ -192,6 +227,20 @@ class Store:
                     {**base, "attempt_id": attempt_id, "metric": s.metric, "value": s.value, "unit": s.unit,
                      "higher_is_better": s.higher_is_better, "metadata_json": canonical({**extra, **s.metadata})}
                     for s in samples_])
+            if timeseries_:
+                sourced: set[tuple[str, str]] = set()
+
+                def first(r: dict) -> bool:
+                    key = (r["instance"], r["metric"])
+                    new = key not in sourced
+                    sourced.add(key)
+                    return new
+
+                conn.execute(timeseries.insert(), [
+                    {"run_id": run_id, "attempt_id": attempt_id, "environment": environment, "repetition": repetition,
+                     "instance": r["instance"], "role": r["role"], "t": r["t"], "metric": r["metric"],
+                     "value": r["value"], "unit": r["unit"], "source": r.get("source") if first(r) else None}
+                    for r in timeseries_])
             return attempt_id
 
     # -- reading ---------------------------------------------------------------------------
@@ -212,7 +261,9 @@ class Store:
         return out
 
     def runs(self) -> list[dict[str, Any]]:
+        # Measured samples only: the monitor's summaries (metadata "monitor":true) are derived from series.
         counts = (sa.select(samples.c.run_id, sa.func.count().label("samples"))
+                  .where(samples.c.metadata_json.not_like('%"monitor":true%'))
                   .group_by(samples.c.run_id).subquery())
         fails = (sa.select(attempts.c.run_id, sa.func.count().label("failures"))
                  .where(attempts.c.status == "failed").group_by(attempts.c.run_id).subquery())
@@ -247,6 +298,25 @@ class Store:
             rows = conn.execute(sa.select(samples).where(samples.c.run_id == run_id)
                                 .order_by(samples.c.id)).mappings()
             return [dict(r) for r in rows]
+
+    def timeseries(self, run_id: str, *, instance: str | None = None, metric: str | None = None) -> list[dict[str, Any]]:
+        """The monitor's rows of a run (instance, role, environment, attempt_id, repetition, t, metric, value,
+        unit, source), oldest first."""
+        q = sa.select(timeseries).where(timeseries.c.run_id == run_id)
+        if instance is not None:
+            q = q.where(timeseries.c.instance == instance)
+        if metric is not None:
+            q = q.where(timeseries.c.metric == metric)
+        with self.engine.connect() as conn:
+            rows = [dict(r) for r in conn.execute(q.order_by(timeseries.c.t, timeseries.c.id)).mappings()]
+        sources: dict[tuple, str | None] = {}
+        for r in rows:  # only each series' first row of an attempt stores its source
+            key = (r["attempt_id"], r["instance"], r["metric"])
+            if r["source"] is None:
+                r["source"] = sources.get(key)
+            else:
+                sources[key] = r["source"]
+        return rows
 
     def dataframe(self, run_id: str):
         """A run's samples as a pandas DataFrame, params/condition/metadata expanded to dicts."""

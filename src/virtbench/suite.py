@@ -29,6 +29,9 @@ SUITE_KEYS = {
     "ci_target": "stop repeating when the 95% CI half-width is below this fraction of the median",
     "time_budget": "seconds the whole run may take; cells stop repeating once it is spent",
     "timeout": "seconds one repetition may take (default: the workload's own estimate)",
+    "monitor": "sample CPU, memory, network and disk of the host and every instance while repetitions run "
+               "(true/false, default true)",
+    "monitor_interval": "seconds between the monitor's samples (default 1)",
 }
 SHAPE_KEYS = ("vcpus", "memory_mb", "disk_gb")
 WORKLOAD_KEYS = ("name", "params", "condition")
@@ -42,6 +45,8 @@ class Policy:
     ci_target: float = 0.02
     time_budget: float | None = None
     timeout: float | None = None
+    monitor: bool = True
+    monitor_interval: float = 1.0
 
 
 @dataclass
@@ -302,6 +307,16 @@ def _policy(where: _Where, meta: dict, repeat: int | None) -> Policy:
             if not isinstance(value, (int, float)) or value <= 0:
                 raise where.error(("suite", key), f"must be a positive number, got {value!r}")
             setattr(policy, key, float(value))
+    if "monitor" in meta:
+        if not isinstance(meta["monitor"], bool):
+            raise where.error(("suite", "monitor"), f"must be true or false, got {meta['monitor']!r}")
+        policy.monitor = meta["monitor"]
+    if "monitor_interval" in meta:
+        value = meta["monitor_interval"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.05 <= value <= 3600:
+            raise where.error(("suite", "monitor_interval"), f"must be a number of seconds from 0.05 to 3600, "
+                                                             f"got {value!r}")
+        policy.monitor_interval = float(value)
     if policy.max_repetitions < policy.min_repetitions:
         raise where.error(("suite", "max_repetitions"), "must be >= min_repetitions")
     if repeat:

@@ -1,0 +1,185 @@
+"""The web workload: wrk parsers on captured output, the peak finder, bad input, and a real run on
+the host (scale-up: one nginx with 1 and 2 workers, loaded directly)."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from virtbench import analysis, suite
+from virtbench.errors import SuiteError, UserError
+from virtbench.model import EnvSpec, Shape
+from virtbench.runner import Runner
+from virtbench.store import Store
+from virtbench.workloads import get
+from virtbench.workloads.web import parse_proc_stats, parse_wrk, peak
+
+DATA = Path(__file__).parent / "data" / "wrk"
+
+
+# -- parsers --------------------------------------------------------------------------------------
+
+def test_wrk_lua_json_is_exact():
+    w = parse_wrk((DATA / "latency_lua.txt").read_text())
+    assert w["source"] == "wrk lua done()"
+    assert w["requests"] == 19409 and w["seconds"] == pytest.approx(2.07061)
+    assert w["rps"] == pytest.approx(19409 / 2.07061)
+    assert (w["p50_ms"], w["p90_ms"], w["p99_ms"]) == (4.646, 9.928, 95.786)
+    assert w["socket_errors"] == 0 and w["status_errors"] == 0
+    # The same run's text, rounded by wrk, agrees.
+    assert w["p50_ms"] == pytest.approx(4.65, abs=0.005) and w["p99_ms"] == pytest.approx(95.79, abs=0.005)
+
+
+def test_wrk_text_fallback():
+    w = parse_wrk((DATA / "latency_text.txt").read_text())
+    assert w["source"] == "wrk text"
+    assert w["requests"] == 16218 and w["seconds"] == pytest.approx(2.03) and w["rps"] == 7982.78
+    assert (w["p50_ms"], w["p75_ms"], w["p90_ms"], w["p99_ms"]) == (5.26, 8.19, 33.81, 121.59)
+    assert w["mean_ms"] == 12.88 and w["max_ms"] == 146.70
+
+
+@pytest.mark.parametrize("name", ["latency_lua.txt", "latency_text.txt", "status_errors_text.txt"])
+def test_percentiles_ordered(name):
+    w = parse_wrk((DATA / name).read_text())
+    assert 0 < w["p50_ms"] <= w["p75_ms"] <= w["p90_ms"] <= w["p99_ms"]
+
+
+def test_wrk_status_errors_and_microseconds():
+    w = parse_wrk((DATA / "status_errors_text.txt").read_text())
+    assert w["status_errors"] == 23120 == w["requests"]  # every answer was a 404
+    assert w["p50_ms"] == pytest.approx(0.357) and w["p99_ms"] == pytest.approx(2.59)
+
+
+def test_wrk_that_could_not_connect_is_unreadable():
+    with pytest.raises(ValueError, match="requests in"):
+        parse_wrk((DATA / "connect_errors_lua.txt").read_text())
+
+
+def test_proc_stats():
+    text = ("CLK_TCK 100\n"
+            "41 (nginx) S 1 41 41 0 -1 4194624 80 0 0 0 3 2 0 0 20 0 1 0 100 10000 300 18446744073709551615\n"
+            "42 (nginx) R 41 41 41 0 -1 4194624 900 0 0 0 150 75 0 0 20 0 1 0 101 10000 500 18446744073709551615\n")
+    assert parse_proc_stats(text) == (pytest.approx(2.30), 2)
+    assert parse_proc_stats("no nginx running\n") == (0.0, 0)
+
+
+def test_parse_whole_report():
+    wl = get("web")
+    params = {p.name: p.default_values()[0] for p in wl.params}
+    raw = json.dumps({"format": 1, "client": {"stdout": (DATA / "latency_lua.txt").read_text(), "cpu_s": 1.0,
+                                              "wall_s": 2.0, "host_cpus": 2, "threads": 2},
+                      "servers": [{"instance": "s0", "driver": "container", "cpu_s": 1.2, "processes": 2, "vcpus": 2},
+                                  {"instance": "s1", "driver": "container", "cpu_s": 0.8, "processes": 2, "vcpus": 2}],
+                      "lb": {"instance": "lb", "driver": "container", "cpu_s": 0.5, "processes": 3, "vcpus": 2}})
+    got = {s.metric: s for s in wl.parse(raw, params)}
+    assert got["requests_per_second"].value == pytest.approx(19409 / 2.07061)
+    assert got["server_cpu_cores"].value == pytest.approx(1.0)
+    assert got["server_cpu_util"].value == pytest.approx(0.5)  # 4 vCPUs of containers capped at 2 host CPUs
+    assert got["lb_cpu_cores"].value == pytest.approx(0.25)
+    assert got["client_cpu_util"].value == pytest.approx(0.25)
+    assert "coordinated omission" in got["latency_p99_ms"].metadata["latency_model"]
+    assert {m.name for m in wl.metrics} == set(got)
+
+
+# -- peak ------------------------------------------------------------------------------------------
+
+def _row(replicas, rps, env="container", metric="requests_per_second"):
+    return {"params": {"replicas": replicas, "workers": 1}, "metric": metric, "environment": env, "median": rps}
+
+
+def test_peak_of_a_sweep():
+    rows = [_row(1, 5000), _row(2, 9000), _row(4, 9800), _row(8, 9100), _row(4, 0.9, metric="host.cpu_util_mean")]
+    assert peak(rows) == (4, 9800)
+    assert peak({"results": rows}) == (4, 9800)
+    assert peak([(1, 10.0), (2, 30.0), (4, 30.0)]) == (2, 30.0)  # a tie: the cheaper count
+    both = rows + [_row(1, 7000, env="host"), _row(2, 6000, env="host")]
+    assert peak(both, environment="host") == (1, 7000)
+    with pytest.raises(ValueError, match="name one"):
+        peak(both)
+    with pytest.raises(ValueError, match="no requests_per_second"):
+        peak([])
+    with pytest.raises(ValueError, match="two results"):
+        peak([_row(1, 5), _row(1, 6)])
+    assert peak([{"params": {"replicas": 1, "workers": w}, "metric": "requests_per_second", "environment": "vm",
+                  "median": w * 100.0} for w in (1, 2, 4, 8)], by="workers") == (8, 800.0)
+
+
+# -- bad input, before anything starts ---------------------------------------------------------------
+
+def test_zero_replicas_is_refused():
+    with pytest.raises(SuiteError, match="replicas.*below the minimum 1"):
+        suite.adhoc("web", {"replicas": "0"}, ["container"])
+
+
+def test_replicas_without_balancer_refused():
+    with pytest.raises(SuiteError, match="needs a balancer"):
+        suite.adhoc("web", {"replicas": "2", "balancer": "none"}, ["host"])
+
+
+def test_more_replicas_than_memory_refused():
+    with pytest.raises(SuiteError, match="replicas=1000 need about .* MB .* available"):
+        suite.adhoc("web", {"replicas": "1000", "replica_memory_mb": "1048576"}, ["container"])
+
+
+def test_shape_memory_times_replicas_refused_before_the_run(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    m = suite.adhoc("web", {"replicas": "64"}, ["container:c1.xlarge"])  # 2048 MB each
+    with pytest.raises(UserError, match=r"65 instances .* x shape c1.xlarge: 2048 MB each"):
+        Runner(store, m).start()
+    assert store.runs() == []  # nothing started, not even a run record
+    wl = get("web")
+    params = m.cells[0]["params"]
+    assert wl.check_capacity({**params, "replicas": 2}, EnvSpec("c", "container", Shape("m1.small", 1, 128))) == []
+
+
+def test_threads_more_than_connections_refused():
+    with pytest.raises(SuiteError, match="threads=8 is more than connections=4"):
+        suite.adhoc("web", {"threads": "8", "connections": "4"}, ["host"])
+
+
+# -- for real on the host -------------------------------------------------------------------------
+
+needs_tools = pytest.mark.skipif(not (shutil.which("wrk") and shutil.which("nginx")),
+                                 reason="needs wrk and nginx on the host (setup.sh installs them)")
+
+
+def _our_nginx() -> list[str]:
+    res = subprocess.run(["pgrep", "-af", "vb-web-"], capture_output=True, text=True)
+    return [line for line in res.stdout.splitlines() if "nginx" in line]
+
+
+@needs_tools
+def test_workers_on_the_host(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    m = suite.adhoc("web", {"workers": "1,2", "balancer": "none", "duration": "2", "connections": "32"},
+                    ["host"], repeat=1)
+    m.policy.warmup = 0
+    before = _our_nginx()
+    rid = Runner(store, m).start()
+    attempts = store.attempts(rid)
+    assert [a["status"] for a in attempts] == ["ok", "ok"], [a["reason"] for a in attempts]
+    rows = analysis.results(store, rid)["results"]
+    by = {(r["params"]["workers"], r["metric"]): r["median"] for r in rows}
+    for w in (1, 2):
+        assert by[(w, "requests_per_second")] > 100
+        assert 0 < by[(w, "latency_p50_ms")] <= by[(w, "latency_p90_ms")] <= by[(w, "latency_p99_ms")]
+        assert by[(w, "errors")] == 0
+        assert 0 < by[(w, "server_cpu_cores")] and 0 < by[(w, "client_cpu_cores")]
+        assert by[(w, "host.cpu_util_mean")] > 0  # the monitor, over wrk's window
+    raw = json.loads(attempts[1]["raw_output"])
+    assert raw["servers"][0]["processes"] == 3  # master + 2 workers
+    assert peak(rows, by="workers")[0] in (1, 2)
+    assert _our_nginx() == before  # every nginx we started is gone
+
+
+def test_container_vs_vm_suite_loads():
+    m = suite.load(Path(__file__).parents[1] / "suites" / "container-vs-vm.toml")
+    assert m.baseline == "host" and m.policy.monitor and m.policy.monitor_interval == 1.0
+    web_cells = [c["params"] for c in m.cells if c["workload"] == "web"]
+    assert sorted(p["replicas"] for p in web_cells if p["balancer"] == "nginx") == [1, 2, 4, 8, 16, 32, 64]
+    assert sorted(p["workers"] for p in web_cells if p["balancer"] == "none") == [1, 2, 4, 8]
+    assert all(p["file_size"] == 600 for p in web_cells)
+    assert {c["params"]["test"] for c in m.cells if c["workload"] == "system"} >= {"dhrystone", "syscall"}
+    assert [e.name for e in m.environments] == ["host", "container"]  # + vm once its driver lands
