@@ -1,6 +1,13 @@
 """Stored samples -> result rows: summary statistics, ratio to the baseline, indexes, warnings.
 
 The row shape is the public `--json` contract of `run`, `show` and `compare`.
+
+Series: a workload whose one repetition measures a whole series (vb-mpibench: one value per message
+size) names the sample metadata key that tells the points apart in `series_key` (e.g. "bytes").
+That key then joins the row identity: one row per (cell, metric, series value, environment), with
+the value added to the row's `params` and `cell_key` "<cell key>/<series_key>=<value>".
+Sample metadata conventions: `warnings` (a list of sentences) are carried into the row's warnings;
+`verified` (true/false) becomes the row's `verified`, false when any sample failed its check.
 """
 
 from __future__ import annotations
@@ -11,11 +18,29 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from . import stats, workloads
-from .store import Store
+from . import scaling, stats, workloads
+from .store import Store, canonical
 
 # Sample metadata that differs per repetition; not lifted into a result's metadata.
-_PER_SAMPLE = {"repetition", "measured_seconds", "count", "index", "instance", "condition"}
+_PER_SAMPLE = {"repetition", "measured_seconds", "count", "index", "instance", "condition", "warnings"}
+
+
+def _series_key(workload: str) -> str | None:
+    try:
+        return getattr(workloads.get(workload), "series_key", None)
+    except KeyError:
+        return None
+
+
+def _series_of(sample: dict, key: str | None) -> Any:
+    return json.loads(sample["metadata_json"]).get(key) if key else None
+
+
+def _series_cell(cell: dict, key: str | None, value: Any) -> dict:
+    """The cell one series point belongs to, with the point in its params and key."""
+    if key is None or value is None:
+        return cell
+    return {**cell, "key": f"{cell['key']}/{key}={value}", "params": {**cell["params"], key: value}}
 
 
 def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
@@ -25,9 +50,11 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
     env_order = [e["name"] for e in run["spec"]["environments"]]
     cells = {c["key"]: c for c in run["spec"]["cells"]}
 
-    groups: dict[tuple[str, str], dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    series_keys = {c["workload"]: _series_key(c["workload"]) for c in cells.values()}
+    groups: dict[tuple[str, str, Any], dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for s in store.samples(run_id):
-        groups[(s["cell_key"], s["metric"])][s["environment"]].append(s)
+        series = _series_of(s, series_keys.get(s["workload"]))
+        groups[(s["cell_key"], s["metric"], series)][s["environment"]].append(s)
     failures: dict[tuple[str, str], int] = defaultdict(int)
     reasons: dict[tuple[str, str], list[str]] = defaultdict(list)
     skipped: dict[tuple[str, str], str] = {}
@@ -40,14 +67,17 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
             reasons[where].append(a["reason"] or "")
 
     rows: list[dict[str, Any]] = []
-    for (cell_key, metric), by_env in groups.items():
-        cell = cells[cell_key]
+    values: dict[tuple[str, str, str], list[float]] = {}
+    for (cell_key, metric, series), by_env in groups.items():
+        cell = _series_cell(cells[cell_key], series_keys.get(cells[cell_key]["workload"]), series)
         base_values = [s["value"] for s in by_env.get(baseline, [])]
+        for env, ss in by_env.items():
+            values[(cell["key"], metric, env)] = [s["value"] for s in ss]
         for env in env_order:
             rows.append(_row(cell, metric, env, by_env.get(env, []), base_values, env == baseline,
                              failures[(cell_key, env)], reasons[(cell_key, env)], seed))
     # Cells whose every attempt failed still deserve a line saying so.
-    seen = {(r["cell_key"], r["environment"]) for r in rows}
+    seen = {(r["cell_key"].split("/")[0], r["environment"]) for r in rows}
     for (cell_key, env), count in failures.items():
         if (cell_key, env) not in seen and cell_key in cells:
             rows.append(_failed_row(cells[cell_key], env, count, reasons[(cell_key, env)]))
@@ -59,10 +89,20 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
             rows.append(row)
     rows += _index_rows(rows, groups, cells, env_order, baseline, seed)
     order = {k: i for i, k in enumerate(cells)}
-    rows.sort(key=lambda r: (order.get(r["cell_key"], len(order)), r["metric"] == "index", r["metric"],
+
+    def point(r: dict) -> float:
+        v = r["params"].get(series_keys.get(r["workload"]) or "")
+        return float(v) if isinstance(v, (int, float)) else -math.inf
+
+    rows.sort(key=lambda r: (order.get(r["cell_key"].split("/")[0], len(order)), r["metric"] == "index",
+                             r["metric"], point(r),
                              env_order.index(r["environment"]) if r["environment"] in env_order else 99))
-    return {"run_id": run_id, "status": run["status"], "suite": run["suite_name"], "baseline": baseline,
-            "environments": env_order, "results": [_clean(r) for r in rows]}
+    out = {"run_id": run_id, "status": run["status"], "suite": run["suite_name"], "baseline": baseline,
+           "environments": env_order, "results": [_clean(r) for r in rows]}
+    scaled = scaling.analyse(rows, values, baseline, seed=seed)
+    if scaled:
+        out["scaling"] = scaled
+    return out
 
 
 def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reasons, seed) -> dict[str, Any]:
@@ -77,13 +117,19 @@ def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reason
         r = _nan_ratio()
     metas = [json.loads(s["metadata_json"]) for s in samples_]
     meta = _common_metadata(metas)
+    verified = [m["verified"] for m in metas if isinstance(m.get("verified"), bool)]
+    if verified:
+        meta["verified"] = all(verified)
     condition = {**cell["condition"], **_measured_condition(metas)}
     wl = workloads.get(cell["workload"])
     base = wl.index_baselines.get(metric)
     if base and values:
         meta.update(index=summary.median / base * 10, index_ci_low=summary.ci_low / base * 10,
                     index_ci_high=summary.ci_high / base * 10, index_baseline=base)
-    warnings = stats.warnings_for(summary) if values else []
+    monitor = bool(meta.get("monitor"))
+    # Resource use varies by nature; its spread is not a measurement-quality problem.
+    warnings = stats.warnings_for(summary) if values and not monitor else []
+    warnings += _sample_warnings(metas)
     if failures:
         warnings.append(f"{failures} failed repetition(s): {_top(reasons)}")
     return {"cell_key": cell["key"], "workload": cell["workload"], "params": cell["params"],
@@ -104,7 +150,7 @@ def _failed_row(cell, env, failures, reasons) -> dict[str, Any]:
 def _index_rows(rows, groups, cells, env_order, baseline, seed) -> list[dict[str, Any]]:
     """Overall index per (workload, params without the test param, condition) and environment."""
     families: dict[str, dict[str, Any]] = {}
-    for (cell_key, metric), by_env in groups.items():
+    for (cell_key, metric, _series), by_env in groups.items():
         cell = cells[cell_key]
         wl = workloads.get(cell["workload"])
         if metric not in wl.index_baselines:
@@ -170,6 +216,15 @@ def _common_metadata(metas: list[dict]) -> dict[str, Any]:
     return common
 
 
+def _sample_warnings(metas: list[dict]) -> list[str]:
+    """The samples' own warnings (failed verification, memory pressure), once each, with how often."""
+    counts: dict[str, int] = defaultdict(int)
+    for m in metas:
+        for w in dict.fromkeys(m.get("warnings") or []):
+            counts[str(w)] += 1
+    return [w if k == len(metas) else f"{w} ({k} of {len(metas)} samples)" for w, k in counts.items()]
+
+
 def _top(reasons: list[str]) -> str:
     if not reasons:
         return ""
@@ -192,7 +247,11 @@ def compare(store: Store, run_a: str, run_b: str, *, seed: int = 0) -> dict[str,
     def grouped(run_id: str) -> dict[tuple, list[dict]]:
         out: dict[tuple, list[dict]] = defaultdict(list)
         for s in store.samples(run_id):
-            out[(s["workload"], s["params_json"], s["condition_json"], s["metric"], s["environment"])].append(s)
+            params = s["params_json"]
+            key = _series_key(s["workload"])
+            if key:  # one series point per row, as in results()
+                params = canonical({**json.loads(params), key: _series_of(s, key)})
+            out[(s["workload"], params, s["condition_json"], s["metric"], s["environment"])].append(s)
         return out
 
     ga, gb = grouped(a), grouped(b)

@@ -40,9 +40,12 @@ MIRRORS = (
 PACKAGES = (
     # benchmark tools
     "fio", "sysbench", "stress-ng", "iperf3", "bonnie++", "nginx-light", "wrk", "openmpi-bin",
+    "sockperf",  # TCP request/response latency (workload netrr)
     # what workloads and drivers run around them (coreutils: sort od tee wc timeout)
     "procps", "iproute2", "coreutils", "grep", "sed", "mawk", "busybox",
     "openssh-server", "openssh-client",
+    # the OpenMP runtime vb-npb links against (hybrid MPI + OpenMP ranks)
+    "libgomp1",
     # for the VM driver: a kernel and initrd under /boot (here now so the hash does not churn later)
     "linux-image-cloud-amd64", "initramfs-tools",
 )

@@ -1,0 +1,135 @@
+"""MPI micro-benchmarks through virtbench's own `vb-mpibench` (native/mpibench): PingPong, Bcast,
+Reduce and Allreduce over a message-size sweep, IMB-style (study 001 item 2).
+
+One mpirun measures every size from 0 to max_bytes; each size becomes its own result row because
+`series_key = "bytes"` makes the sample's `bytes` part of the row identity (analysis adds it to the
+row's params). Ranks go round robin over the instances by default, so PingPong's ranks 0 and 1 sit
+on different instances whenever there are two or more.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..model import EnvSpec, Sample
+from . import mpijob
+from .base import MetricSpec, Param, RunContext, Workload
+
+OPS = ("pingpong", "bcast", "reduce", "allreduce")
+MAX_BYTES = 1 << 30  # vb-mpibench's limit (MPI int counts)
+
+
+def _size(value: Any) -> int:
+    """Bytes: a whole number or one with a binary suffix K, M, G (as vb-mpibench reads them)."""
+    if isinstance(value, bool):
+        raise ValueError
+    if isinstance(value, int):
+        n = value
+    else:
+        m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", str(value), re.IGNORECASE)
+        if not m:
+            raise ValueError(f"{value!r} is not a size such as 4096, 64K, 4M or 1G")
+        n = int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
+    if not 0 <= n <= MAX_BYTES:
+        raise ValueError(f"{n} bytes is outside 0 .. 1G")
+    return n
+
+
+_size.__name__ = "size"
+
+
+def sizes(op: str, min_bytes: int, max_bytes: int) -> list[int]:
+    """The sizes vb-mpibench measures: 0, then powers of two from max(min, 1 or 4) to max."""
+    size = 1
+    while size < max(min_bytes, 4 if op in ("reduce", "allreduce") else 1):
+        size *= 2
+    out = [0]
+    while size <= max_bytes:
+        out.append(size)
+        size *= 2
+    return out
+
+
+class MPIBench(Workload):
+    name = "mpi"
+    description = "MPI PingPong, Bcast, Reduce, Allreduce over message sizes (IMB methodology), across instances"
+    series_key = "bytes"
+    params = (
+        Param("op", str, list(OPS), "operation", choices=OPS),
+        Param("min_bytes", _size, 1, "smallest non-zero message size (rounded up to a power of two; 0 is always "
+              "measured)"),
+        Param("max_bytes", _size, 1 << 22, "largest message size (K, M, G suffixes are binary); at most 1G"),
+        *mpijob.cluster_params(ranks=2, instances=1),
+        Param("map_by", str, "node", "rank placement: node = round robin over instances (IMB: one rank per node), "
+              "slot = fill each instance in turn", choices=("node", "slot")),
+        Param("time_budget", float, 0.2, "seconds per size when calibrating the iteration count", min=0.001, max=60),
+        Param("iterations", int, 0, "fixed calls per size; 0 = calibrated from time_budget", min=0, max=1_000_000),
+    )
+    metrics = (
+        MetricSpec("time_us", "us", False, "t_avg: PingPong half round trip, or a collective's mean time per call "
+                   "(mean over ranks; t_min/t_max in metadata)"),
+        MetricSpec("bandwidth_mbps", "MB/s", True, "bytes / t_avg with 1 MB = 10^6 bytes (IMB's throughput)"),
+    )
+
+    def validate(self, params: dict[str, Any]) -> None:
+        if params["op"] == "pingpong" and params["ranks"] < 2:
+            raise ValueError("pingpong needs at least 2 ranks")
+        if params["min_bytes"] > params["max_bytes"]:
+            raise ValueError(f"min_bytes ({params['min_bytes']}) is above max_bytes ({params['max_bytes']})")
+        mpijob.check_layout(params)
+        mpijob.check_machine_memory(self._per_rank(params) * params["ranks"],
+                                    f"{params['op']} up to {params['max_bytes']} bytes on {params['ranks']} ranks")
+
+    @staticmethod
+    def _per_rank(params: dict[str, Any]) -> float:
+        return 2.0 * params["max_bytes"] + mpijob.MPI_RUNTIME_PER_RANK  # send + receive buffers
+
+    def check_capacity(self, params: dict[str, Any], env: EnvSpec) -> list[str]:
+        per = params["ranks"] // params["instances"]
+        return mpijob.capacity_problems(params, env, self._per_rank(params) * per,
+                                        f"{params['op']} up to {params['max_bytes']} bytes")
+
+    def roles(self, params: dict[str, Any]) -> dict[str, int]:
+        return {"node": params["instances"]}
+
+    def timeout(self, params: dict[str, Any]) -> float:
+        n = len(sizes(params["op"], params["min_bytes"], params["max_bytes"]))
+        # calibration probes + warm-up + the budget per size, and the biggest messages at ~20 MB/s
+        big = sum(s for s in sizes(params["op"], params["min_bytes"], params["max_bytes"])) / 20e6
+        per_size = params["time_budget"] * 3 if not params["iterations"] else 1.0
+        return n * (per_size + 0.5) + big * 12 + 120
+
+    def execute(self, instances, params: dict[str, Any], ctx: RunContext) -> str:
+        cl = mpijob.get_cluster(instances, params)
+        argv = [cl.launcher.bin("vb-mpibench"), params["op"], "--min-bytes", str(params["min_bytes"]),
+                "--max-bytes", str(params["max_bytes"]), "--time-budget", str(params["time_budget"])]
+        if params["iterations"]:
+            argv += ["--iterations", str(params["iterations"])]
+        return mpijob.run(cl, argv, params, ctx, "vb-mpibench", map_by=params["map_by"])
+
+    def parse(self, raw: str, params: dict[str, Any]) -> list[Sample]:
+        records, harness = mpijob.read_output(raw)
+        recs = [r for r in records if "op" in r]
+        if not recs:
+            raise ValueError("vb-mpibench printed no records")
+        want = sizes(params["op"], params["min_bytes"], params["max_bytes"])
+        if [r.get("bytes") for r in recs] != want:
+            raise ValueError(f"vb-mpibench measured sizes {[r.get('bytes') for r in recs]}, expected {want}")
+        meta = mpijob.harness_metadata(harness)
+        out = []
+        for r in recs:
+            missing = {"op", "bytes", "ranks", "iterations", "t_min_us", "t_avg_us", "t_max_us", "mbps"} - set(r)
+            if missing:
+                raise ValueError(f"vb-mpibench record lacks {', '.join(sorted(missing))}")
+            if r["op"] != params["op"] or r["ranks"] != params["ranks"]:
+                raise ValueError(f"vb-mpibench ran {r['op']} on {r['ranks']} ranks, expected {params['op']} on "
+                                 f"{params['ranks']}")
+            m = {**meta, "bytes": r["bytes"], "t_min_us": r["t_min_us"], "t_max_us": r["t_max_us"],
+                 "iterations": r["iterations"], "kernel_version": r.get("version")}
+            out.append(Sample("time_us", r["t_avg_us"], "us", False, m))
+            if r["bytes"] and r["t_avg_us"] > 0:
+                # bytes per microsecond = MB/s (10^6 bytes); from t_avg (1 ns resolution) rather than the
+                # printed mbps (3 decimals), so tiny messages do not round to 0
+                out.append(Sample("bandwidth_mbps", r["bytes"] / r["t_avg_us"], "MB/s", True, dict(m)))
+        return out

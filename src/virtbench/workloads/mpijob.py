@@ -1,0 +1,161 @@
+"""What the MPI workloads (npb, mpi, hpa) share: cluster parameters, capacity checks, one mpirun
+with memory-pressure detection around it, and reading the output back.
+
+A repetition's raw output is the tool's stdout followed by one line `{"virtbench": {...}}` holding
+what the harness saw (placement, mpirun options, memory counters), so parsers stay pure and the
+stored raw output explains itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from .. import cluster
+from ..conditions.base import ConditionUnavailable
+from ..drivers.base import Instance
+from ..errors import WorkloadFailed
+from ..model import EnvSpec
+from .base import Param, RunContext
+
+MB = 1024 * 1024
+# Open MPI's own footprint per rank (libraries, shared-memory segments), beyond the kernel's data.
+MPI_RUNTIME_PER_RANK = 48 * MB
+
+
+class ShapeMismatch(ConditionUnavailable):
+    """This environment's shape does not make the cluster shape a cell asks for (total_vcpus):
+    the cell is skipped there, with this reason, and runs where the shape fits."""
+
+
+def cluster_params(ranks: Any = 1, instances: Any = 1) -> tuple[Param, ...]:
+    return (
+        Param("ranks", int, ranks, "MPI ranks in total (spread evenly over the instances)", min=1, max=1024),
+        Param("instances", int, instances, "instances of the environment in the cluster", min=1, max=64),
+    )
+
+
+TOTAL_VCPUS = Param("total_vcpus", int, 0, "constant-total-cores comparison: run only where instances x vCPUs "
+                    "per instance equals this (skipped elsewhere); 0 = run everywhere", min=0, max=4096)
+THREADS = Param("threads", int, 1, "OpenMP threads per rank (hybrid MPI + OpenMP)", min=1, max=256)
+
+
+def machine_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def mem_available() -> int | None:
+    """MemAvailable of this machine in bytes (None when unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def human(n: float) -> str:
+    return f"{n / 1024**3:.2f} GiB" if n >= 1024**3 else f"{n / MB:.0f} MiB"
+
+
+def check_layout(params: dict[str, Any], threads: int = 1) -> None:
+    """Rank counts the cluster can run at all; ValueError naming the parameter."""
+    ranks, inst = params["ranks"], params["instances"]
+    if ranks % inst:
+        raise ValueError(f"ranks ({ranks}) must be a multiple of instances ({inst}): each instance gets the same "
+                         "number of ranks")
+    limit = cluster.OVERSUBSCRIBE_LIMIT * machine_cores()
+    if ranks * threads > limit:
+        raise ValueError(f"ranks x threads = {ranks * threads} is far above this machine's {machine_cores()} cores "
+                         f"(at most {limit}, {cluster.OVERSUBSCRIBE_LIMIT} per core, are accepted)")
+    total = params.get("total_vcpus") or 0
+    if total and total % inst:
+        raise ValueError(f"total_vcpus ({total}) must be a multiple of instances ({inst})")
+
+
+def check_machine_memory(need: float, what: str) -> None:
+    """Every instance of a run shares this machine's memory: refuse what cannot fit at all."""
+    avail = mem_available()
+    if avail is not None and need > avail:
+        raise ValueError(f"{what} needs about {human(need)}, but this machine has only {human(avail)} available")
+
+
+def capacity_problems(params: dict[str, Any], env: EnvSpec, need_per_instance: float, what: str,
+                      threads: int = 1) -> list[str]:
+    """Checks that need the environment's shape (the runner's check before anything starts)."""
+    problems = []
+    inst, per = params["instances"], params["ranks"] // params["instances"]
+    shape = env.shape
+    avail = mem_available()
+    if shape.memory_mb:
+        if need_per_instance > shape.memory_mb * MB:
+            problems.append(f"{what} needs about {human(need_per_instance)} per instance ({per} rank(s)), but the "
+                            f"shape {shape.name} gives {shape.memory_mb} MB")
+        if avail is not None and env.driver != "host" and inst * shape.memory_mb * MB > avail:
+            problems.append(f"{inst} instances x {shape.memory_mb} MB ({shape.name}) do not fit in this machine's "
+                            f"{human(avail)} available memory")
+    if shape.vcpus and per * threads > cluster.OVERSUBSCRIBE_LIMIT * shape.vcpus:
+        problems.append(f"{per} rank(s) x {threads} thread(s) per instance is far above the shape's "
+                        f"{shape.vcpus} vCPU(s)")
+    return problems
+
+
+def get_cluster(instances: dict[str, list[Instance]], params: dict[str, Any]) -> cluster.Cluster:
+    nodes = instances["node"][:params["instances"]]
+    cl = cluster.get(nodes)
+    total = params.get("total_vcpus") or 0
+    if total and sum(cl.vcpus) != total:
+        raise ShapeMismatch(f"cluster shape {len(nodes)} x {cl.vcpus[0]} vCPU(s) = {sum(cl.vcpus)} vCPUs here, "
+                            f"this cell compares arrangements of {total}")
+    return cl
+
+
+def run(cl: cluster.Cluster, argv: list[str], params: dict[str, Any], ctx: RunContext, tool: str, *,
+        threads: int = 1, map_by: str = "slot", extra: dict[str, Any] | None = None) -> str:
+    """One mpirun with memory counters read before and after; raw output for the parser."""
+    before = cl.memory_snapshot()
+    job = cl.run(argv, params["ranks"], threads=threads, map_by=map_by, timeout=ctx.timeout)
+    after = cl.memory_snapshot()
+    pressure = cluster.memory_pressure(before, after)
+    if not job.ok:
+        reason = cluster.tool_error(job.result, tool)
+        if pressure["warnings"]:
+            reason += " | " + " | ".join(pressure["warnings"])
+        raise WorkloadFailed(reason, job.result.stdout[-4000:] + job.result.stderr[-4000:])
+    record = {**cl.metadata(job, threads), **pressure, **(extra or {})}
+    return job.result.stdout.rstrip("\n") + "\n" + cluster.dumps_record(record) + "\n"
+
+
+def read_output(raw: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(the tool's JSON records, the harness record); ValueError on unreadable lines."""
+    records, harness = [], {}
+    for line in raw.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"unreadable JSON line {line[:80]!r}: {exc}") from None
+        if set(rec) == {"virtbench"}:
+            harness.update(rec["virtbench"])  # later harness lines (e.g. result digests) add to the first
+        else:
+            records.append(rec)
+    return records, harness
+
+
+def harness_metadata(harness: dict[str, Any]) -> dict[str, Any]:
+    """Sample metadata from the harness record: placement, cluster facts, memory pressure, warnings."""
+    keep = ("cluster_mode", "cluster_instances", "placement", "ranks_per_instance", "threads_per_rank",
+            "instance_vcpus", "oversubscribed", "machine_oversubscribed", "mpirun", "memory_pressure", "memory")
+    meta = {k: harness[k] for k in keep if k in harness}
+    warnings = list(harness.get("warnings") or [])
+    if harness.get("oversubscription"):
+        warnings.append(harness["oversubscription"])
+    elif harness.get("oversubscribed"):  # records written before the sentence was
+        warnings.append("oversubscribed: ranks x threads exceed the vCPUs; ranks wait for each other's CPU")
+    meta["warnings"] = warnings
+    return meta

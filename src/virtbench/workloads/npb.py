@@ -1,0 +1,150 @@
+"""NAS Parallel Benchmark kernels EP, CG, MG, FT and IS through virtbench's own `vb-npb` (native/npb),
+on a cluster of instances (study 000 item 5, study 001 items 3-4).
+
+A failed verification is a result, not a lost one: the samples are kept with `verified: false` and
+a warning saying which check failed. The rank rules and memory estimates below mirror the kernels'
+own `check`/`mem_per_rank` functions (native/npb/*.c), so bad input is refused before anything
+starts; vb-npb still checks again at run time against each node's real memory.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..model import EnvSpec, Sample
+from . import mpijob
+from .base import MetricSpec, Param, RunContext, Workload
+
+KERNELS = ("ep", "cg", "mg", "ft", "is")
+CLASSES = ("S", "W", "A", "B")
+MB = mpijob.MB
+
+# Class sizes from native/npb/classes.h.
+EP_M = {"S": 24, "W": 25, "A": 28, "B": 30}
+CG_NA = {"S": (1400, 7), "W": (7000, 8), "A": (14000, 11), "B": (75000, 13)}
+MG_N = {"S": 32, "W": 128, "A": 256, "B": 256}
+FT_N = {"S": (64, 64, 64), "W": (128, 128, 32), "A": (256, 256, 128), "B": (512, 256, 256)}
+IS_LOG2 = {"S": (16, 11), "W": (20, 16), "A": (23, 19), "B": (25, 21)}
+# Seconds one repetition may take, by class, on one core of a slow, loaded machine (x ranks' share).
+CLASS_SECONDS = {"S": 30, "W": 120, "A": 900, "B": 3600}
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def max_ranks(kernel: str, cls: str) -> int:
+    if kernel == "ep":
+        return 1 << (EP_M[cls] - 16)
+    if kernel == "cg":
+        return CG_NA[cls][0] // 2
+    if kernel == "mg":
+        return MG_N[cls] // 2
+    if kernel == "ft":
+        return min(FT_N[cls][1:])
+    return 1 << 10
+
+
+def rank_problem(kernel: str, cls: str, ranks: int) -> str | None:
+    """Why `kernel` class `cls` cannot run on `ranks` ranks, or None."""
+    if kernel != "ep" and not _pow2(ranks):
+        return f"{kernel} needs a power-of-two number of ranks (1, 2, 4, 8, ...), got {ranks}"
+    if ranks > max_ranks(kernel, cls):
+        return f"{kernel} class {cls} can use at most {max_ranks(kernel, cls)} ranks, got {ranks}"
+    return None
+
+
+def mem_per_rank(kernel: str, cls: str, ranks: int) -> float:
+    """Bytes one rank needs (the kernel's estimate + Open MPI's own)."""
+    if kernel == "ep":
+        need = 1.0 * MB
+    elif kernel == "cg":
+        na, nonzer = CG_NA[cls]
+        n, k = float(na), nonzer + 1.0
+        need = (n * k * k / ranks * 1.3 * 12 + n * k * 12 + n * 4 + n / ranks * 8 + 2 * n * 8 + 5 * n / ranks * 8)
+    elif kernel == "mg":
+        n = float(MG_N[cls])
+        need = (n + 2) ** 2 * (n / ranks + 2) * 8 * (3 + 2 / 7 * 1.3) + MB
+    elif kernel == "ft":
+        nx, ny, nz = FT_N[cls]
+        need = nx * ny * nz / ranks * (4 * 16 + 8) + 4 * MB
+    else:
+        keys, maxkey = IS_LOG2[cls]
+        need = 4 * (2**keys / ranks) * 7 + 4 * 2**maxkey + MB
+    return need + 32 * MB + mpijob.MPI_RUNTIME_PER_RANK
+
+
+class NPB(Workload):
+    name = "npb"
+    description = "NAS Parallel Benchmark kernels (EP, CG, MG, FT, IS; classes S-B) with MPI (+ OpenMP), verified"
+    params = (
+        Param("kernel", str, list(KERNELS), "NPB kernel", choices=KERNELS),
+        Param("class", str, "S", "problem class", choices=CLASSES),
+        *mpijob.cluster_params(ranks=1, instances=1),
+        mpijob.THREADS,
+        mpijob.TOTAL_VCPUS,
+    )
+    metrics = (
+        MetricSpec("mops", "Mop/s", True, "millions of operations per second, by the NPB operation counts"),
+        MetricSpec("time", "s", False, "time of the timed section (slowest rank)"),
+    )
+
+    def validate(self, params: dict[str, Any]) -> None:
+        kernel, cls, ranks, threads = params["kernel"], params["class"], params["ranks"], params["threads"]
+        problem = rank_problem(kernel, cls, ranks)
+        if problem:
+            raise ValueError(problem)
+        if kernel == "is" and threads > 1:
+            raise ValueError("is runs one thread per rank; threads must be 1 (use more ranks instead)")
+        mpijob.check_layout(params, threads)
+        mpijob.check_machine_memory(mem_per_rank(kernel, cls, ranks) * ranks,
+                                    f"{kernel} class {cls} on {ranks} rank(s)")
+
+    def check_capacity(self, params: dict[str, Any], env: EnvSpec) -> list[str]:
+        per = params["ranks"] // params["instances"]
+        need = mem_per_rank(params["kernel"], params["class"], params["ranks"]) * per
+        return mpijob.capacity_problems(params, env, need, f"{params['kernel']} class {params['class']}",
+                                        params["threads"])
+
+    def roles(self, params: dict[str, Any]) -> dict[str, int]:
+        return {"node": params["instances"]}
+
+    def timeout(self, params: dict[str, Any]) -> float:
+        cores = min(params["ranks"] * params["threads"], mpijob.machine_cores())
+        over = max(1.0, params["ranks"] * params["threads"] / mpijob.machine_cores())
+        return CLASS_SECONDS[params["class"]] * over * max(1.0, 4 / math.sqrt(cores)) + 60
+
+    def execute(self, instances, params: dict[str, Any], ctx: RunContext) -> str:
+        cl = mpijob.get_cluster(instances, params)
+        argv = [cl.launcher.bin("vb-npb"), params["kernel"], params["class"], "--threads", str(params["threads"])]
+        return mpijob.run(cl, argv, params, ctx, "vb-npb", threads=params["threads"])
+
+    def parse(self, raw: str, params: dict[str, Any]) -> list[Sample]:
+        records, harness = mpijob.read_output(raw)
+        recs = [r for r in records if "kernel" in r]
+        if len(recs) != 1:
+            raise ValueError(f"expected one JSON record from vb-npb, got {len(recs)}")
+        rec = recs[0]
+        missing = {"kernel", "class", "ranks", "threads", "time_s", "mops", "verified"} - set(rec)
+        if missing:
+            raise ValueError(f"vb-npb record lacks {', '.join(sorted(missing))}")
+        want = (params["kernel"], params["class"], params["ranks"], params["threads"])
+        got = (rec["kernel"], rec["class"], rec["ranks"], rec["threads"])
+        if got != want:
+            raise ValueError(f"vb-npb ran kernel/class/ranks/threads {got}, expected {want}")
+        if not isinstance(rec["verified"], bool):
+            raise ValueError(f"vb-npb 'verified' is {rec['verified']!r}, not true or false")
+        meta = mpijob.harness_metadata(harness)
+        verify = rec.get("verify") or {}
+        meta.update(verified=rec["verified"], verify=verify, size=rec.get("size"), iterations=rec.get("iterations"),
+                    kernel_version=rec.get("version"))
+        if not rec["verified"]:
+            failed = [c for c in rec.get("checks") or [verify] if c and not c.get("passed", False)] or [verify]
+            what = "; ".join(f"{c.get('check')} = {c.get('value')!r}, reference {c.get('reference')!r}, "
+                             f"relative error {c.get('rel_err', float('nan')):.3g} > {c.get('epsilon')}"
+                             for c in failed[:3])
+            meta["warnings"] = [f"verification FAILED ({what}): the result is wrong, its time means nothing",
+                                *meta["warnings"]]
+        return [Sample("mops", rec["mops"], "Mop/s", True, dict(meta)),
+                Sample("time", rec["time_s"], "s", False, dict(meta))]

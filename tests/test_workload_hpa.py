@@ -1,0 +1,161 @@
+"""The hpa workload: mining through the runner equals the single-process reference miner
+(tests/hpa_reference.py) for 2 supports x 2 rank counts, the data is placed per rank on its
+instance's storage and removed afterwards, the parser on a captured output, and bad input."""
+
+import hashlib
+import importlib.util
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from virtbench import analysis, paths, shapes, suite, workloads
+from virtbench.drivers.base import DriverContext
+from virtbench.drivers.host import HostDriver
+from virtbench.errors import UserError
+from virtbench.model import EnvSpec, Shape
+from virtbench.runner import Runner
+from virtbench.store import Store
+from virtbench.workloads import hpa, mpijob
+from virtbench.workloads.base import RunContext
+
+HERE = Path(__file__).parent
+DATA = HERE / "data" / "mpiwl"
+D, N = 10000, 500  # small enough for the reference miner (a second or two per support)
+
+needs_mpi = pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI (mpirun) not installed")
+
+
+def _reference():
+    spec = importlib.util.spec_from_file_location("hpa_reference", HERE / "hpa_reference.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _sha(lines):
+    return hashlib.sha256("".join(line + "\n" for line in lines).encode()).hexdigest()
+
+
+@needs_mpi
+def test_mining_equals_the_reference_miner(tmp_path):
+    ref = _reference()
+    gen = tmp_path / "d"
+    subprocess.run([str(paths.native_bin_dir() / "vb-questgen"), "--transactions", str(D), "--items", str(N),
+                    "--out", str(gen)], check=True, capture_output=True, timeout=60)
+    transactions = ref.read_transactions(str(gen))
+    expected = {}
+    for support in (0.01, 0.02):
+        frequent = ref.apriori(transactions, ref.min_count_for(support, len(transactions)))
+        expected[support] = (len(frequent), _sha(ref.itemset_lines(frequent)),
+                             _sha(ref.rule_lines(frequent, 0.5)))
+
+    store = Store(tmp_path / "r.sqlite")
+    m = suite.adhoc("hpa", {"transactions": str(D), "items": str(N), "support": "0.01,0.02", "ranks": "1,2",
+                            "instances": "1"}, ["host"], repeat=1)
+    m.policy.warmup = 0
+    run_id = Runner(store, m).start()
+    rows = [r for r in analysis.results(store, run_id)["results"] if r["metric"] in ("time", "frequent_itemsets")]
+    assert len(rows) == 8, [r.get("warnings") for r in analysis.results(store, run_id)["results"]]
+    for r in rows:
+        count, itemsets_sha, rules_sha = expected[r["params"]["support"]]
+        assert r["metadata"]["itemsets_sha256"] == itemsets_sha, r["params"]
+        assert r["metadata"]["rules_sha256"] == rules_sha, r["params"]
+        if r["metric"] == "frequent_itemsets":
+            assert r["median"] == count
+        else:
+            assert r["median"] > 0 and r["unit"] == "s"
+        passes = r["metadata"]["passes"]
+        assert len(passes) == r["metadata"]["pass_count"] >= 2
+        assert sum(p["frequent"] for p in passes) == count
+        assert r["metadata"]["bytes_exchanged"] == sum(p["bytes_sent"] for p in passes)
+        assert (r["metadata"]["bytes_exchanged"] > 0) == (r["params"]["ranks"] > 1)
+    scaling = analysis.results(store, run_id)["scaling"]["efficiency"]
+    assert {(e["params"]["support"], e["ranks"]) for e in scaling} == {(s, p) for s in (0.01, 0.02) for p in (1, 2)}
+
+
+@needs_mpi
+def test_each_rank_reads_its_share_from_its_instance_and_nothing_stays(tmp_path):
+    """2 instances x 1 rank: rank r's file lives in instance r's storage dir; all removed afterwards."""
+    insts = HostDriver(DriverContext("t", tmp_path)).provision(
+        EnvSpec("host", "host", shapes.resolve("native"), {"scratch": ""}), 2, "node")
+    try:
+        wl = workloads.get("hpa")
+        params = {"transactions": 2000, "items": 100, "support": 0.02, "confidence": 0.5, "ranks": 2,
+                  "instances": 2, "avg_size": 10.0, "pattern_size": 4.0, "seed": 3, "total_vcpus": 0}
+        raw = wl.execute({"node": insts}, params, RunContext(timeout=120))
+        time_, count = wl.parse(raw, params)
+        dirs = time_.metadata["data_dirs"]
+        assert set(dirs) == {i.name for i in insts}
+        assert all(dirs[i.name].startswith(i.scratch_dir()) for i in insts)
+        assert [p["ranks"] for p in time_.metadata["placement"]] == [[0], [1]]
+        assert count.value > 0 and time_.metadata["generator"]["transactions"] == 2000
+        for inst in insts:  # data and rank links removed
+            assert list(Path(inst.scratch_dir()).glob("vb-hpa-*")) == []
+    finally:
+        for i in insts:
+            i.teardown()
+
+
+def test_parse_captured_output():
+    wl = workloads.get("hpa")
+    params = {"transactions": 20000, "items": 1000, "support": 0.01, "confidence": 0.5, "ranks": 2, "instances": 2,
+              "avg_size": 10.0, "pattern_size": 4.0, "seed": 1, "total_vcpus": 0}
+    time_, count = wl.parse((DATA / "hpa_d20k_s0.01_np2_2inst_host.raw").read_text(), params)
+    assert (time_.metric, time_.unit, time_.higher_is_better) == ("time", "s", False)
+    assert (count.metric, count.value) == ("frequent_itemsets", 490)
+    meta = time_.metadata
+    assert meta["pass_count"] == len(meta["passes"]) == 4 and meta["min_count"] == 200
+    assert meta["passes"][0] == {"pass": 1, "candidates": 1000, "frequent": meta["passes"][0]["frequent"],
+                                 "time_s": meta["passes"][0]["time_s"], "bytes_sent": 0}
+    assert len(meta["itemsets_sha256"]) == 64 and meta["rules"] > 0
+    with pytest.raises(ValueError, match="expected 20000 on 4"):
+        wl.parse((DATA / "hpa_d20k_s0.01_np2_2inst_host.raw").read_text(), {**params, "ranks": 4})
+
+
+@pytest.mark.parametrize("support", ["0", "-0.1", "1.5", "nan"])
+def test_support_outside_0_1_is_refused(support):
+    with pytest.raises(UserError, match=r"support must be a fraction in \(0, 1\]"):
+        suite.adhoc("hpa", {"support": support}, ["host"])
+
+
+def test_support_of_one_and_counts_with_suffixes_are_fine():
+    (cell,) = suite.adhoc("hpa", {"support": "1", "transactions": "20k"}, ["host"]).cells
+    assert cell["params"]["support"] == 1.0 and cell["params"]["transactions"] == 20000
+    assert workloads.get("hpa").param("transactions").coerce("1M") == 1_000_000
+
+
+def test_dataset_too_big_for_memory_or_disk(monkeypatch):
+    monkeypatch.setattr(mpijob, "mem_available", lambda: 256 * mpijob.MB)
+    with pytest.raises(UserError, match="mining 20000000 transactions on 1 rank.* needs about"):
+        suite.adhoc("hpa", {"transactions": "20M"}, ["host"])
+    problems = hpa.HPA().check_capacity(
+        {"transactions": 20_000_000, "items": 1000, "support": 0.007, "confidence": 0.5, "ranks": 4, "instances": 4,
+         "avg_size": 10.0, "pattern_size": 4.0, "seed": 1}, EnvSpec("c", "container", Shape("small", 1, 128, 1)))
+    assert any("per instance" in p for p in problems)
+    monkeypatch.setattr(hpa.shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(1 << 30, 1 << 29, 1 << 20))
+    monkeypatch.setattr(mpijob, "mem_available", lambda: 1 << 40)
+    with pytest.raises(UserError, match=r"the dataset \(.*\) does not fit"):
+        suite.adhoc("hpa", {"transactions": "1M"}, ["host"])
+
+
+def test_data_size_estimate_is_close_to_the_generator():
+    # vb-questgen: 1M transactions, 1000 items, T=10 -> 39,304,413 bytes (measured)
+    assert hpa.data_bytes(1_000_000, 1000, 10) == pytest.approx(39_304_413, rel=0.05)
+
+
+@needs_mpi
+def test_a_share_that_does_not_fit_the_storage_fails_before_generating(tmp_path, monkeypatch):
+    from virtbench.errors import WorkloadFailed
+    insts = HostDriver(DriverContext("t", tmp_path)).provision(
+        EnvSpec("host", "host", shapes.resolve("native"), {"scratch": ""}), 1, "node")
+    monkeypatch.setattr(hpa, "data_bytes", lambda *a: 1e18)  # an exabyte per instance
+    try:
+        params = {"transactions": 2000, "items": 100, "support": 0.02, "confidence": 0.5, "ranks": 1,
+                  "instances": 1, "avg_size": 10.0, "pattern_size": 4.0, "seed": 3, "total_vcpus": 0}
+        with pytest.raises(WorkloadFailed, match="does not fit in the .* kB free"):
+            workloads.get("hpa").execute({"node": insts}, params, RunContext(timeout=60))
+        assert list(Path(insts[0].scratch_dir()).glob("vb-hpa-*")) == []
+    finally:
+        insts[0].teardown()
