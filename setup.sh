@@ -13,6 +13,10 @@ APT_PACKAGES=(
   podman runc uidmap mmdebstrap e2fsprogs
   openmpi-bin libopenmpi-dev
   fio sysbench stress-ng iperf3 bonnie++ procps iproute2 systemd
+  wrk nginx-light
+  sockperf nbdkit libnbd-bin fuse3 qemu-utils qemu-block-extra tgt util-linux mount
+  chromium librsvg2-bin
+  qemu-system-x86 openssh-client
 )
 
 missing=()

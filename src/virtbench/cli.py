@@ -189,12 +189,26 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
 
 
 def _show(store: Store, run_id: str, as_json: bool) -> None:
+    if store.run(run_id)["spec"].get("kind") == "boot":  # a `virtbench boot` run: its own table
+        from . import boot as boot_mod
+
+        data = boot_mod.results(store, run_id)
+        if as_json:
+            _emit_json(data)
+        else:
+            boot_mod.render(out, data)
+        return
     data = analysis.results(store, run_id)
     if as_json:
         _emit_json(data)
         return
     out.print(f"run [bold]{data['run_id']}[/bold] ({data['status']}), suite {data['suite']}, "
               f"baseline [bold]{data['baseline']}[/bold]")
+    for env in store.environments(data["run_id"]):  # a VM's accelerator: KVM, or TCG emulation
+        if env["facts"].get("accelerator"):
+            note = env["facts"].get("accelerator_note") or "hardware virtualization"
+            out.print(f"{env['name']}: QEMU accelerator [bold]{env['facts']['accelerator']}[/bold] ({note})",
+                      highlight=False)
     if not data["results"]:
         out.print("[yellow]this run has no results yet[/yellow]")
         return
@@ -229,15 +243,43 @@ def show(run_id, db, as_json) -> None:
 @click.argument("run_b")
 @click.option("--db", help=DB_HELP)
 @click.option("--json", "as_json", is_flag=True)
-def compare(run_a, run_b, db, as_json) -> None:
+@click.option("--html", "html_file", type=click.Path(dir_okay=False),
+              help="also write the comparison as an HTML file")
+def compare(run_a, run_b, db, as_json, html_file) -> None:
     """Compare RUN_B against RUN_A, matching workload, parameters, metric and environment."""
     data = analysis.compare(_store(db), run_a, run_b)
+    if html_file:
+        from . import report
+
+        report.write_compare(_store(db), run_a, run_b, html_file)
+        err.print(f"wrote {html_file}", highlight=False)
     if as_json:
         _emit_json(data)
     elif not data["results"]:
         out.print("the two runs have no (workload, params, metric, environment) in common")
     else:
         render.compare_table(out, data)
+
+
+@cli.command("report")
+@click.argument("run_ids", nargs=-1, required=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False),
+              help="file to write [default: virtbench-report-RUN_ID.html; Markdown goes to stdout]")
+@click.option("--format", "fmt", type=click.Choice(["html", "md"]), default="html", show_default=True)
+@click.option("--figures", "figures_dir", type=click.Path(file_okay=False),
+              help="also write each chart as SVG and PNG here")
+@click.option("--db", help=DB_HELP)
+def report_cmd(run_ids, output, fmt, figures_dir, db) -> None:
+    """Write one self-contained report (HTML, or Markdown tables) of one or more stored runs."""
+    from . import report
+
+    if output is None and fmt == "html":
+        output = f"virtbench-report-{run_ids[0]}.html"
+    text = report.write(_store(db), list(run_ids), output, fmt=fmt, figures_dir=figures_dir)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        err.print(f"wrote {output}" + (f" and the figures in {figures_dir}" if figures_dir else ""), highlight=False)
 
 
 @cli.command()
@@ -256,6 +298,110 @@ def export(run_id, fmt, output, db) -> None:
         err.print(f"wrote {output}")
     else:
         click.echo(text, nl=False)
+
+
+def _options(items: tuple[str, ...]) -> dict[str, str]:
+    opts = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--option {item!r} is not KEY=VALUE", "for example: --option devices=emulated-disk")
+        opts[key.strip()] = value.strip()
+    return opts
+
+
+@cli.command("boot")
+@click.option("--driver", "driver", default="vm", show_default=True, help="environment driver: vm, container ...")
+@click.option("--concurrency", "-c", help="instances started at once, comma list [default: 1,4,8]")
+@click.option("--image-size", "-s", help="comma list of image sizes (2G, 512M, auto) [default: auto]")
+@click.option("--image-mode", "-m", help="comma list of copy, overlay, reflink [default: overlay]")
+@click.option("--shape", help="comma list of instance shapes [default: m1.small]")
+@click.option("--repeat", "-r", type=click.IntRange(1, 1000), help="rounds per cell [default: 5]")
+@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
+              help="driver option, e.g. devices=emulated-disk, accel=tcg. Repeatable.")
+@click.option("--suite", help="a boot suite file (e.g. suites/nii-boot.toml) instead of the flags above")
+@click.option("--timeout", type=click.FloatRange(1, 7200), default=600, show_default=True,
+              help="seconds one instance may take to become ready")
+@click.option("--db", help=DB_HELP)
+@click.option("--json", "as_json", is_flag=True, help="print the results (every instance's phases) as JSON")
+def boot_cmd(driver, concurrency, image_size, image_mode, shape, repeat, options, suite, timeout, db,
+             as_json) -> None:
+    """Provisioning time: start instances (concurrency x image size x mode x shape, repeated) and
+    time each phase from request to ready, with millisecond resolution."""
+    from . import boot as boot_mod
+
+    opts = _options(options)
+    if suite:
+        grid = boot_mod.load_suite(suite)
+        if repeat:
+            grid.repeat = repeat
+    else:
+        grid = boot_mod.grid_from_args(driver, concurrency, image_size, image_mode, shape, repeat, opts)
+    if grid.driver == "vm":
+        grid.options.setdefault("ready_timeout", timeout)
+    store = _store(db)
+    command = "virtbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+    class Events(boot_mod.BootEvents):
+        def __init__(self, progress: Progress):
+            self.progress = progress
+            self.task = progress.add_task("preparing", total=None)
+
+        def planned(self, rounds: int) -> None:
+            self.progress.update(self.task, total=rounds, description="booting")
+
+        def round(self, cell, rep, results) -> None:
+            p = cell["params"]
+            ok = sum(r["status"] == "ok" for r in results)
+            self.progress.update(self.task, advance=1, description=f"x{p['concurrency']} {p['image_size']} "
+                                 f"{p['image_mode']} {p['shape']} round {rep + 1}: {ok}/{len(results)} ready")
+            for r in results:
+                if r["status"] == "failed":
+                    self.progress.console.print(f"[red]failed start[/red]: {(r['reason'] or '').splitlines()[0]}",
+                                                highlight=False)
+
+        def note(self, message: str) -> None:
+            self.progress.console.print(f"[yellow]{message}[/yellow]", highlight=False)
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        runner = boot_mod.BootRunner(store, grid, events=Events(progress), command=command, timeout=timeout)
+        try:
+            run_id = runner.run()
+        except KeyboardInterrupt:
+            progress.stop()
+            err.print("\ninterrupted; every instance was torn down", highlight=False)
+            sys.exit(130)
+    _show(store, run_id, as_json)
+
+
+@cli.command("check")
+@click.option("--driver", "driver", default="vm", show_default=True, help="vm or container")
+@click.option("--count", "-n", type=click.IntRange(2, 64), default=4, show_default=True,
+              help="instances started at once in the first check")
+@click.option("--shape", default="m1.small", show_default=True, help="instance shape")
+@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help="driver option. Repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="print each check's name, passed, detail as JSON")
+def check_cmd(driver, count, shape, options, as_json) -> None:
+    """Lifecycle checks: start N at once, reboot several in one call, attach a disk to a running
+    instance, snapshot a running instance and boot from the snapshot."""
+    from . import checks
+
+    log = (lambda m: None) if as_json else (lambda m: err.print(f"[dim]{m}[/dim]", highlight=False))
+    data = checks.run_checks(driver, count=count, shape=shape, options=_options(options), log=log)
+    if as_json:
+        _emit_json(data)
+    else:
+        head = f"lifecycle checks, driver {data['driver']}"
+        if data.get("accelerator"):
+            head += f", accelerator {data['accelerator']}"
+        out.print(head, highlight=False)
+        for c in data["checks"]:
+            mark = ("[yellow]skip[/yellow]" if c["passed"] is None else
+                    "[green]pass[/green]" if c["passed"] else "[red]FAIL[/red]")
+            out.print(f"{mark} {c['name']} ({c['seconds']:.1f} s): {c['detail']}", highlight=False)
+    if not data["passed"]:
+        sys.exit(1)
 
 
 @cli.command("workloads")

@@ -18,6 +18,9 @@ TOOLS = {
     "podman": ("podman runc", "runs the container environment"),
     "mpicc": ("libopenmpi-dev", "builds the MPI kernels"),
     "mpirun": ("openmpi-bin", "runs MPI workloads"),
+    "qemu-system-x86_64": ("qemu-system-x86", "runs the vm environment"),
+    "qemu-img": ("qemu-utils", "makes the vm environment's instance disks"),
+    "ssh": ("openssh-client", "runs commands in VMs"),
 }
 
 
@@ -43,6 +46,32 @@ def checks() -> list[dict[str, Any]]:
             out.append({"name": f"driver {name}", "ok": not problems,
                         "detail": "; ".join(p.what for p in problems) or "ready",
                         "fix": "; ".join(p.fix for p in problems)})
+    out += _condition_checks()
+    return out
+
+
+def _condition_checks() -> list[dict[str, Any]]:
+    """Storage targets and network conditions: which work here, and why not where they do not."""
+    out = []
+    try:
+        from .conditions import hostnet, storage
+
+        for kind, (ok, why) in storage.availability().items():
+            out.append({"name": f"storage {kind}", "ok": ok, "detail": "ready" if ok else why,
+                        "fix": "" if ok else "cells with this target are skipped with this reason"})
+        proxy = (paths.native_bin_dir() / hostnet.PROXY_BIN).exists()
+        for key, kind in (("delay_ms", "netem"), ("rate_mbit", "tbf")):
+            ok, why = hostnet.tc_supports(kind)
+            if ok:
+                detail, fix = f"tc {kind}", ""
+            elif proxy:
+                detail, fix = f"user-space proxy ({why})", ""
+            else:
+                detail, fix = f"neither tc {kind} ({why}) nor the proxy", "make -C native"
+            out.append({"name": f"condition {key}", "ok": ok or proxy, "detail": detail, "fix": fix})
+    except Exception as exc:  # a broken check must not hide the others
+        out.append({"name": "conditions", "ok": False, "detail": f"{type(exc).__name__}: {exc}",
+                    "fix": "report this as a bug"})
     return out
 
 

@@ -8,7 +8,11 @@ from typing import Any
 from ..drivers.base import Instance
 from .base import Applied, Condition, ConditionUnavailable
 
-REGISTRY: dict[str, str] = {}
+REGISTRY: dict[str, str] = {
+    "storage": "virtbench.conditions.storage:Storage",
+    "delay_ms": "virtbench.conditions.network:Delay",
+    "rate_mbit": "virtbench.conditions.network:Rate",
+}
 
 
 def names() -> list[str]:

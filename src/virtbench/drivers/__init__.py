@@ -9,6 +9,7 @@ from .base import Driver, DriverContext, Instance
 REGISTRY: dict[str, str] = {
     "host": "virtbench.drivers.host:HostDriver",
     "container": "virtbench.drivers.container:ContainerDriver",
+    "vm": "virtbench.drivers.vm:VmDriver",
 }
 
 

@@ -8,6 +8,16 @@ from .base import MetricSpec, Param, RunContext, Workload
 
 REGISTRY: dict[str, str] = {
     "system": "virtbench.workloads.system:SystemSuite",
+    "npb": "virtbench.workloads.npb:NPB",
+    "mpi": "virtbench.workloads.mpi:MPIBench",
+    "hpa": "virtbench.workloads.hpa:HPA",
+    "web": "virtbench.workloads.web:Web",
+    "fio": "virtbench.workloads.fio:Fio",
+    "iozone-like": "virtbench.workloads.iozone:IozoneLike",
+    "dd": "virtbench.workloads.ddsweep:DdSweep",
+    "bonnie": "virtbench.workloads.bonnie:Bonnie",
+    "iperf": "virtbench.workloads.iperf:Iperf",
+    "netrr": "virtbench.workloads.netrr:NetRR",
 }
 
 

@@ -1,0 +1,689 @@
+"""`virtbench boot`: how long a platform takes to give you a usable instance.
+
+A grid of shape x image size x image mode x concurrency, repeated. One *round* of a cell starts
+`concurrency` instances at the same moment (threads released by a barrier), waits until each is
+ready or has failed, tears them all down, and records every instance's phase timestamps. Rounds
+are interleaved across cells (rep 1 of every cell, then rep 2 ...), so drift hits all cells alike.
+
+Phases are seconds from the instance's `requested` mark: created, running, init, ready (see
+drivers/base.py PHASES), plus teardown (its own duration). Timestamps come from events the driver
+observes (QMP greeting and RESUME event, console marker lines, the first successful command), so
+they have millisecond resolution, unlike tools that poll every 1-2 s.
+
+Storage: a boot run is an ordinary run in the results store (suite name "boot", spec kind "boot").
+Each grid cell is a cell of workload "boot" with params {concurrency, image_size, image_mode,
+shape}; each instance start is one attempt (repetition = round x concurrency + slot), ok or failed
+with its reason; its phases are samples (metric = phase, unit s, lower is better) whose metadata
+holds the instance's metadata (accelerator ...) and absolute timestamps; the instance row keeps
+the whole lifecycle. So `virtbench runs/show/export` and the Python API see boot runs like any
+other, and a failed start is data, as in the first study.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import os
+import shlex
+import threading
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import drivers, image, procs, shapes
+from .conditions.base import ConditionUnavailable
+from .drivers.base import DriverContext, Instance
+from .errors import UserError
+from .model import EnvSpec, Sample
+from .store import Store, canonical
+from .workloads.base import MetricSpec, Param, Workload
+
+PHASES = ("created", "running", "init", "ready")
+METRICS = PHASES + ("teardown",)
+STATS = ("min", "median", "p90", "p95", "max", "mean")
+DEFAULT_SHAPE = "m1.small"
+BOOT_TIMEOUT = 600.0
+
+
+@dataclass
+class Grid:
+    driver: str
+    concurrency: list[int] = field(default_factory=lambda: [1, 4, 8])
+    image_sizes: list[str] = field(default_factory=lambda: ["auto"])
+    image_modes: list[str] = field(default_factory=lambda: ["overlay"])
+    shapes: list[str] = field(default_factory=lambda: [DEFAULT_SHAPE])
+    repeat: int = 5
+    options: dict[str, Any] = field(default_factory=dict)
+    name: str = "boot"
+    published: dict[str, Any] = field(default_factory=dict)  # from a suite file, for the report
+    size_notes: dict[str, str] = field(default_factory=dict)  # our size -> what it stands for
+
+    def cells(self) -> list[dict[str, Any]]:
+        out = []
+        for shape, size, mode, conc in itertools.product(self.shapes, self.image_sizes, self.image_modes,
+                                                          self.concurrency):
+            params = {"concurrency": conc, "image_size": size, "image_mode": mode, "shape": shape}
+            key = hashlib.sha1(canonical(["boot", self.driver, params, self.options]).encode()).hexdigest()[:16]
+            out.append({"key": key, "workload": "boot", "params": params, "condition": {}})
+        return out
+
+
+# -- the grid from CLI flags or a suite file ------------------------------------------------------
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--concurrency {text!r}: give whole numbers such as 1,4,8") from None
+    if not values or any(v < 1 or v > 256 for v in values):
+        raise UserError(f"--concurrency {text!r}: each value must be 1 to 256")
+    return values
+
+
+def _list(text: str | list | None) -> list[str]:
+    if text is None:
+        return []
+    if isinstance(text, list):
+        return [str(x) for x in text]
+    return [x.strip() for x in str(text).split(",") if x.strip()]
+
+
+def grid_from_args(driver: str, concurrency: str | None, image_size: str | None, image_mode: str | None,
+                   shape: str | None, repeat: int | None, options: dict[str, str]) -> Grid:
+    if driver not in drivers.REGISTRY:
+        raise UserError(f"unknown driver '{driver}'", "valid drivers: " + ", ".join(drivers.names()))
+    g = Grid(driver)
+    if concurrency:
+        g.concurrency = _ints(concurrency)
+    if image_size:
+        g.image_sizes = _list(image_size)
+    if image_mode:
+        g.image_modes = _list(image_mode)
+    if shape:
+        g.shapes = _list(shape)
+    if repeat:
+        g.repeat = repeat
+    g.options = _coerce_options(driver, options)
+    _validate(g)
+    return g
+
+
+def _coerce_options(driver: str, raw: dict[str, Any]) -> dict[str, Any]:
+    spec = drivers.driver_class(driver).options
+    out = {}
+    for key, value in raw.items():
+        if key not in spec:
+            raise UserError(f"the {driver} driver has no option '{key}'",
+                            "its options: " + (", ".join(sorted(spec)) or "none"))
+        if key in ("image_mode", "image_size"):
+            raise UserError(f"set {key} with --{key.replace('_', '-')}, not as an option")
+        opt = spec[key]
+        try:
+            value = opt.type(value) if not isinstance(value, opt.type) else value
+        except (TypeError, ValueError):
+            raise UserError(f"option {key}={value!r} is not a valid {opt.type.__name__}") from None
+        if opt.choices and value not in opt.choices:
+            raise UserError(f"option {key}={value!r} is not one of {', '.join(map(str, opt.choices))}")
+        out[key] = value
+    return out
+
+
+def _validate(g: Grid) -> None:
+    from .vm import disk
+
+    for mode in g.image_modes:
+        if mode not in disk.MODES:
+            raise UserError(f"image mode '{mode}' is unknown", "use: " + ", ".join(disk.MODES))
+    for size in g.image_sizes:
+        try:
+            disk.parse_size(size)
+        except ValueError as exc:
+            raise UserError(f"image size: {exc}") from None
+    for s in g.shapes:
+        try:
+            shapes.resolve(s)
+        except KeyError:
+            raise UserError(f"unknown shape '{s}'", "valid shapes: " + ", ".join(shapes.names())) from None
+    if g.repeat < 1:
+        raise UserError("--repeat must be at least 1")
+
+
+def load_suite(path: str | Path) -> Grid:
+    """A boot suite file: [boot] with the grid, optional [boot.options], [published] tables."""
+    path = Path(path)
+    if not path.exists():
+        candidate = Path(__file__).resolve().parents[2] / "suites" / f"{path.name}.toml"
+        if path.suffix == "" and candidate.exists():
+            path = candidate
+        else:
+            raise UserError(f"suite file {path} does not exist", "e.g. suites/nii-boot.toml")
+    try:
+        doc = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not valid TOML: {exc}") from None
+    b = doc.get("boot")
+    if not isinstance(b, dict):
+        raise UserError(f"{path}: no [boot] table; this is not a boot suite",
+                        "run workload suites with: virtbench run FILE")
+    allowed = {"name", "description", "driver", "concurrency", "image_size", "image_mode", "shape", "repeat",
+               "options", "scale", "published_sizes_gb"}
+    unknown = set(b) - allowed
+    if unknown:
+        raise UserError(f"{path}: unknown key(s) in [boot]: {', '.join(sorted(unknown))}",
+                        "valid keys: " + ", ".join(sorted(allowed)))
+    g = Grid(str(b.get("driver", "vm")), name=str(b.get("name", path.stem)))
+    if g.driver not in drivers.REGISTRY:
+        raise UserError(f"{path}: unknown driver {g.driver!r}", "valid drivers: " + ", ".join(drivers.names()))
+    if "concurrency" in b:
+        g.concurrency = _ints(",".join(map(str, b["concurrency"])) if isinstance(b["concurrency"], list)
+                              else str(b["concurrency"]))
+    if "published_sizes_gb" in b:
+        g.image_sizes, g.size_notes = _scaled_sizes(g, b["published_sizes_gb"], float(b.get("scale", 1.0)))
+    elif "image_size" in b:
+        g.image_sizes = _list(b["image_size"])
+    if "image_mode" in b:
+        g.image_modes = _list(b["image_mode"])
+    if "shape" in b:
+        g.shapes = _list(b["shape"])
+    if "repeat" in b:
+        g.repeat = int(b["repeat"])
+    g.options = _coerce_options(g.driver, b.get("options", {}))
+    g.published = doc.get("published", {})
+    _validate(g)
+    return g
+
+
+def _scaled_sizes(g: Grid, published: list, scale: float) -> tuple[list[str], dict[str, str]]:
+    """Published sizes (GB) x scale, as sizes in MiB; sizes below the smallest image are raised to it."""
+    from .vm import disk
+
+    smallest = None
+    if g.driver == "vm":
+        with contextlib.suppress(Exception):
+            smallest = disk.min_size(disk.ensure_boot(image.require()))
+    sizes, notes = [], {}
+    for gb in published:
+        want = int(float(gb) * scale * (1 << 30))
+        got = max(want, smallest or 0)
+        mib = -(-got // (1 << 20))
+        text = f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
+        note = f"published {gb:g} GB x {scale:g}"
+        if smallest and want < smallest:
+            note += f" = {disk.format_size(want)}, raised to the smallest image"
+        if text in notes:
+            notes[text] += f"; {note}"
+        else:
+            sizes.append(text)
+            notes[text] = note
+    return sizes, notes
+
+
+# -- running the grid -------------------------------------------------------------------------------
+
+class BootEvents:
+    def planned(self, rounds: int) -> None: ...
+    def round(self, cell: dict, rep: int, results: list[dict]) -> None: ...
+    def note(self, message: str) -> None: ...
+
+
+def _env_for(g: Grid, params: dict, driver) -> EnvSpec:
+    opts = {k: o.default for k, o in drivers.driver_class(g.driver).options.items()}
+    opts.update(g.options)
+    if "image_mode" in opts:
+        opts["image_mode"] = params["image_mode"]
+    if "image_size" in opts:
+        opts["image_size"] = params["image_size"]
+    shape = shapes.resolve(params["shape"])
+    return EnvSpec(g.driver, g.driver, shape, opts)
+
+
+def _container_unavailable(params: dict) -> str | None:
+    if params["image_mode"] != "overlay":
+        return (f"image mode {params['image_mode']} does not apply to containers: every container starts "
+                "from a copy-on-write layer of the engine's image store (that is the overlay mode)")
+    return None
+
+
+class BootRunner:
+    def __init__(self, store: Store, grid: Grid, *, events: BootEvents | None = None, command: str = "",
+                 timeout: float = BOOT_TIMEOUT):
+        self.store = store
+        self.grid = grid
+        self.events = events or BootEvents()
+        self.command = command
+        self.timeout = timeout
+        self.run_id: str | None = None
+        self.context: DriverContext | None = None
+        self.driver = None
+        self.extra: dict[str, Any] = {}
+
+    def spec(self) -> dict[str, Any]:
+        g = self.grid
+        envs = [{"name": g.driver, "driver": g.driver, "shape": shapes.resolve(g.shapes[0]).as_dict(),
+                 "options": g.options}]
+        return {"kind": "boot", "name": g.name, "path": None, "description": f"boot times, {g.driver} driver",
+                "baseline": g.driver, "environments": envs, "cells": g.cells(),
+                "policy": {"warmup": 0, "min_repetitions": g.repeat, "max_repetitions": g.repeat,
+                           "ci_target": 1.0, "time_budget": None, "timeout": self.timeout},
+                "boot": {"driver": g.driver, "concurrency": g.concurrency, "image_sizes": g.image_sizes,
+                         "image_modes": g.image_modes, "shapes": g.shapes, "repeat": g.repeat,
+                         "options": g.options, "published": g.published, "size_notes": g.size_notes}}
+
+    def run(self) -> str:
+        g = self.grid
+        self.run_id = self.store.create_run(self.spec(), suite_name="boot", suite_path=None, baseline=g.driver,
+                                            command=self.command)
+        import tempfile
+
+        workdir = Path(tempfile.mkdtemp(prefix=f"virtbench-{self.run_id}-"))
+        try:
+            info = image.require() if drivers.driver_class(g.driver).needs_image else None
+            self.context = DriverContext(self.run_id, workdir, info)
+            self.driver = drivers.make(g.driver, self.context)
+            for name in self.driver.cleanup_stale():
+                self.events.note(f"removed a leftover of an earlier run: {name}")
+            problems = self.driver.check()
+            if problems:
+                raise UserError("the {} driver cannot run here:\n  ".format(g.driver)
+                                + "\n  ".join(f"{p.what} (fix: {p.fix})" for p in problems))
+            cells = g.cells()
+            skipped = self._prepare(cells)
+            self.events.planned(len([c for c in cells if c["key"] not in skipped]) * g.repeat)
+            facts_saved = False
+            for rep in range(g.repeat):
+                for cell in cells:
+                    if cell["key"] in skipped:
+                        continue
+                    results = self._round(cell, rep)
+                    if not facts_saved and any(r["status"] == "ok" for r in results):
+                        self._save_facts(results)
+                        facts_saved = True
+                    self.events.round(cell, rep, results)
+            self.store.set_status(self.run_id, "completed")
+        except KeyboardInterrupt:
+            self.store.set_status(self.run_id, "interrupted", "interrupted; instances were torn down")
+            raise
+        except BaseException as exc:
+            self.store.set_status(self.run_id, "failed", f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            import shutil
+
+            shutil.rmtree(workdir, ignore_errors=True)
+        return self.run_id
+
+    def _prepare(self, cells: list[dict]) -> dict[str, str]:
+        """Build what every cell needs before timing anything (base disks: 'cached on the node');
+        cells that cannot run here are recorded as skipped, with the reason."""
+        skipped: dict[str, str] = {}
+        for cell in cells:
+            p = cell["params"]
+            reason = None
+            if self.grid.driver == "vm":
+                from .vm import disk
+
+                env = _env_for(self.grid, p, self.driver)
+                try:
+                    settings = self.driver.settings(env)
+                    disk.ensure_base(self.context.image, settings["size_bytes"],
+                                     log=lambda m: self.events.note(m))
+                    if p["image_mode"] == "reflink":
+                        base_dir = disk.artifacts_dir(self.context.image.hash)
+                        reason = disk.reflink_problem(base_dir, self.driver.run_dir())
+                    self.extra.setdefault("accelerator", settings["accel"])
+                except ConditionUnavailable as exc:
+                    reason = str(exc)
+            elif self.grid.driver == "container":
+                reason = _container_unavailable(p)
+                if reason is None and p["image_size"] not in ("auto", "", None):
+                    try:
+                        _padded_container_image(self.driver, self.context.image, p["image_size"],
+                                                lambda m: self.events.note(m))
+                    except ConditionUnavailable as exc:
+                        reason = str(exc)
+            if reason:
+                skipped[cell["key"]] = reason
+                self.store.record_attempt(self.run_id, cell, self.grid.driver, 0, warmup=False, status="skipped",
+                                          started=time.time(), ended=time.time(), reason=reason)
+                self.events.note(f"skipped {_cell_label(cell)}: {reason}")
+        return skipped
+
+    def _save_facts(self, results: list[dict]) -> None:
+        meta = next(r["metadata"] for r in results if r["status"] == "ok")
+        env = self.spec()["environments"][0]
+        self.store.save_environment(self.run_id, self.grid.driver, self.grid.driver, env, meta)
+
+    def _round(self, cell: dict, rep: int) -> list[dict]:
+        p = cell["params"]
+        conc = p["concurrency"]
+        env = _env_for(self.grid, p, self.driver)
+        driver = self.driver
+        context = self.context
+        if self.grid.driver == "container" and p["image_size"] not in ("auto", "", None):
+            info = _padded_container_image(driver, context.image, p["image_size"], lambda m: None)
+            driver = drivers.make("container", DriverContext(context.run_id, context.workdir, info))
+        barrier = threading.Barrier(conc)
+        slots: list[dict] = [{} for _ in range(conc)]
+        instances: list[Instance | None] = [None] * conc
+
+        def start(k: int) -> None:
+            out = slots[k]
+            try:
+                barrier.wait(timeout=300)
+            except threading.BrokenBarrierError:
+                out.update(status="failed", reason="another start of this round failed before it began")
+                return
+            t0 = time.time()
+            out["t0"] = t0
+            try:
+                (inst,) = driver.provision(env, 1, "boot")
+                instances[k] = inst
+                out.update(status="ok", lifecycle=dict(inst.lifecycle), metadata=inst.metadata(), name=inst.name)
+            except ConditionUnavailable as exc:
+                out.update(status="skipped", reason=str(exc))
+            except Exception as exc:  # noqa: BLE001 - a failed start is data
+                lc = getattr(exc, "lifecycle", None) or {"requested": t0}
+                out.update(status="failed", reason=str(exc), lifecycle=dict(lc), failed_after=time.time() - t0)
+
+        threads = [threading.Thread(target=start, args=(k,), daemon=True) for k in range(conc)]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+        except BaseException:
+            # Ctrl-C: instances still booting belong to no slot yet; a driver that can, stops them all.
+            close = getattr(driver, "close", None)
+            if close:
+                close()
+            raise
+        finally:
+            # Tear everything down (also on Ctrl-C), timing each teardown.
+            for k in range(conc):
+                inst = instances[k]
+                if inst is not None:
+                    try:
+                        inst.teardown()
+                    except Exception as exc:  # noqa: BLE001
+                        self.events.note(f"teardown of {inst.name} failed: {exc}")
+                    slots[k]["lifecycle"] = dict(inst.lifecycle)
+        results = []
+        for k, out in enumerate(slots):
+            results.append(self._record(cell, rep, k, conc, out))
+        return results
+
+    def _record(self, cell: dict, rep: int, slot: int, conc: int, out: dict) -> dict:
+        lc = out.get("lifecycle") or {}
+        status = out.get("status", "failed")
+        rel = relative(lc)
+        meta = dict(out.get("metadata") or {})
+        meta.update({"round": rep, "slot": slot, "concurrency": conc, "timestamps": lc})
+        found = []
+        if status == "ok":
+            found = [Sample(m, v, "s", False) for m, v in rel.items() if m in METRICS]
+        reason = out.get("reason")
+        if status == "failed" and reason:
+            reason = reason.strip()
+        started = lc.get("requested", out.get("t0", time.time()))
+        # The raw observation of a start is its lifecycle: kept for failed starts too (how far it got).
+        raw = json.dumps({"instance": out.get("name"), "round": rep, "slot": slot, "lifecycle": lc,
+                          "accelerator": meta.get("accelerator")}, sort_keys=True)
+        self.store.record_attempt(self.run_id, cell, self.grid.driver, rep * conc + slot, warmup=False,
+                                  status=status, started=started, ended=time.time(),
+                                  reason=reason.splitlines()[0][:500] if reason else None,
+                                  detail=reason, raw=raw, samples_=found, sample_metadata=meta)
+        if lc:
+            self.store.save_instance(self.run_id, self.grid.driver, out.get("name") or f"round{rep}-slot{slot}",
+                                     "boot", lc, meta)
+        return {"status": status, "reason": reason, "seconds": rel, "timestamps": lc, "metadata": meta,
+                "name": out.get("name"), "round": rep, "slot": slot}
+
+
+def relative(lc: dict[str, float]) -> dict[str, float]:
+    """Phase -> seconds after `requested`; teardown -> its own duration."""
+    out = {}
+    req = lc.get("requested")
+    if req is None:
+        return out
+    for phase in PHASES:
+        if phase in lc:
+            out[phase] = lc[phase] - req
+    if "teardown_start" in lc and "teardown_end" in lc:
+        out["teardown"] = lc["teardown_end"] - lc["teardown_start"]
+    return out
+
+
+def _cell_label(cell: dict) -> str:
+    p = cell["params"]
+    return f"concurrency {p['concurrency']}, size {p['image_size']}, mode {p['image_mode']}, shape {p['shape']}"
+
+
+def _padded_container_image(driver, info: image.ImageInfo, size: str, log: Callable[[str], None]) -> image.ImageInfo:
+    """The guest image plus a layer of `size` random bytes, committed under its own tag (cached)."""
+    from .drivers import container
+    from .vm import disk
+
+    nbytes = disk.parse_size(size)
+    tarball_bytes = info.tarball.stat().st_size
+    pad = nbytes - tarball_bytes
+    if pad <= 0:
+        raise ConditionUnavailable(f"image size {size} is smaller than the container image "
+                                   f"({disk.format_size(tarball_bytes)})")
+    padded = image.ImageInfo(f"{info.hash}-pad{nbytes}", info.tarball, info.manifest)
+    engine = driver.engine_for({})
+    cli = engine.cli()
+    # Known to the engine already: tell the container driver so it neither imports nor prunes it.
+    known = (engine.cmd, padded.tag)
+    if procs.run([*cli, "image", "inspect", padded.tag], timeout=60).ok:
+        container._imported.add(known)
+        return padded
+    log(f"building a {size} container image (padding with {disk.format_size(pad)} of random data)")
+    name = f"vb-pad-{os.getpid()}-{nbytes}"
+    # head -c from /dev/urandom inside the container: incompressible bytes in a new layer.
+    script = (f"mkdir -p {shlex.quote(os.path.dirname(disk.PAD_PATH))} && "
+              f"head -c {pad} /dev/urandom > {shlex.quote(disk.PAD_PATH)}")
+    res = procs.run([*cli, "run", "--name", name, *engine.run_flags(), "--pull=never", info.tag, "sh", "-c",
+                     script], timeout=3600)
+    try:
+        if not res.ok:
+            raise UserError(f"padding the container image failed: {res.describe_failure()}")
+        res = procs.run([*cli, "commit", "-q", name, padded.tag], timeout=3600)
+        if not res.ok:
+            raise UserError(f"podman commit of the padded image failed: {res.describe_failure()}")
+    finally:
+        procs.run([*cli, "rm", "-f", name], timeout=120)
+    container._imported.add(known)
+    return padded
+
+
+# -- as a workload, for the registry -----------------------------------------------------------------
+
+class BootWorkload(Workload):
+    """Describes boot runs' samples to analysis and reports (for `workloads.REGISTRY["boot"]`).
+    It never runs inside an instance: `virtbench boot` starts the instances it times."""
+
+    name = "boot"
+    description = "time from an instance request to each lifecycle phase (virtbench boot)"
+    params = (Param("concurrency", int, 1, "instances started at once", min=1),
+              Param("image_size", str, "auto", "disk image size"),
+              Param("image_mode", str, "overlay", "copy, overlay or reflink"),
+              Param("shape", str, DEFAULT_SHAPE, "instance shape"))
+    metrics = tuple(MetricSpec(m, "s", False, "seconds the teardown took" if m == "teardown"
+                               else f"seconds from request to {m}") for m in METRICS)
+
+    def execute(self, instances, params, ctx):
+        raise NotImplementedError("boot times come from `virtbench boot`, not from a workload suite")
+
+    def parse(self, raw, params):
+        return []
+
+
+# -- results ----------------------------------------------------------------------------------------
+
+def summarize(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {k: None for k in STATS} | {"n": 0}
+    a = np.asarray(values, dtype=float)
+    return {"min": float(a.min()), "median": float(np.median(a)), "p90": float(np.percentile(a, 90)),
+            "p95": float(np.percentile(a, 95)), "max": float(a.max()), "mean": float(a.mean()), "n": int(a.size)}
+
+
+def results(store: Store, run_id: str) -> dict[str, Any]:
+    """The `virtbench boot --json` object for a stored boot run."""
+    run = store.run(run_id)
+    spec = run["spec"]
+    if spec.get("kind") != "boot":
+        raise UserError(f"run {run['id']} is not a boot run", "show it with: virtbench show " + run["id"])
+    b = spec["boot"]
+    attempts = store.attempts(run["id"])
+    samples = store.samples(run["id"])
+    by_cell: dict[str, dict[str, Any]] = {}
+    for c in spec["cells"]:
+        p = c["params"]
+        by_cell[c["key"]] = {"driver": b["driver"], "concurrency": p["concurrency"], "image_size": p["image_size"],
+                             "image_mode": p["image_mode"], "shape": p["shape"],
+                             "size_note": b.get("size_notes", {}).get(p["image_size"]),
+                             "phases": {}, "succeeded": 0, "failed": 0, "failures": [], "skipped": None,
+                             "instances": []}
+    values: dict[str, dict[str, list[float]]] = {k: {m: [] for m in METRICS} for k in by_cell}
+    accels = set()
+    for s in samples:
+        values[s["cell_key"]][s["metric"]].append(s["value"])
+    for a in attempts:
+        cell = by_cell.get(a["cell_key"])
+        if cell is None:
+            continue
+        if a["status"] == "skipped":
+            cell["skipped"] = a["reason"]
+            continue
+        try:
+            raw = json.loads(a["raw_output"] or "{}")
+        except ValueError:
+            raw = {}
+        if a["status"] == "ok":
+            cell["succeeded"] += 1
+            if raw.get("accelerator"):
+                accels.add(raw["accelerator"])
+        else:
+            cell["failed"] += 1
+            cell["failures"].append(a["reason"] or "unknown")
+        ts = raw.get("lifecycle") or {}
+        cell["instances"].append({"attempt": a["repetition"], "round": raw.get("round"), "slot": raw.get("slot"),
+                                  "instance": raw.get("instance"), "status": a["status"],
+                                  "reason": a["reason"], "timestamps": ts, "seconds": relative(ts)})
+    for key, cell in by_cell.items():
+        cell["phases"] = {m: summarize(values[key][m]) for m in METRICS}
+    out = {"run_id": run["id"], "status": run["status"], "driver": b["driver"], "name": spec.get("name"),
+           "repeat": b["repeat"], "cells": list(by_cell.values())}
+    if b["driver"] == "vm":
+        accel = sorted(accels)[0] if len(accels) == 1 else (",".join(sorted(accels)) or None)
+        out["accelerator"] = accel
+        if accel == "tcg":
+            from .drivers.vm import TCG_NOTE
+
+            out["accelerator_note"] = TCG_NOTE
+    if b.get("published"):
+        out["published"] = b["published"]
+    return out
+
+
+def render(console, data: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from .render import num
+
+    head = f"boot run [bold]{data['run_id']}[/bold] ({data['status']}), driver {data['driver']}"
+    if data.get("accelerator"):
+        head += f", accelerator [bold]{data['accelerator']}[/bold]"
+    console.print(head, highlight=False)
+    if data.get("accelerator_note"):
+        console.print(f"[yellow]{data['accelerator_note']}[/yellow]", highlight=False)
+    table = Table(title=f"seconds from request, {data['repeat']} round(s) per cell; "
+                        "median \\[min-max] p90 p95", title_justify="left", header_style="bold")
+    for col in ("shape", "size", "mode", "conc", "ok", "failed", "created", "running", "init", "ready",
+                "ready p90 / p95", "teardown"):
+        table.add_column(col, justify="right" if col not in ("shape", "mode", "size") else "left")
+    for c in data["cells"]:
+        if c["skipped"]:
+            table.add_row(c["shape"], c["image_size"], c["image_mode"], str(c["concurrency"]), "-", "-",
+                          f"[yellow]skipped: {c['skipped'][:80]}[/yellow]", "", "", "", "", "")
+            continue
+        ph = c["phases"]
+
+        def med(m: str) -> str:
+            s = ph[m]
+            return "-" if s["n"] == 0 else f"{num(s['median'], 3)} [{num(s['min'], 3)}-{num(s['max'], 3)}]"
+
+        ready = ph["ready"]
+        table.add_row(c["shape"], c["image_size"], c["image_mode"], str(c["concurrency"]), str(c["succeeded"]),
+                      f"[red]{c['failed']}[/red]" if c["failed"] else "0", med("created"), med("running"),
+                      med("init"), med("ready"),
+                      "-" if ready["n"] == 0 else f"{num(ready['p90'], 3)} / {num(ready['p95'], 3)}",
+                      "-" if ph["teardown"]["n"] == 0 else num(ph["teardown"]["median"], 3))
+    console.print(table)
+    failures = [(c, f) for c in data["cells"] for f in c["failures"]]
+    if failures:
+        console.print(f"[red]{len(failures)} failed start(s):[/red]")
+        for c, f in failures[:20]:
+            console.print(f"  concurrency {c['concurrency']} size {c['image_size']} {c['image_mode']}: {f}",
+                          highlight=False)
+    notes = {c["image_size"]: c["size_note"] for c in data["cells"] if c.get("size_note")}
+    for size, note in notes.items():
+        console.print(f"[dim]size {size}: {note}[/dim]", highlight=False)
+    if data.get("published"):
+        _render_published(console, data)
+
+
+def _render_published(console, data: dict[str, Any]) -> None:
+    """The study's Table 6/7 (mean seconds to 'running') beside ours (mean running and ready)."""
+    from rich.table import Table
+
+    from .render import num
+
+    pub = data["published"]
+    sizes = pub.get("sizes_gb", [])
+    conc = pub.get("concurrency", [])
+    mine: dict[tuple[str, int, str], dict] = {}
+    for c in data["cells"]:
+        mine[(c["image_size"], c["concurrency"], c["image_mode"])] = c
+    our_sizes = list(dict.fromkeys(c["image_size"] for c in data["cells"]))
+    modes = list(dict.fromkeys(c["image_mode"] for c in data["cells"]))
+    for version, rows in pub.get("tables", {}).items():
+        table = Table(title=f"published: {pub.get('title', '')} {version} (mean s to 'running') | ours: mean s "
+                            "to running / ready", title_justify="left", header_style="bold")
+        table.add_column("published size")
+        for k in conc:
+            table.add_column(f"{version} x{k}", justify="right")
+        table.add_column("our size")
+        for mode in modes:
+            for k in conc:
+                table.add_column(f"{mode} x{k}", justify="right")
+        for i, gb in enumerate(sizes):
+            row = [f"{gb:g} GB"] + [str(v) for v in rows.get(str(gb), rows.get(f"{gb:g}", []))]
+            ours = our_sizes[i] if i < len(our_sizes) else "-"
+            row.append(ours)
+            for mode in modes:
+                for k in conc:
+                    c = mine.get((ours, k, mode))
+                    if not c or c["skipped"]:
+                        row.append("-")
+                        continue
+                    r, d = c["phases"]["running"], c["phases"]["ready"]
+                    fail = f" ({c['failed']} failed)" if c["failed"] else ""
+                    row.append("fail" if r["n"] == 0 else f"{num(r['mean'], 3)} / {num(d['mean'], 3)}{fail}")
+            table.add_row(*row)
+        console.print(table)
+    if pub.get("note"):
+        console.print(f"[dim]{pub['note']}[/dim]", highlight=False)
+
+
+__all__ = ["Grid", "BootRunner", "BootEvents", "grid_from_args", "load_suite", "results", "render", "relative",
+           "summarize", "PHASES", "METRICS"]

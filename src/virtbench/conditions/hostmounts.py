@@ -1,0 +1,46 @@
+"""Host directories that show up inside a running container, mounts made later included.
+
+A container is created with `--mount type=bind,src=<dir>,dst=/vb-mnt,bind-propagation=rslave`,
+where <dir> is bound onto itself and made a shared mount first. A storage condition applied later
+(tmpfs, a volume, a remote disk) mounts under <dir> on the host and appears under /vb-mnt inside;
+unmounting on the host removes it inside too. This is how Kubernetes hands a pod a volume the node
+mounted. The container driver calls prepare() at create time and release() after removal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from .. import procs
+from .hostres import base_dir, is_mounted, is_root, mounts_under
+
+GUEST_DIR = "/vb-mnt"
+
+
+def prepare(instance_name: str) -> str | None:
+    """A shared host directory for this instance, or None where that cannot be made (not root)."""
+    if not is_root():
+        return None
+    d = base_dir() / "ctr" / instance_name
+    d.mkdir(parents=True, exist_ok=True)
+    if not is_mounted(d):
+        if not procs.run(["mount", "--bind", str(d), str(d)], timeout=60).ok:
+            return None
+    if not procs.run(["mount", "--make-shared", str(d)], timeout=60).ok:
+        release(str(d))
+        return None
+    return str(d)
+
+
+def release(path: str | None) -> None:
+    """Detach whatever is still mounted under the directory, then remove it."""
+    if not path:
+        return
+    for mp in mounts_under(path):
+        procs.run(["umount", "-l", mp], timeout=60)
+    with contextlib.suppress(OSError):
+        for child in Path(path).iterdir():
+            if child.is_dir() and not mounts_under(child):
+                child.rmdir()
+        Path(path).rmdir()
