@@ -512,6 +512,7 @@ class BootWorkload(Workload):
 
     name = "boot"
     description = "time from an instance request to each lifecycle phase (virtbench boot)"
+    suite_runnable = False  # `virtbench boot` runs it; a suite or --workload cannot
     params = (Param("concurrency", int, 1, "instances started at once", min=1),
               Param("image_size", str, "auto", "disk image size"),
               Param("image_mode", str, "overlay", "copy, overlay or reflink"),

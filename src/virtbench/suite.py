@@ -144,6 +144,8 @@ def adhoc(workload: str, raw_params: dict[str, str], envs: list[str], *, repeat:
         wl = workloads.get(workload)
     except KeyError:
         raise UserError(f"unknown workload '{workload}'", "valid workloads: " + ", ".join(workloads.names())) from None
+    if not getattr(wl, "suite_runnable", True):
+        raise UserError(f"workload '{workload}' is not run this way", f"use: virtbench {workload} --help")
     params = {k: [p.strip() for p in v.split(",")] if isinstance(v, str) and "," in v else v
               for k, v in raw_params.items()}
     wl_keys = {p.name for p in wl.params}
@@ -234,6 +236,8 @@ def _workload_cells(where: _Where, i: int, entry: Any, duration: float | None) -
         wl = workloads.get(name)
     except KeyError:
         raise where.error(at + ("name",), f"unknown workload {name!r}", workloads.names()) from None
+    if not getattr(wl, "suite_runnable", True):
+        raise where.error(at + ("name",), f"workload {name!r} is run by `virtbench {name}`, not by a suite")
     return _expand(where, at, wl, entry.get("params", {}), duration, entry.get("condition", {}))
 
 

@@ -113,7 +113,7 @@ class VmInstance(Instance):
         if self.s["initrd"] == "minimal":
             args.append("vb.mods=" + ",".join(mods))
         else:
-            args.append("rw")
+            args += ["rw", f"vb.nicmod={NIC_MODULES[nic_model]}"]
         if self.s["kernel_args"]:
             args.append(self.s["kernel_args"])
         return " ".join(args)

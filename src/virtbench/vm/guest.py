@@ -86,25 +86,31 @@ export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 B=/usr/bin/busybox
 read -r CMDLINE < /proc/cmdline
 arg() { for a in $CMDLINE; do case "$a" in "$1"=*) echo "${a#*=}"; return;; esac; done; }
-$B mount -t sysfs sys /sys
+[ -d /sys/kernel ] || $B mount -t sysfs sys /sys
 $B mount -t tmpfs -o mode=0755,nosuid,nodev run /run
 $B mkdir -p /dev/pts /dev/shm /run/sshd /run/vb
 $B mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts
 $B mount -t tmpfs -o mode=1777,nosuid,nodev shm /dev/shm
-$B ln -sf /proc/self/fd /dev/fd
+[ -e /dev/fd ] || $B ln -s /proc/self/fd /dev/fd
 h="$(arg vb.hostname)"
 $B hostname "${h:-vbguest}"
 key="$(arg vb.key)"
 [ -n "$key" ] && echo "ssh-ed25519 $key virtbench" > /run/vb/authorized_keys
 $B chmod 600 /run/vb/authorized_keys 2>/dev/null
+# With the image's own initramfs, nothing has loaded the NIC and RNG drivers (no udev here).
+nicmod="$(arg vb.nicmod)"
+[ -n "$nicmod" ] && modprobe -a -q "$nicmod" virtio_rng
 # sshd forks at once, then binds 0.0.0.0:22 and writes its pid file (= listening); the network
 # comes up meanwhile.
 /usr/sbin/sshd -r -f /opt/virtbench/vm/sshd_config
 $B ip link set lo up
-if $B ip link set eth0 up 2>/dev/null; then
-  $B ip addr add 10.0.2.15/24 dev eth0 && $B ip route add default via 10.0.2.2
+# eth0 with virtbench's initramfs; a udev-renamed one (ens3 ...) with the image's own.
+nic=""
+for d in /sys/class/net/*; do [ "${d##*/}" = lo ] || { nic="${d##*/}"; break; }; done
+if [ -n "$nic" ] && $B ip link set "$nic" up; then
+  $B ip addr add 10.0.2.15/24 dev "$nic" && $B ip route add default via 10.0.2.2
 else
-  echo "VIRTBENCH-FAIL no network interface eth0 (no driver for the NIC?)"
+  echo "VIRTBENCH-FAIL no network interface (no driver for the NIC?)"
 fi
 n=0
 while [ ! -s /run/sshd.pid ] && [ $n -lt 6000 ]; do $B usleep 10000; n=$((n + 1)); done
