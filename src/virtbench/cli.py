@@ -417,7 +417,8 @@ def list_workloads(as_json) -> None:
         for p in w["params"]:
             choices = f" (one of: {', '.join(map(str, p['choices']))})" if p["choices"] else ""
             out.print(f"  --param {p['name']}=...  {p['help']}; default {p['default']}{choices}", highlight=False)
-        out.print("  metrics: " + ", ".join(f"{m['name']} [{m['unit']}]" for m in w["metrics"]), highlight=False)
+        out.print("  metrics: " + ", ".join(f"{m['name']} ({m['unit']})" for m in w["metrics"]), highlight=False,
+                  markup=False)
 
 
 def main() -> None:
