@@ -84,8 +84,19 @@ def _tail(res: ExecResult, lines: int = 3) -> str:
     return " | ".join(text) or res.describe_failure()
 
 
+_picked: dict[tuple, str] = {}
+
+
 def pick_engine(choice: str = "auto") -> str:
-    """podman if installed and answering, else docker if its engine answers."""
+    """podman if installed and answering, else docker if its engine answers. A working answer is
+    kept for the process: `podman info` costs about a second, and every provision asks."""
+    key = (choice, shutil.which("podman"), shutil.which("docker"))  # a changed PATH asks again
+    if key not in _picked:
+        _picked[key] = _pick_engine(choice)
+    return _picked[key]
+
+
+def _pick_engine(choice: str) -> str:
     if choice not in ("auto", "podman", "docker"):
         raise UserError(f"unknown container engine '{choice}'", hint="use auto, podman or docker")
     podman_err = None
