@@ -97,6 +97,8 @@ def main() -> None:
     print(f"virtbench: median {statistics.median(v_rates):8.1f} MB/s  cv {stats.summarize(v_rates).cv:.1%}")
     print(f"virtbench / direct = {r.ratio:.4f}  95% CI [{r.ci_low:.4f}, {r.ci_high:.4f}]  "
           f"Mann-Whitney p = {r.p_value:.3f}")
+    paired = statistics.median(v / d for v, d in zip(v_rates, d_rates))  # neighbours share the machine's mood
+    print(f"median of the per-round ratios (paired): {paired:.4f}")
     verdict = "within" if abs(r.ratio - 1) <= 0.02 else "OUTSIDE"
     print(f"target |ratio - 1| <= 2 %: {verdict} ({(r.ratio - 1) * 100:+.2f} %)")
 
