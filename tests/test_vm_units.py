@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from virtbench.errors import UserError
 from virtbench.conditions.base import ConditionUnavailable
 from virtbench.drivers import vm as vmdrv
 from virtbench.drivers.base import DriverContext
-from virtbench.vm import disk, guest, initrd, probe, qemu, ssh
+from virtbench.vm import disk, guest, initrd, kernels, probe, qemu, ssh
 
 
 # -- the remote command string ------------------------------------------------------------------
@@ -65,6 +66,14 @@ def test_format_size():
     assert disk.format_size(None) == "auto"
 
 
+
+def test_auto_disks_are_cached_by_their_free_space():
+    # free_space (the VM's local storage) names its own base disk; the default keeps the old name
+    assert disk._disk_name(None) == disk._disk_name(None, disk.AUTO_FREE) == "disk-auto.raw"
+    assert disk._disk_name(None, 2 << 30) == f"disk-auto-free{2 << 30}.raw"
+    assert disk._disk_name(1 << 30, 2 << 30) == f"disk-{1 << 30}.raw"  # padded disks ignore it
+    assert vmdrv.VmDriver.options["free_space"].default == "512M"
+
 # -- initramfs --------------------------------------------------------------------------------------
 
 def _read_newc(data: bytes) -> dict[str, tuple[int, bytes]]:
@@ -97,6 +106,32 @@ def test_cpio_newc_entries():
     assert entries["a/b/init"] == (stat.S_IFREG | 0o755, b"#!/bin/sh\n")
     assert stat.S_ISLNK(entries["bin/sh"][0]) and entries["bin/sh"][1] == b"busybox"
     assert stat.S_ISCHR(entries["dev/console"][0])
+
+
+def test_cpio_rebuild_swaps_the_modules_only(tmp_path):
+    base = initrd.Cpio()
+    base.file("/bin/busybox", b"BB", 0o755)
+    base.chardev("/dev/console", 5, 1)
+    base.file("/modules/old.ko", b"old")
+    base.file("/modules.list", b"old\n")
+    base.file("/init", b"#!/bin/busybox sh\n", 0o755)
+    (tmp_path / "kernel/net").mkdir(parents=True)
+    (tmp_path / "kernel/net/e1000.ko").write_bytes(b"E1000")
+    (tmp_path / "kernel/net/dep.ko").write_bytes(b"DEP")
+    (tmp_path / "modules.dep").write_text("kernel/net/dep.ko:\nkernel/net/e1000.ko: kernel/net/dep.ko\n")
+    data, order, deps = initrd.rebuild(base.getvalue(), tmp_path, ("e1000", "virtio_net"))
+    assert order == ["dep", "e1000"] and deps["e1000"] == ["dep"]
+    entries = _read_newc(data)  # the test's own reader, not the module's
+    assert entries["bin/busybox"] == (stat.S_IFREG | 0o755, b"BB") and stat.S_ISCHR(entries["dev/console"][0])
+    assert entries["init"][1].startswith(b"#!") and entries["modules.list"][1] == b"dep\ne1000\n"
+    assert entries["modules/e1000.ko"][1] == b"E1000" and "modules/old.ko" not in entries
+    assert {e[0] for e in initrd.read_entries(data)} == set(entries)
+
+
+def test_generic_kernel_version_from_the_cloud_one():
+    assert kernels.generic_version("6.1.0-56-cloud-amd64") == "6.1.0-56-amd64"
+    with pytest.raises(UserError, match="not a Debian cloud kernel"):
+        kernels.generic_version("6.1.0-56-amd64")
 
 
 def test_elf_info_of_a_host_binary():

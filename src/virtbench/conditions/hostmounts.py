@@ -10,12 +10,21 @@ mounted. The container driver calls prepare() at create time and release() after
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 from pathlib import Path
 
 from .. import procs
 from .hostres import base_dir, is_mounted, is_root, mounts_under
 
 GUEST_DIR = "/vb-mnt"
+_MS_BIND, _MS_SHARED = 4096, 1 << 20  # <sys/mount.h>
+
+
+def _mount(source: str | None, target: str, flags: int) -> bool:
+    # mount(2) directly: two `mount` processes cost ~15 ms of every container start (start_overhead).
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    return libc.mount(source.encode() if source else None, target.encode(), None, flags, None) == 0
 
 
 def prepare(instance_name: str) -> str | None:
@@ -24,10 +33,9 @@ def prepare(instance_name: str) -> str | None:
         return None
     d = base_dir() / "ctr" / instance_name
     d.mkdir(parents=True, exist_ok=True)
-    if not is_mounted(d):
-        if not procs.run(["mount", "--bind", str(d), str(d)], timeout=60).ok:
-            return None
-    if not procs.run(["mount", "--make-shared", str(d)], timeout=60).ok:
+    if not is_mounted(d) and not _mount(str(d), str(d), _MS_BIND):
+        return None
+    if not _mount(None, str(d), _MS_SHARED):
         release(str(d))
         return None
     return str(d)

@@ -169,6 +169,44 @@ class Cpio:
         return out + b"\0" * (-len(out) % 512)
 
 
+def read_entries(data: bytes) -> list[tuple[str, int, bytes, tuple[int, int]]]:
+    """(name, mode, data, rdev) of each entry of a newc cpio archive (the trailer left out)."""
+    out, pos = [], 0
+    while True:
+        if data[pos:pos + 6] != b"070701":
+            raise ValueError(f"not a newc cpio archive at byte {pos}")
+        f = [int(data[pos + 6 + 8 * i:pos + 14 + 8 * i], 16) for i in range(13)]
+        mode, size, rdev, namesize = f[1], f[6], (f[9], f[10]), f[11]
+        pos += 110
+        name = data[pos:pos + namesize - 1].decode()
+        pos += namesize + (-(110 + namesize) % 4)
+        if name == "TRAILER!!!":
+            return out
+        out.append((name, mode, data[pos:pos + size], rdev))
+        pos += size + (-size % 4)
+
+
+def rebuild(base: bytes, moddir: Path, modules: tuple[str, ...]) -> tuple[bytes, list[str], dict[str, list[str]]]:
+    """The initramfs `base` (built by build()) with another kernel's modules from `moddir`: the same
+    busybox and init, so only the kernel differs between the two."""
+    cpio = Cpio()
+    for name, mode, data, rdev in read_entries(base):
+        if not (name.startswith("modules/") or name == "modules.list"):
+            cpio._entry(name, mode, data, rdev)
+    return _add_modules(cpio, moddir, modules)
+
+
+def _add_modules(cpio: Cpio, moddir: Path, modules: tuple[str, ...]) -> tuple[bytes, list[str], dict[str, list[str]]]:
+    mods, deps = module_order(moddir, modules)
+    for rel in mods:
+        if not rel.endswith(".ko"):
+            raise ValueError(f"module {rel} is compressed; this initramfs loads plain .ko files only")
+        cpio.file(f"/modules/{Path(rel).name}", (moddir / rel).read_bytes())
+    order = [_stem(m) for m in mods]
+    cpio.file("/modules.list", ("\n".join(order) + "\n").encode())
+    return cpio.getvalue(), order, deps
+
+
 def build(root: Path, kernel_version: str) -> tuple[bytes, list[str], dict[str, list[str]]]:
     """The initramfs for the unpacked image at `root`: (cpio bytes, module stems in load order,
     each module's dependencies)."""
@@ -186,13 +224,6 @@ def build(root: Path, kernel_version: str) -> tuple[bytes, list[str], dict[str, 
     for name in needed:
         dest, src = _find_lib(root, name)
         cpio.file(dest, src.read_bytes(), 0o755)
-    moddir = resolve_in_root(root, f"/usr/lib/modules/{kernel_version}")
-    mods, deps = module_order(moddir, guest.INITRD_MODULES)
-    for rel in mods:
-        if not rel.endswith(".ko"):
-            raise ValueError(f"module {rel} is compressed; this initramfs loads plain .ko files only")
-        cpio.file(f"/modules/{Path(rel).name}", (moddir / rel).read_bytes())
-    order = [_stem(m) for m in mods]
-    cpio.file("/modules.list", ("\n".join(order) + "\n").encode())
     cpio.file("/init", guest.INITRD_INIT.encode(), 0o755)
-    return cpio.getvalue(), order, deps
+    moddir = resolve_in_root(root, f"/usr/lib/modules/{kernel_version}")
+    return _add_modules(cpio, moddir, guest.INITRD_MODULES)
