@@ -27,7 +27,7 @@ _PER_SAMPLE = {"repetition", "measured_seconds", "count", "index", "instance", "
 
 def _series_key(workload: str) -> str | None:
     try:
-        return getattr(workloads.get(workload), "series_key", None)
+        return workloads.get(workload).series_key
     except KeyError:
         return None
 
@@ -58,7 +58,7 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
     failures: dict[tuple[str, str], int] = defaultdict(int)
     reasons: dict[tuple[str, str], list[str]] = defaultdict(list)
     skipped: dict[tuple[str, str], str] = {}
-    for a in store.attempts(run_id):
+    for a in store.outcomes(run_id):
         where = (a["cell_key"], a["environment"])
         if a["status"] == "skipped":
             skipped[where] = a["reason"] or "skipped"
@@ -73,15 +73,26 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
         base_values = [s["value"] for s in by_env.get(baseline, [])]
         for env, ss in by_env.items():
             values[(cell["key"], metric, env)] = [s["value"] for s in ss]
-        for env in env_order:
-            rows.append(_row(cell, metric, env, by_env.get(env, []), base_values, env == baseline,
-                             failures[(cell_key, env)], reasons[(cell_key, env)], seed))
+        # A suite entry may name its environments: rows only where the cell ran (or was meant to);
+        # without the baseline among them, a row keeps its absolute figures but gets no ratio.
+        here = [e for e in env_order if e in by_env or e in _cell_envs(cells[cell_key], env_order)]
+        for env in here:
+            row = _row(cell, metric, env, by_env.get(env, []), base_values, env == baseline,
+                       failures[(cell_key, env)], reasons[(cell_key, env)], seed)
+            if baseline not in _cell_envs(cells[cell_key], env_order) and env != baseline and row["n"]:
+                row["warnings"].append(f"no ratio: this cell does not run on the baseline ({baseline})")
+            rows.append(row)
     # Cells whose every attempt failed still deserve a line saying so.
     seen = {(r["cell_key"].split("/")[0], r["environment"]) for r in rows}
     for (cell_key, env), count in failures.items():
         if (cell_key, env) not in seen and cell_key in cells:
             rows.append(_failed_row(cells[cell_key], env, count, reasons[(cell_key, env)]))
     for (cell_key, env), reason in skipped.items():
+        # rows made for a skipped environment (the cell ran elsewhere) carry the reason too
+        for r in rows:
+            if (r["cell_key"].split("/")[0], r["environment"]) == (cell_key, env) and not r["n"]:
+                r["skipped"] = reason
+                r["warnings"].append(f"skipped: {reason}")
         if (cell_key, env) not in seen and cell_key in cells:
             row = _row(cells[cell_key], "(none)", env, [], [], False, 0, [], 0)
             row["skipped"] = reason
@@ -103,6 +114,13 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
     if scaled:
         out["scaling"] = scaled
     return out
+
+
+def _cell_envs(cell: dict, env_order: list[str]) -> list[str]:
+    """The environments a cell runs on: its suite entry's `environments`, else all of the run's."""
+    only = cell.get("environments")
+    return [e for e in env_order if not only or e in only]
+
 
 
 def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reasons, seed) -> dict[str, Any]:

@@ -17,10 +17,20 @@ Conventions shared by all functions here:
   percentile method: ``resamples`` resamples drawn with replacement at once as
   an index matrix, the statistic computed along one axis, and the
   ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles taken.
+* One set of resamples per group of values: the bootstrap medians of a group
+  are drawn from a random stream of its own, seeded by ``seed`` and a hash of
+  the values (so two different groups are resampled independently), and kept
+  in a small memo. The CI of a group's median, every ratio it enters and every
+  index it is part of reuse the same resamples instead of drawing new ones
+  (analysis of a 10,000-sample run bootstraps each group once, not ~6 times).
+  The memo changes no result: the same values, ``resamples`` and ``seed`` give
+  the same resamples whether they come from the memo or not.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -81,6 +91,38 @@ def _bootstrap_medians(x: np.ndarray, resamples: int, rng: np.random.Generator) 
     if n % 2:
         return rows[:, mid]
     return (rows[:, mid - 1] + rows[:, mid]) / 2.0
+
+
+#: Groups whose resamples are kept (about 16 kB each at 2000 resamples).
+BOOT_MEMO = 1024
+
+
+@functools.lru_cache(maxsize=BOOT_MEMO)
+def _memo_boot(data: bytes, resamples: int, seed: int, tag: int) -> np.ndarray:
+    x = np.frombuffer(data, dtype=float)
+    digest = int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+    rng = np.random.default_rng([int(seed), digest, int(tag)])
+    boot = _bootstrap_medians(x, resamples, rng)
+    boot.flags.writeable = False  # shared by every caller
+    return boot
+
+
+def _group_boot(x: np.ndarray, resamples: int, seed: int, tag: int = 0) -> np.ndarray:
+    """Bootstrap medians of one group of values (already cleaned, n >= 1), from the group's own
+    stream (``seed`` + a hash of the values + ``tag``), memoized. Read-only: do not modify."""
+    return _memo_boot(np.ascontiguousarray(x, dtype=float).tobytes(), int(resamples), int(seed), int(tag))
+
+
+def _distinct_boots(groups: list[np.ndarray], resamples: int, seed: int) -> list[np.ndarray]:
+    """Resamples of several groups, independent even where two groups hold identical values."""
+    seen: dict[bytes, int] = {}
+    out = []
+    for x in groups:
+        key = np.ascontiguousarray(x, dtype=float).tobytes()
+        tag = seen.get(key, -1) + 1
+        seen[key] = tag
+        out.append(_group_boot(x, resamples, seed, tag))
+    return out
 
 
 def _percentile_ci(boot: np.ndarray, confidence: float) -> tuple[float, float]:
@@ -153,8 +195,7 @@ def _summarize(x: np.ndarray, n: int, confidence: float, resamples: int, seed: i
     if n >= 2:
         stdev = float(np.std(x, ddof=1))
         cv = stdev / abs(mean) if mean != 0.0 else _NAN
-        rng = np.random.default_rng(seed)
-        lo, hi = _percentile_ci(_bootstrap_medians(x, resamples, rng), confidence)
+        lo, hi = _percentile_ci(_group_boot(x, resamples, seed), confidence)
     return Summary(
         n=n,
         median=median,
@@ -244,10 +285,8 @@ def ratio(
 
     lo = hi = p = _NAN
     if c.size >= 2 and b.size >= 2:
-        rng = np.random.default_rng(seed)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            c_boot = _bootstrap_medians(c, resamples, rng)
-            b_boot = _bootstrap_medians(b, resamples, rng)
+            c_boot, b_boot = _distinct_boots([c, b], resamples, seed)
             lo, hi = _percentile_ci(c_boot / b_boot, confidence)
         if math.isnan(point):
             lo = hi = _NAN
@@ -336,11 +375,10 @@ def geomean_index_ci(
 
     if any(x.size < 2 for x in tests):
         return index, _NAN, _NAN
-    rng = np.random.default_rng(seed)
     log_sum = np.zeros(int(resamples))
     with np.errstate(divide="ignore", invalid="ignore"):
-        for i, x in enumerate(tests):
-            log_sum += np.log(_bootstrap_medians(x, resamples, rng) / base[i] * 10.0)
+        for i, boot in enumerate(_distinct_boots(tests, resamples, seed)):
+            log_sum += np.log(boot / base[i] * 10.0)
     lo, hi = _percentile_ci(np.exp(log_sum / len(tests)), confidence)
     return index, lo, hi
 
@@ -360,19 +398,20 @@ def index_ratio(
     independently. An index is not a sample of one distribution, so there is no
     rank test here: ``significant`` means the CI excludes 1 (``p_value`` is NaN).
     """
-    cand, _, _ = geomean_index_ci(candidate_tests, baselines, resamples=1, seed=seed, confidence=confidence)
-    base, _, _ = geomean_index_ci(baseline_tests, baselines, resamples=1, seed=seed, confidence=confidence)
+    # Same resamples as the indexes' own CIs (memo hits), so this draws nothing new.
+    cand, _, _ = geomean_index_ci(candidate_tests, baselines, resamples=resamples, seed=seed, confidence=confidence)
+    base, _, _ = geomean_index_ci(baseline_tests, baselines, resamples=resamples, seed=seed, confidence=confidence)
     point = cand / base
     tests = [_clean(s) for s in candidate_tests] + [_clean(s) for s in baseline_tests]
     if any(x.size < 2 for x in tests):
         return Ratio(point, _NAN, _NAN, _NAN, False)
-    rng = np.random.default_rng(seed)
     log_ratio = np.zeros(int(resamples))
     k = len(baselines)
+    boots = _distinct_boots(tests, resamples, seed)  # candidate tests, then baseline tests
     with np.errstate(divide="ignore", invalid="ignore"):
         for i in range(k):
-            log_ratio += np.log(_bootstrap_medians(_clean(candidate_tests[i]), resamples, rng))
-            log_ratio -= np.log(_bootstrap_medians(_clean(baseline_tests[i]), resamples, rng))
+            log_ratio += np.log(boots[i])
+            log_ratio -= np.log(boots[k + i])
     lo, hi = _percentile_ci(np.exp(log_ratio / k), confidence)
     significant = bool(np.isfinite(lo) and np.isfinite(hi) and (lo > 1.0 or hi < 1.0))
     return Ratio(point, lo, hi, _NAN, significant)

@@ -293,6 +293,15 @@ class Store:
                                 .order_by(attempts.c.id)).mappings()
             return [dict(r) for r in rows]
 
+    def outcomes(self, run_id: str) -> list[dict[str, Any]]:
+        """The attempts that were not ok (failed, timed out, skipped) without their raw output: what
+        analysis needs of them (a 10,000-sample run has 10,000 ok attempts with output)."""
+        a = attempts
+        q = (sa.select(a.c.cell_key, a.c.environment, a.c.status, a.c.reason, a.c.warmup)
+             .where(a.c.run_id == run_id, a.c.status != "ok").order_by(a.c.id))
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(q).mappings()]
+
     def samples(self, run_id: str) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
             rows = conn.execute(sa.select(samples).where(samples.c.run_id == run_id)

@@ -69,10 +69,17 @@ def load(store: Store, run_id: str) -> RunData:
     run = store.run(run_id)  # raises UserError for an unknown or ambiguous id
     rid = run["id"]
     attempts = attempt_summary(store, rid)
-    sample_count = next((r["samples"] for r in store.runs() if r["id"] == rid), 0)
+    sample_count = count_samples(store, rid)
     return RunData(run=run, results=analysis.results(store, rid),
                    environments=store.environments(rid), instances=store.instances(rid), attempts=attempts,
                    sample_count=sample_count, timeseries=load_timeseries(store, rid, run["created_at"]))
+
+
+def count_samples(store: Store, run_id: str) -> int:
+    """Samples of this run (Store.runs() would count every run's)."""
+    s = store_mod.samples
+    with store.engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(s).where(s.c.run_id == run_id)).scalar() or 0)
 
 
 def attempt_summary(store: Store, run_id: str) -> list[dict[str, Any]]:

@@ -15,6 +15,10 @@ from ..model import Section
 # workload name -> "module:function" building its section from analysis.results() rows.
 WORKLOAD_SECTIONS: dict[str, str] = {
     "system": "virtbench.report.sections.system:build",
+    "boot": "virtbench.report.sections.boot:build",
+    "mpi": "virtbench.report.sections.mpi:build",
+    "web": "virtbench.report.sections.web:build",
+    "hpa": "virtbench.report.sections.hpa:build",
 }
 GENERIC = "virtbench.report.sections.generic:build"
 

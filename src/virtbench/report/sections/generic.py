@@ -8,10 +8,12 @@ import json
 import math
 from collections import defaultdict
 
+from ... import published
 from .. import fmt, svg
 from ..data import RunData
 from ..model import Chart, Note, Section, Table
 from .common import describe, result_table, slug, versus
+from .study import published_table
 
 MIN_POINTS = 3  # a sweep with fewer points is a comparison, not a curve
 
@@ -68,6 +70,8 @@ def build(data: RunData, rows: list[dict]) -> Section:
         if len(envs) < 2:
             section.blocks.append(Note("One environment only: there are no ratios to draw."))
     section.blocks += sweeps
+    # The studies' figures for this family, as printed (their own sections put them beside ours).
+    section.blocks += [published_table(pub) for pub in published.for_workload(workload)]
     return section
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
+from ... import published
 from .. import fmt, svg
 from ..data import RunData
 from ..model import Chart, Section, Table
@@ -28,7 +29,27 @@ def build(data: RunData) -> Section | None:
         section.blocks += _efficiency(data, workload, describe(params, condition, hide=("duration",)), rows)
     if shapes:
         section.blocks.append(_shapes(data, shapes))
+    if any(r["workload"] == "npb" for r in eff):
+        section.blocks.append(_published_npb())
     return section
+
+
+def _published_npb() -> Table:
+    """Study 000's NPB times on 2-16 VMs as speedup and efficiency relative to 2 VMs (its smallest count)."""
+    pub = published.table("000", "NPB on 2, 4, 8, 16 m1.small VMs")
+    cells = []
+    base_p = int(pub.columns[0])
+    for kernel, times in pub.rows.items():
+        for col, t in zip(pub.columns, times):
+            p = int(col)
+            s = times[0] / t if t else None
+            cells.append([kernel, col, f"{t:g}", fmt.value(s), fmt.value(s * base_p / p if s else None)])
+    return Table(f"Published: {pub.cite()}, as speedup and efficiency relative to {base_p} VMs",
+                 ["kernel", "VMs (1 rank each)", "time [s]", f"speedup T{base_p} / Tp",
+                  f"efficiency ({base_p} x T{base_p}) / (p x Tp)"],
+                 cells, numeric={1, 2, 3, 4},
+                 note=f"{pub.notes} The study had no 1-VM run, so its efficiency is relative to {base_p} VMs (1 at "
+                      f"{base_p}); ours above is relative to 1 core.")
 
 
 def _lines(data: RunData, rows: list[dict], what: str) -> list[svg.Line]:

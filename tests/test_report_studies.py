@@ -1,0 +1,210 @@
+"""The study sections of the report (boot grid, MPI, web replicas, HPA) from real short runs: the numbers
+in their HTML tables equal the stored statistics, the published figures stand beside ours, and each
+report opens in headless Chromium with no console error and no network request."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from virtbench import analysis, published
+from virtbench.report import fmt
+from virtbench.store import Store
+from virtbench.workloads import web as web_workload
+
+from test_report import html_rows
+
+BOOT_SUITE = """
+[boot]
+name = "mini-nii-boot"
+driver = "container"
+scale = 0.1                  # 2 GB -> 205M (below the container image: skipped, with the reason), 5 GB -> 512M
+published_sizes_gb = [2, 5]
+concurrency = [1, 2]
+repeat = 2
+"""
+
+
+def vb(*args, check=True):
+    res = subprocess.run([sys.executable, "-m", "virtbench.cli", *args], capture_output=True, text=True,
+                         timeout=900, env=dict(os.environ))
+    if check:
+        assert res.returncode == 0, res.stderr
+    return res
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """Real short runs on the host (mpi, hpa, web) and a container boot grid, in one store."""
+    tmp = tmp_path_factory.mktemp("studies")
+    db = str(tmp / "s.sqlite")
+    run = ["--envs", "host", "--db", db, "--json"]
+    ids = {
+        "mpi": vb("run", "--workload", "mpi", "--param", "op=pingpong,allreduce", "--param", "max_bytes=4K",
+                  "--param", "time_budget=0.005", "--repeat", "3", *run).stdout,
+        "hpa": vb("run", "--workload", "hpa", "--param", "transactions=2000,4000,8000", "--repeat", "3", *run).stdout,
+        "web": vb("run", "--workload", "web", "--param", "replicas=1,2", "--param", "duration=1", "--param",
+                  "connections=8", "--repeat", "2", *run).stdout,
+    }
+    ids = {k: json.loads(v)["run_id"] for k, v in ids.items()}
+    suite = tmp / "boot.toml"
+    suite.write_text(BOOT_SUITE)
+    boot = vb("boot", "--suite", str(suite), "--db", db, "--json", check=False)
+    ids["boot"] = json.loads(boot.stdout)["run_id"] if boot.returncode == 0 else None
+    reports = {}
+    for name, rid in ids.items():
+        if rid:
+            reports[name] = tmp / f"{name}.html"
+            vb("report", rid, "-o", str(reports[name]), "--db", db)
+    return {"db": db, "ids": ids, "reports": reports, "boot_error": boot.stderr}
+
+
+def _report(store, name):
+    if store["ids"].get(name) is None:
+        pytest.skip(f"the container boot grid did not run here: {store['boot_error'][-300:]}")
+    stored = analysis.results(Store(store["db"]), store["ids"][name])["results"]
+    return store["reports"][name], stored
+
+
+def _check_numbers(path, stored, workload):
+    """Every keyed row of the workload's tables shows the stored median and CI of its result."""
+    by_key = {(r["cell_key"], r["metric"], r["environment"]): r for r in stored}
+    seen, checked = set(), 0
+    for attrs, cells, caption in html_rows(path):
+        key = (attrs.get("data-cell"), attrs.get("data-metric"), attrs.get("data-env"))
+        if key not in by_key:
+            continue
+        r = by_key[key]
+        seen.add(key)
+        if not r["n"]:
+            continue
+        triple = [fmt.value(r["median"]), fmt.value(r["ci_low"]), fmt.value(r["ci_high"])]
+        if "what the monitor measured" in caption:
+            assert triple[0] in cells, (caption, cells, r)
+        elif caption.startswith("Published beside ours"):  # means, as the study published
+            assert fmt.value(r["mean"]) in cells, (caption, cells, r)
+        else:
+            assert any(cells[i:i + 3] == triple for i in range(len(cells))), (caption, cells, triple)
+        checked += 1
+    assert seen == {k for k, r in by_key.items() if r["workload"] == workload}, "a stored result is missing"
+    return checked
+
+
+def test_mpi_section(store):
+    path, stored = _report(store, "mpi")
+    assert _check_numbers(path, stored, "mpi") > len(stored)  # the curves and the full table
+    text = path.read_text()
+    assert "MPI PingPong: time per call against message size" in text
+    assert "MPI Allreduce: throughput against message size" in text
+    assert "message size [bytes] (log scale)" in text and "time_us [us] (log scale)" in text
+    # Our largest size beside study 001's 1 GB table, host matched with BMM, scale factor stated.
+    beside = [(a, c) for a, c, cap in html_rows(path) if cap.startswith("MPI throughput at our largest")]
+    pp = next(c for a, c in beside if c[0] == "PingPong")
+    host = next(r for r in stored if r["metric"] == "bandwidth_mbps" and r["params"]["op"] == "pingpong"
+                and r["params"]["bytes"] == 4096)
+    pub = published.table("001", "IMB throughput at 1 GB")
+    assert pp[7] == "BMM" and pp[8] == "967.3" and pp[10] == fmt.value(host["median"] / pub.value("BMM", "PingPong"))
+    assert "Our largest message is 4 KiB, the study&#39;s 1 GiB (1/262144 of it)" in text
+    assert "2233.8" in text  # the whole study table too
+
+
+def test_hpa_section(store):
+    path, stored = _report(store, "hpa")
+    _check_numbers(path, stored, "hpa")
+    text = path.read_text()
+    assert "HPA: time against transactions" in text and "study 003, HPA datasets" in text
+    assert "not the study&#39;s four sizes scaled" in text or "not the study's four sizes scaled" in text
+    assert "grows only slowly with 10-50 ms delay" in text  # the published finding
+    assert "host.cpu_util_mean" in text  # the monitor's CPU beside the time
+
+
+def test_web_section(store):
+    path, stored = _report(store, "web")
+    _check_numbers(path, stored, "web")
+    text = path.read_text()
+    assert "Web: requests/s against replicas" in text
+    count, best = web_workload.peak(stored, environment="host")
+    peak = [c for a, c, cap in html_rows(path) if cap == "Web: peak of each curve"]
+    assert peak and peak[0][2] == str(count) and peak[0][3] == fmt.value(best)
+    assert "19864.9" in text and "20512.2" in text and "94 %" in text  # study 004 beside ours
+
+
+def test_boot_section(store):
+    path, stored = _report(store, "boot")
+    _check_numbers(path, stored, "boot")
+    text = path.read_text()
+    assert "Boot grid, image mode overlay, shape m1.small: seconds to ready" in text
+    assert "Boot phases, image mode overlay, shape m1.small" in text and "<svg" in text
+    # the study's table with our scaled sizes beside it; the skipped size says why
+    assert "Published beside ours: study 000, Instance boot time" in text
+    assert "205M (published 2 GB x 0.1)" in text and "skipped: image size 205M is smaller" in text
+    ready = next(r for r in stored if r["metric"] == "ready" and r["params"]["image_size"] == "512M"
+                 and r["params"]["concurrency"] == 1)
+    running = next(r for r in stored if r["metric"] == "running" and r["cell_key"] == ready["cell_key"])
+    row = next(c for a, c, cap in html_rows(path) if cap.startswith("Published beside ours") and c[:2] == ["5 GB", "1"])
+    assert row[4:8] == ["512M", "overlay", fmt.value(running["mean"]), fmt.value(ready["mean"])]
+    assert "no scale factor is stated" in text  # containers are not the study's Xen VMs
+
+
+def test_markdown_of_study_sections(store):
+    md = vb("report", store["ids"]["mpi"], "--format", "md", "--db", store["db"]).stdout
+    assert "**MPI PingPong: time per call against message size**" in md and "<svg" not in md
+
+
+def test_study_reports_in_chromium(store, tmp_path):
+    browser_mod = pytest.importorskip("test_report_browser")
+    if not Path(browser_mod.CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=browser_mod.CHROMIUM,
+                                                   headless=True, args=browser_mod.FLAGS,
+                                                   viewport={"width": 1200, "height": 900})
+        try:
+            for name, path in store["reports"].items():
+                shot = browser_mod.SHOT_DIR / f"report-{name}-screenshot.png" if name == "mpi" else None
+                charts = browser_mod.open_report(ctx, path, shot)
+                assert charts, name
+                for c in charts:
+                    assert c["width"] > 300 and c["height"] > 50 and c["shapes"] >= 2 and c["table"], (name, c)
+        finally:
+            ctx.close()
+
+
+def test_study_sections_with_only_failures(tmp_path):
+    """A real MPI run whose kernel always fails (a stand-in vb-mpibench with markup in its error): the report
+    says what is missing, escapes the tool's text, and every study section copes with failure-only rows."""
+    from virtbench import paths
+    from virtbench.report import build, emit
+    from virtbench.report.data import load
+    from virtbench.report.model import Document
+    from virtbench.report.sections import boot, hpa, mpi, web
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for f in paths.native_bin_dir().iterdir():
+        if f.name != "vb-mpibench":
+            (fake / f.name).symlink_to(f)
+    (fake / "vb-mpibench").write_text("#!/bin/sh\necho 'vb-mpibench: <b>broken</b> & failing' >&2\nexit 3\n")
+    (fake / "vb-mpibench").chmod(0o755)
+    db = str(tmp_path / "f.sqlite")
+    res = subprocess.run([sys.executable, "-m", "virtbench.cli", "run", "--workload", "mpi", "--param", "op=pingpong",
+                          "--param", "max_bytes=1K", "--envs", "host", "--repeat", "2", "--db", db, "--json"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "VIRTBENCH_BIN": str(fake)})
+    assert res.returncode == 0, res.stderr
+    run_id = json.loads(res.stdout)["run_id"]
+    out = tmp_path / "failed.html"
+    vb("report", run_id, "-o", str(out), "--db", db)
+    text = out.read_text()
+    assert "This run has no samples" in text and "No throughput results in this run" in text
+    assert "<b>broken</b>" not in text and "&lt;b&gt;broken&lt;/b&gt; &amp; failing" in text
+    data = load(Store(db), run_id)
+    rows = data.results["results"]
+    assert rows and all(not r["n"] for r in rows)
+    sections = [mod.build(data, rows) for mod in (boot, hpa, mpi, web)]
+    doc = build.document(Store(db), [run_id])
+    doc.parts[0].sections += sections
+    assert "Traceback" not in emit(Document(doc.title, doc.generated_at, doc.parts), None)
