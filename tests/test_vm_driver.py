@@ -160,6 +160,26 @@ def test_bad_kernel_argument_is_a_failure_with_console_tail(guest_image, tmp_pat
     assert driver._run_dir is None and not driver._live  # nothing of it left on disk
 
 
+def test_emulated_devices_boot_the_generic_kernel_with_e1000(guest_image, tmp_path):
+    """devices=emulated: IDE disk and e1000 NIC, which need Debian's generic kernel (fetched once)."""
+    driver = _driver(guest_image, tmp_path)
+    env = EnvSpec("vm", "vm", Shape("t", 1, 256), {"devices": "emulated", "ready_timeout": 240.0})
+    (inst,) = driver.provision(env)
+    try:
+        res = inst.exec(["sh", "-c", "uname -r; basename $(readlink -f /sys/class/net/eth0/device/driver); "
+                                     "basename $(readlink -f /sys/block/sda/device/driver)"], timeout=60)
+        assert res.ok, res.stderr
+        release, nic_driver, disk_driver = res.stdout.split()
+        assert release.endswith("-amd64") and "cloud" not in release
+        assert nic_driver == "e1000" and disk_driver == "sd"
+        meta = inst.metadata()
+        assert meta["kernel_flavour"] == "generic" and meta["kernel_version"] == release
+        assert meta["nic_model"] == "e1000" and meta["disk_model"] == "ide"
+    finally:
+        inst.teardown()
+    assert not driver._live
+
+
 CHILD = textwrap.dedent("""
     import sys, time, uuid
     from pathlib import Path

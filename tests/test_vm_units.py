@@ -293,3 +293,17 @@ def test_cleanup_stale_removes_dead_runs_only(tmp_path, monkeypatch):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_cluster_segment_hands_out_distinct_addresses():
+    import ipaddress
+
+    from virtbench.drivers.vm import Segment
+
+    seg = Segment(3, "239.213.1.2", 40000, ipaddress.IPv4Network("10.213.3.0/24"))
+    a, b = seg.allocate("a"), seg.allocate("b")
+    assert (str(a), str(b)) == ("10.213.3.1/24", "10.213.3.2/24") and seg.allocate("a") == a
+    seg.hosts.pop("a")  # a member left: its number is free again
+    assert str(seg.allocate("c")) == "10.213.3.1/24"
+    assert seg.describe() == {"mechanism": "qemu socket netdev: UDP multicast over 127.0.0.1",
+                              "group": "239.213.1.2:40000", "subnet": "10.213.3.0/24"}

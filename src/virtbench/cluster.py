@@ -14,7 +14,9 @@ Two modes:
   the guest image's openssh-server. mpirun on instance 0 reaches the others with
   `plm_rsh_args "-p 2222 -i KEY ..."`, no tree spawn (only instance 0 needs to dial), and TCP
   restricted to the subnet of instance 0's address (the container bridge), for both Open MPI's
-  out-of-band channel and its byte-transfer layer.
+  out-of-band channel and its byte-transfer layer. Instances without an address their peers can
+  reach (VMs behind QEMU's user-mode network) are first joined by their driver's
+  `connect_cluster` (VMs: a private segment, see drivers/vm.py); `cluster_network` records how.
 
 Every mpirun uses `--bind-to none`: instances on one machine cannot see each other's bindings, and
 Open MPI would pin the first rank of every container to core 0 (measured: 5 ms PingPong latency
@@ -115,6 +117,7 @@ class Cluster:
     mode: str  # local | ssh
     subnet: str | None = None
     vcpus: list[int] = field(default_factory=list)
+    network: dict[str, Any] | None = None  # how the instances reach each other (ssh mode)
     _hostfiles: dict[tuple[int, str], str] = field(default_factory=dict)
 
     @property
@@ -187,7 +190,7 @@ class Cluster:
                 "instance_vcpus": self.vcpus, "oversubscribed": run.oversubscribed,
                 "machine_oversubscribed": run.machine_busy is not None,
                 "oversubscription": self._oversubscription(run, threads),
-                "mpirun": " ".join(run.options)}
+                "mpirun": " ".join(run.options), **({"cluster_network": self.network} if self.network else {})}
 
     def _oversubscription(self, run: Run, threads: int) -> str | None:
         """The sentence a result carries when its ranks had to share CPUs."""
@@ -301,6 +304,7 @@ def _gone(inst: Instance) -> bool:
 
 def _build(instances: list[Instance]) -> Cluster:
     local = len(instances) == 1 or all(i.env.driver == "host" for i in instances)
+    network = None if local else _connect(instances)
     vcpus = [_vcpus(i) for i in instances]
     for inst in instances:
         if inst.env.driver != "host":  # never touch the real machine's files
@@ -315,9 +319,21 @@ def _build(instances: list[Instance]) -> Cluster:
     for inst in instances:
         _setup_ssh(inst)
     cluster = Cluster(instances, "ssh", _subnet(instances[0]), vcpus)
+    cluster.network = network or {"mechanism": f"{instances[0].env.driver} network (the driver's own addresses)",
+                                  "subnet": cluster.subnet}
     for peer in instances[1:]:
         _probe(cluster.launcher, peer)
     return cluster
+
+
+def _connect(instances: list[Instance]) -> dict[str, Any] | None:
+    """Drivers whose instances cannot reach each other by themselves (VMs on user-mode networking)
+    offer `connect_cluster(instances)`: a private segment with an address per instance."""
+    driver = getattr(instances[0], "driver", None)
+    connect = getattr(driver, "connect_cluster", None)
+    if connect is None or any(getattr(i, "driver", None) is not driver for i in instances):
+        return None
+    return connect(instances)
 
 
 def _vcpus(inst: Instance) -> int:

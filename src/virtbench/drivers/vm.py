@@ -4,6 +4,12 @@ Direct kernel boot of the image's Debian cloud kernel with virtbench's minimal i
 image's own), root on a disk made from the same root filesystem (`vm/disk.py`), commands over SSH
 with a per-run key through a port QEMU forwards on 127.0.0.1 (`vm/ssh.py`).
 
+Networking: QEMU user mode with restrict=on (the guest reaches nothing outside). More loopback
+forwards are added while a VM runs (`forward_port`, HMP hostfwd_add: the web workload's nginx).
+VMs of one MPI cluster get a private L2 segment (`VmDriver.connect_cluster`): a NIC hot-plugged
+over QMP into each, whose backend is a `socket` netdev on one UDP multicast group bound to
+127.0.0.1 (no root, bridge or tap), a static address 10.213.N.x/24 and /etc/hosts naming them all.
+
 Lifecycle marks, each from an event:
   requested  before the instance disk is made and QEMU spawned
   created    QEMU's QMP greeting arrives (the process exists and is set up; vCPUs paused)
@@ -17,8 +23,10 @@ labelled so everywhere, never as hardware-virtualization overhead.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -26,13 +34,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import image
 from ..errors import MissingTool, UserError
 from ..model import EnvSpec, ExecResult
-from ..vm import disk, guest, probe, qemu, ssh
+from ..vm import disk, guest, kernels, probe, qemu, ssh
 from .base import Driver, Instance, OptionSpec, Problem
 
 SCRATCH = "/var/tmp/vb-scratch"
@@ -46,6 +55,39 @@ DEVICE_MODELS = {
 NIC_MODULES = {"virtio": "virtio_net", "e1000": "e1000", "rtl8139": "8139too"}
 TCG_NOTE = "software emulation (QEMU TCG): not hardware virtualization; CPU-bound work runs ~10x slower"
 SPAWN_RETRIES = 3
+# Cluster segments: 10.213.N.0/24, N counting the segments of this process (separate L2 segments, so
+# two processes using the same N never meet); multicast groups 239.213.x.y on a random port.
+SEGMENT_NET = "10.213.{n}.0/24"
+SEGMENT_MECHANISM = "qemu socket netdev: UDP multicast over 127.0.0.1"
+NIC_DEVICES = {"virtio": "virtio-net-pci", "e1000": "e1000", "rtl8139": "rtl8139"}
+
+# Inside a guest, after a NIC was hot-plugged: $1 = its MAC, $2 = address/prefix. Waits for the
+# kernel to bind the driver, keeps IPv6 off it (QEMU's multicast socket loops a guest's own frames
+# back, so duplicate address detection would fail), brings it up and prints its name.
+_JOIN_SCRIPT = r"""
+mac=$1 addr=$2 nic="" i=0
+while [ -z "$nic" ]; do
+  for d in /sys/class/net/*; do
+    [ "$(cat "$d/address" 2>/dev/null)" = "$mac" ] && nic=${d##*/}
+  done
+  [ -n "$nic" ] && break
+  i=$((i + 1))
+  [ $i -gt 600 ] && { echo "no network interface with MAC $mac appeared within 60 s" >&2; exit 1; }
+  sleep 0.1
+done
+echo 1 > "/proc/sys/net/ipv6/conf/$nic/disable_ipv6" 2>/dev/null || true
+ip addr flush dev "$nic"
+ip link set "$nic" up
+ip addr add "$addr" dev "$nic"
+echo "$nic"
+"""
+
+# $1 = the segment's name; stdin: "address hostname" lines of every member. Replaces earlier lines.
+_HOSTS_SCRIPT = r"""
+tag="# virtbench-segment"
+{ grep -v "$tag" /etc/hosts 2>/dev/null || true; while read -r a n; do echo "$a $n $tag $1"; done; } > /etc/hosts.vb
+mv /etc/hosts.vb /etc/hosts
+"""
 
 
 def _process_start(pid: int) -> str | None:
@@ -64,6 +106,36 @@ class BootFailure(UserError):
         self.console_tail = console_tail
 
 
+@dataclass
+class Segment:
+    """A private L2 segment for the VMs of one cluster: each member has a NIC whose QEMU backend is a
+    socket netdev on one UDP multicast group bound to 127.0.0.1, so frames only travel over this
+    machine's loopback and no root, bridge or tap device is needed."""
+
+    index: int
+    group: str
+    port: int
+    network: ipaddress.IPv4Network
+    hosts: dict[str, int] = field(default_factory=dict)  # instance name -> host number
+
+    @property
+    def name(self) -> str:
+        return f"{self.group}:{self.port}"
+
+    def allocate(self, inst_name: str) -> ipaddress.IPv4Interface:
+        if inst_name not in self.hosts:
+            used = set(self.hosts.values())
+            free = next((h for h in range(1, self.network.num_addresses - 1) if h not in used), None)
+            if free is None:
+                raise UserError(f"the cluster segment {self.network} has no free address left",
+                                "use fewer VMs in one cluster (at most 253)")
+            self.hosts[inst_name] = free
+        return ipaddress.IPv4Interface(f"{self.network[self.hosts[inst_name]]}/{self.network.prefixlen}")
+
+    def describe(self) -> dict[str, Any]:
+        return {"mechanism": SEGMENT_MECHANISM, "group": self.name, "subnet": str(self.network)}
+
+
 class VmInstance(Instance):
     def __init__(self, name: str, env: EnvSpec, role: str, index: int, driver: VmDriver, workdir: Path,
                  base: disk.BaseDisk, settings: dict[str, Any]):
@@ -72,6 +144,7 @@ class VmInstance(Instance):
         self.dir = workdir
         self.base = base
         self.s = settings
+        self.bootfiles = driver.boot_files(settings["kernel"])
         self.proc: subprocess.Popen | None = None
         self.qmp: qemu.Qmp | None = None
         self.console: qemu.Console | None = None
@@ -85,7 +158,13 @@ class VmInstance(Instance):
         self.extra_disks: list[dict[str, Any]] = []
         self._lock = threading.RLock()
         self._cancelled = False
-        self.address = None  # user-mode networking: guests are not reachable from each other
+        # User-mode networking alone: guests are not reachable from each other. A cluster joins them
+        # on a Segment (a hot-plugged NIC); address is then this VM's address there.
+        self.address = None
+        self.segment: Segment | None = None
+        self.segment_nic: dict[str, str] | None = None  # QEMU ids, MAC and guest name of that NIC
+        self.forwards: dict[int, int] = {}  # guest TCP port -> port on 127.0.0.1 (hostfwd)
+        self._nics = 0
 
     # -- starting -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -93,7 +172,7 @@ class VmInstance(Instance):
         self.dir.mkdir(parents=True, exist_ok=True)
         self.disk_path, self.disk_format, self.disk_prep_s = disk.make_instance_disk(
             self.base, self.dir, self.s["image_mode"])
-        self.channel = ssh.Channel(0, self.driver.keypair(), self.driver.boot.host_key_pub, self.dir)
+        self.channel = ssh.Channel(0, self.driver.keypair(), self.bootfiles.host_key_pub, self.dir)
         for attempt in range(SPAWN_RETRIES):
             if self._spawn():
                 break
@@ -106,10 +185,11 @@ class VmInstance(Instance):
         wanted = ["virtio_pci", "virtio_rng"]
         wanted += ["virtio_blk"] if disk_model == "virtio" else ["ata_piix", "sd_mod"]
         wanted.append(NIC_MODULES[nic_model])
-        mods = self.driver.boot.modules_for(wanted)
+        # ext4 and crc32c are modules in the generic kernel (built in the cloud one: left out there).
+        mods = self.bootfiles.modules_for([*wanted, "crc32c_generic", "crc32c_intel", "ext4"])
         root = "/dev/vda" if disk_model == "virtio" else "/dev/sda"
         args = ["console=ttyS0", "quiet", f"root={root}", f"init={guest.ROOT_INIT_PATH}",
-                f"vb.key={self.driver.keypair().public_b64}", f"vb.hostname={self.name[:63]}"]
+                f"vb.key={self.driver.keypair().public_b64}", f"vb.hostname={self.hostname}"]
         if self.s["initrd"] == "minimal":
             args.append("vb.mods=" + ",".join(mods))
         else:
@@ -118,9 +198,15 @@ class VmInstance(Instance):
             args.append(self.s["kernel_args"])
         return " ".join(args)
 
+    @property
+    def hostname(self) -> str:
+        """The guest's host name: the instance name as a valid DNS label (Open MPI refuses ':' and
+        cuts at '.', both of which environment names such as vm:c1.medium bring)."""
+        return re.sub(r"[^A-Za-z0-9-]", "-", self.name)[:63].strip("-") or "vbguest"
+
     def machine(self) -> qemu.Machine:
         disk_model, nic_model = DEVICE_MODELS[self.s["devices"]]
-        boot = self.driver.boot
+        boot = self.bootfiles
         shape = self.env.shape
         return qemu.Machine(
             name=self.name, accel=self.s["accel"], machine=self.s["machine"],
@@ -270,8 +356,15 @@ class VmInstance(Instance):
                 "image_mode": self.s["image_mode"], "image_size": disk.format_size(self.base.requested),
                 "disk_bytes": self.base.size, "pad_bytes": self.base.pad_bytes,
                 "disk_prep_s": None if self.disk_prep_s is None else round(self.disk_prep_s, 4),
-                "image_hash": self.driver.image.hash, "kernel_version": self.driver.boot.kernel_version,
+                "image_hash": self.driver.image.hash, "kernel_version": self.bootfiles.kernel_version,
+                "kernel_flavour": self.s["kernel"],
                 "qemu_version": self.driver.qemu_version, "guest_uptime_at_init": self.guest_uptime_at_init}
+        meta["network"] = "qemu user-mode (restrict=on; SSH and forwarded ports on 127.0.0.1 only)"
+        if self.segment is not None:
+            meta["cluster_network"] = {**self.segment.describe(), "address": self.address,
+                                       "nic_model": NIC_DEVICES[nic_model], "mac": self.segment_nic["mac"]}
+        if self.forwards:
+            meta["port_forwards"] = {str(g): h for g, h in self.forwards.items()}
         if accel == "tcg":
             meta["accelerator_note"] = TCG_NOTE
         if self.s["kernel_args"]:
@@ -343,6 +436,72 @@ class VmInstance(Instance):
             self.qmp.execute("cont")
         return time.monotonic() - t0
 
+    # -- networking beyond the SSH forward ------------------------------------------------------
+    def forward_port(self, guest_port: int) -> tuple[str, int]:
+        """(127.0.0.1, host port) that reaches `guest_port` in the guest: a hostfwd rule added to the
+        running user-mode network (kept until teardown, reused on later calls)."""
+        with self._lock:
+            if guest_port in self.forwards:
+                return "127.0.0.1", self.forwards[guest_port]
+            last = ""
+            for _ in range(SPAWN_RETRIES):
+                port = qemu.free_port()
+                last = self.qmp.execute("human-monitor-command", {
+                    "command-line": f"hostfwd_add net0 tcp:127.0.0.1:{port}-:{guest_port}"}).strip()
+                if not last:  # HMP answers nothing on success, an error sentence otherwise
+                    self.forwards[guest_port] = port
+                    return "127.0.0.1", port
+            raise UserError(f"{self.name}: QEMU could not forward a port on 127.0.0.1 to guest port {guest_port}: "
+                            f"{last}", "free some local ports, or run again (a free port was taken meanwhile)")
+
+    def join_segment(self, seg: Segment) -> str:
+        """Hot-plug a NIC on `seg` (QMP netdev_add + device_add) and give it this VM's address there."""
+        if self.segment is seg:
+            return self.address
+        if self.segment is not None:
+            self.leave_segment()
+        iface = seg.allocate(self.name)
+        _, nic_model = DEVICE_MODELS[self.s["devices"]]
+        with self._lock:
+            self._nics += 1
+            netdev, dev = f"vbseg{self._nics}", f"vbseg{self._nics}-nic"
+        host = seg.hosts[self.name]
+        mac = f"52:54:00:d5:{seg.index % 256:02x}:{host:02x}"
+        self.qmp.execute("netdev_add", {"type": "socket", "id": netdev, "mcast": seg.name,
+                                        "localaddr": "127.0.0.1"})
+        try:
+            self.qmp.execute("device_add", {"driver": NIC_DEVICES[nic_model], "netdev": netdev, "id": dev,
+                                            "mac": mac})
+        except qemu.QmpError as exc:
+            with contextlib.suppress(Exception):
+                self.qmp.execute("netdev_del", {"id": netdev})
+            hint = ("use machine = \"pc\" (its PCI bus takes hot-plugged devices)" if self.s["machine"] == "q35"
+                    else "use instances = 1 in this environment")
+            raise UserError(f"{self.name}: could not hot-plug the cluster NIC: {exc}", hint) from None
+        self.segment_nic = {"netdev": netdev, "device": dev, "mac": mac}
+        res = self.exec(["sh", "-c", _JOIN_SCRIPT, "sh", mac, str(iface)], timeout=90)
+        if not res.ok:
+            raise UserError(f"{self.name}: the guest did not bring up the cluster NIC: {res.describe_failure()}",
+                            "see the guest's console log; the NIC driver may be missing from the guest kernel")
+        self.segment_nic["guest_nic"] = res.stdout.strip().splitlines()[-1]
+        self.segment = seg
+        self.address = str(iface.ip)
+        return self.address
+
+    def leave_segment(self) -> None:
+        """Unplug the cluster NIC (best effort: the address goes at once, the device when the guest lets go)."""
+        nic, self.segment_nic = self.segment_nic, None
+        if self.segment is not None:
+            self.segment.hosts.pop(self.name, None)
+        self.segment, self.address = None, None
+        if not nic:
+            return
+        if nic.get("guest_nic"):
+            self.exec(["ip", "addr", "flush", "dev", nic["guest_nic"]], timeout=30)
+        for cmd, arg in (("device_del", nic["device"]), ("netdev_del", nic["netdev"])):
+            with contextlib.suppress(Exception):
+                self.qmp.execute(cmd, {"id": arg})
+
     # -- teardown -------------------------------------------------------------------------------
     def _stop_qemu(self) -> None:
         if self.qmp is not None:
@@ -367,6 +526,8 @@ class VmInstance(Instance):
         if self.channel is not None:
             self.channel.close()
         self._stop_qemu()
+        if self.segment is not None:
+            self.segment.hosts.pop(self.name, None)
         shutil.rmtree(self.dir, ignore_errors=True)
         self.driver._forget(self)
 
@@ -381,12 +542,18 @@ class VmDriver(Driver):
         "devices": OptionSpec(str, "paravirt", "device models: paravirt = virtio-blk + virtio-net; "
                               "emulated-disk = IDE disk + virtio-net; emulated = IDE disk + e1000 NIC",
                               tuple(DEVICE_MODELS)),
+        "kernel": OptionSpec(str, "auto", "guest kernel: the image's Debian cloud kernel, or Debian's generic "
+                             "kernel of the same ABI (fetched on first use; has the e1000 driver the cloud "
+                             "kernel lacks); auto = cloud unless the device model needs generic",
+                             ("auto", *kernels.FLAVOURS)),
         "machine": OptionSpec(str, "pc", "QEMU machine type (pc: i440FX with IDE and ACPI PCI hot-plug)",
                               ("pc", "q35")),
         "image_mode": OptionSpec(str, "overlay", "instance disk: a full copy of the base disk, a qcow2 "
                                  "overlay on it, or a reflink copy", disk.MODES),
         "image_size": OptionSpec(str, "auto", "disk image size (2G, 512M ...) padded with random data; "
                                  "auto = the image plus 512 MiB free"),
+        "free_space": OptionSpec(str, "512M", "free space in an image_size = auto disk (the VM's local "
+                                 "storage for disk workloads), e.g. 4G; the disk file is sparse"),
         "initrd": OptionSpec(str, "minimal", "initramfs: virtbench's minimal one, or the image's Debian one",
                              ("minimal", "debian")),
         "disk_cache": OptionSpec(str, "none", "QEMU cache mode of the instance disk (none = O_DIRECT on the host)",
@@ -401,8 +568,10 @@ class VmDriver(Driver):
         self._run_dir: Path | None = None
         self._key: ssh.KeyPair | None = None
         self._boot: disk.BootFiles | None = None
+        self._kernels: dict[str, disk.BootFiles] = {}
         self._accel: dict[str, dict] = {}
         self._count = 0
+        self._segments = 0
         self._live: set[VmInstance] = set()
         self.qemu_version = ""
 
@@ -410,6 +579,13 @@ class VmDriver(Driver):
     @property
     def image(self) -> image.ImageInfo:
         return self.context.image or image.require()
+
+    def boot_files(self, flavour: str) -> disk.BootFiles:
+        """Boot files of a kernel flavour (kernels.FLAVOURS); the generic one is fetched on first use."""
+        with self._lock:
+            if flavour not in self._kernels:
+                self._kernels[flavour] = kernels.boot_files(self.boot, flavour)
+            return self._kernels[flavour]
 
     @property
     def boot(self) -> disk.BootFiles:
@@ -461,16 +637,28 @@ class VmDriver(Driver):
         if opts["machine"] == "q35" and disk_model == "ide":
             raise UserError("q35 has no IDE controller (its SATA needs the ahci driver the cloud kernel lacks)",
                             "use machine = \"pc\" for emulated devices")
-        if nic_model != "virtio" and not self.boot.has_module(NIC_MODULES[nic_model]):
+        if opts["kernel"] == "auto":
+            opts["kernel"] = "cloud" if self.boot.has_module(NIC_MODULES[nic_model]) else "generic"
+        if opts["kernel"] == "generic" and opts["initrd"] == "debian":
+            raise UserError("the generic guest kernel boots with virtbench's minimal initramfs only (the "
+                            "image has no Debian initrd for it)", "use initrd = \"minimal\"")
+        boot = self.boot_files(opts["kernel"])
+        if nic_model != "virtio" and not boot.has_module(NIC_MODULES[nic_model]):
             raise disk.ModeUnavailable(
-                f"the guest kernel ({self.boot.kernel_version}) has no driver for the emulated {nic_model} NIC; "
-                f"devices = \"emulated-disk\" emulates the disk only")
-        if disk_model == "ide" and not self.boot.has_module("ata_piix"):
-            raise disk.ModeUnavailable(f"the guest kernel ({self.boot.kernel_version}) has no IDE driver (ata_piix)")
+                f"the guest kernel ({boot.kernel_version}) has no driver for the emulated {nic_model} NIC; "
+                f"use kernel = \"generic\", or devices = \"emulated-disk\" (emulates the disk only)")
+        if disk_model == "ide" and not boot.has_module("ata_piix"):
+            raise disk.ModeUnavailable(f"the guest kernel ({boot.kernel_version}) has no IDE driver (ata_piix)")
         try:
             opts["size_bytes"] = disk.parse_size(opts["image_size"])
         except ValueError as exc:
             raise UserError(f"vm option image_size: {exc}") from None
+        try:
+            opts["free_bytes"] = disk.parse_size(opts["free_space"])
+        except ValueError as exc:
+            raise UserError(f"vm option free_space: {exc}") from None
+        if opts["free_bytes"] is None:
+            opts["free_bytes"] = disk.AUTO_FREE
         return opts
 
     # -- Driver interface -----------------------------------------------------------------------
@@ -499,7 +687,7 @@ class VmDriver(Driver):
 
     def provision(self, env: EnvSpec, count: int = 1, role: str = "main") -> list[Instance]:
         settings = self.settings(env)
-        base = disk.ensure_base(self.image, settings["size_bytes"])
+        base = disk.ensure_base(self.image, settings["size_bytes"], free=settings["free_bytes"])
         made = [self._new(env, role, i, base, settings) for i in range(count)]
         errors: list[BaseException | None] = [None] * count
 
@@ -565,6 +753,50 @@ class VmDriver(Driver):
             while t.is_alive():
                 t.join(0.2)
         return results
+
+    def connect_cluster(self, instances: Sequence[VmInstance]) -> dict[str, Any]:
+        """Put these VMs on one private L2 segment (a new one, or the one most of them are on already,
+        e.g. when the runner replaced a dead member) with an address each and /etc/hosts naming them
+        all. Returns what a sample records about the network."""
+        with self._lock:
+            counts: dict[int, int] = {}
+            for inst in instances:
+                if inst.segment is not None:
+                    counts[id(inst.segment)] = counts.get(id(inst.segment), 0) + 1
+            seg = None
+            if counts:
+                best = max(counts, key=counts.get)
+                seg = next(i.segment for i in instances if id(i.segment) == best)
+            if seg is None:
+                n = self._segments
+                self._segments += 1
+                seg = Segment(n, f"239.213.{secrets.randbelow(256)}.{1 + secrets.randbelow(254)}",
+                              20000 + secrets.randbelow(40000), ipaddress.IPv4Network(SEGMENT_NET.format(n=n % 256)))
+            todo = [i for i in instances if i.segment is not seg]
+            for inst in todo:  # addresses handed out here, not by the joining threads at once
+                seg.allocate(inst.name)
+        errors: list[BaseException] = []
+
+        def join(inst: VmInstance) -> None:
+            try:
+                inst.join_segment(seg)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=join, args=(i,), daemon=True) for i in todo]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        hosts = "".join(f"{i.address} {i.hostname}\n" for i in instances).encode()
+        for inst in instances:
+            res = inst.exec(["sh", "-c", _HOSTS_SCRIPT, "sh", seg.name], stdin=hosts, timeout=60)
+            if not res.ok:
+                raise UserError(f"{inst.name}: writing the cluster's names to /etc/hosts failed: "
+                                f"{res.describe_failure()}", "see the guest's console log")
+        return {**seg.describe(), "nic_model": NIC_DEVICES[DEVICE_MODELS[instances[0].s["devices"]][1]]}
 
     def _new(self, env: EnvSpec, role: str, index: int, base: disk.BaseDisk, settings: dict) -> VmInstance:
         with self._lock:

@@ -292,15 +292,19 @@ def min_size(boot: BootFiles) -> int:
     return int(-(-need // ALIGN) * ALIGN)
 
 
-def _disk_name(size: int | None) -> str:
-    return "disk-auto.raw" if size is None else f"disk-{size}.raw"
+def _disk_name(size: int | None, free: int = AUTO_FREE) -> str:
+    if size is None:
+        return "disk-auto.raw" if free == AUTO_FREE else f"disk-auto-free{free}.raw"
+    return f"disk-{size}.raw"
 
 
-def ensure_base(info, size: int | None, log=None) -> BaseDisk:
-    """The base disk of `size` bytes (None: the image plus 512 MiB free), built once and cached."""
+def ensure_base(info, size: int | None, log=None, free: int | None = None) -> BaseDisk:
+    """The base disk of `size` bytes (None: the image plus `free` bytes free, 512 MiB by default),
+    built once and cached."""
+    free = AUTO_FREE if free is None else free
     boot = ensure_boot(info, log)
     d = boot.dir
-    out = d / _disk_name(size)
+    out = d / _disk_name(size, free)
     meta = out.with_suffix(".json")
     if out.exists() and meta.exists():
         return BaseDisk(out, **json.loads(meta.read_text()))
@@ -319,7 +323,7 @@ def ensure_base(info, size: int | None, log=None) -> BaseDisk:
             tmp = d / f"{out.name}.partial-{os.getpid()}"
             try:
                 if size is None:
-                    total = int(-(-(boot.used_bytes * 1.04 + AUTO_FREE) // ALIGN) * ALIGN)
+                    total = int(-(-(boot.used_bytes * 1.04 + free) // ALIGN) * ALIGN)
                     facts = _mke2fs(root, tmp, total)
                     pad = 0
                 else:

@@ -126,7 +126,7 @@ class MPIBench(Workload):
                 raise ValueError(f"vb-mpibench ran {r['op']} on {r['ranks']} ranks, expected {params['op']} on "
                                  f"{params['ranks']}")
             m = {**meta, "bytes": r["bytes"], "t_min_us": r["t_min_us"], "t_max_us": r["t_max_us"],
-                 "iterations": r["iterations"], "kernel_version": r.get("version")}
+                 "iterations": r["iterations"], "code_version": r.get("version")}
             out.append(Sample("time_us", r["t_avg_us"], "us", False, m))
             if r["bytes"] and r["t_avg_us"] > 0:
                 # bytes per microsecond = MB/s (10^6 bytes); from t_avg (1 ns resolution) rather than the

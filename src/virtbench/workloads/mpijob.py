@@ -90,17 +90,29 @@ def capacity_problems(params: dict[str, Any], env: EnvSpec, need_per_instance: f
     inst, per = params["instances"], params["ranks"] // params["instances"]
     shape = env.shape
     avail = mem_available()
-    if shape.memory_mb:
-        if need_per_instance > shape.memory_mb * MB:
-            problems.append(f"{what} needs about {human(need_per_instance)} per instance ({per} rank(s)), but the "
-                            f"shape {shape.name} gives {shape.memory_mb} MB")
-        if avail is not None and env.driver != "host" and inst * shape.memory_mb * MB > avail:
-            problems.append(f"{inst} instances x {shape.memory_mb} MB ({shape.name}) do not fit in this machine's "
+    memory_mb = shape.memory_mb or instance_memory_mb(env)
+    if memory_mb:
+        named = shape.name if shape.memory_mb else f"{env.driver} default"
+        if need_per_instance > memory_mb * MB:
+            gives = f"the shape {shape.name}" if shape.memory_mb else f"a {env.driver} without a memory shape"
+            problems.append(f"{what} needs about {human(need_per_instance)} per instance ({per} rank(s)), but "
+                            f"{gives} gives {memory_mb} MB")
+        if avail is not None and env.driver != "host" and inst * memory_mb * MB > avail:
+            problems.append(f"{inst} instances x {memory_mb} MB ({named}) do not fit in this machine's "
                             f"{human(avail)} available memory")
     if shape.vcpus and per * threads > cluster.OVERSUBSCRIBE_LIMIT * shape.vcpus:
         problems.append(f"{per} rank(s) x {threads} thread(s) per instance is far above the shape's "
                         f"{shape.vcpus} vCPU(s)")
     return problems
+
+
+def instance_memory_mb(env: EnvSpec) -> int | None:
+    """Memory of one instance without a memory shape: a VM's default size (None: the host's, shared)."""
+    if env.driver == "vm":
+        from ..drivers import vm
+
+        return vm.DEFAULT_MEMORY_MB
+    return None
 
 
 def get_cluster(instances: dict[str, list[Instance]], params: dict[str, Any]) -> cluster.Cluster:
@@ -150,7 +162,8 @@ def read_output(raw: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 def harness_metadata(harness: dict[str, Any]) -> dict[str, Any]:
     """Sample metadata from the harness record: placement, cluster facts, memory pressure, warnings."""
     keep = ("cluster_mode", "cluster_instances", "placement", "ranks_per_instance", "threads_per_rank",
-            "instance_vcpus", "oversubscribed", "machine_oversubscribed", "mpirun", "memory_pressure", "memory")
+            "instance_vcpus", "oversubscribed", "machine_oversubscribed", "mpirun", "memory_pressure", "memory",
+            "cluster_network")
     meta = {k: harness[k] for k in keep if k in harness}
     warnings = list(harness.get("warnings") or [])
     if harness.get("oversubscription"):

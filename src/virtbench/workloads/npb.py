@@ -138,7 +138,7 @@ class NPB(Workload):
         meta = mpijob.harness_metadata(harness)
         verify = rec.get("verify") or {}
         meta.update(verified=rec["verified"], verify=verify, size=rec.get("size"), iterations=rec.get("iterations"),
-                    kernel_version=rec.get("version"))
+                    code_version=rec.get("version"))
         if not rec["verified"]:
             failed = [c for c in rec.get("checks") or [verify] if c and not c.get("passed", False)] or [verify]
             what = "; ".join(f"{c.get('check')} = {c.get('value')!r}, reference {c.get('reference')!r}, "

@@ -74,4 +74,4 @@ class SystemSuite(Workload):
             raise ValueError(f"vb-system reported unit {rec['unit']!r} for {test}, expected {unit!r}")
         return [Sample(test, rec["rate"], unit, True, {
             "copies_actual": rec["copies"], "measured_seconds": rec["duration_s"], "count": rec["count"],
-            "index": rec["rate"] / base * 10, "kernel_version": rec.get("version")})]
+            "index": rec["rate"] / base * 10, "code_version": rec.get("version")})]
