@@ -392,13 +392,8 @@ class BootRunner:
                 lc = getattr(exc, "lifecycle", None) or {"requested": t0}
                 out.update(status="failed", reason=str(exc), lifecycle=dict(lc), failed_after=time.time() - t0)
 
-        threads = [threading.Thread(target=start, args=(k,), daemon=True) for k in range(conc)]
         try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.2)
+            procs.fan_out(start, conc)
         except BaseException:
             # Ctrl-C: instances still booting belong to no slot yet; a driver that can, stops them all.
             close = getattr(driver, "close", None)

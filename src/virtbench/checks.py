@@ -74,13 +74,8 @@ def _start_each(driver, env: EnvSpec, count: int) -> tuple[list[Instance], list[
         except Exception as exc:  # noqa: BLE001 - reported
             errors[k] = str(exc).splitlines()[0]
 
-    threads = [threading.Thread(target=one, args=(k,), daemon=True) for k in range(count)]
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)
+        procs.fan_out(one, count)
     except BaseException:
         for inst in got:
             if inst is not None:

@@ -5,10 +5,23 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .model import ExecResult
+
+
+def fan_out(fn: Callable[[int], None], count: int) -> None:
+    """fn(0) .. fn(count - 1), each in its own thread, all at once; returns when all have returned.
+    Joins in short steps so that Ctrl-C reaches the calling thread meanwhile (a plain join() would
+    hold it off until every thread ends); on Ctrl-C the caller tears down what the threads made."""
+    threads = [threading.Thread(target=fn, args=(k,), daemon=True) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(0.2)
 
 
 def run(argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import image
+from .. import image, procs
 from ..errors import MissingTool, UserError
 from ..model import EnvSpec, ExecResult
 from ..vm import disk, guest, kernels, probe, qemu, ssh
@@ -697,13 +697,8 @@ class VmDriver(Driver):
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors[k] = exc
 
-        threads = [threading.Thread(target=start, args=(k,), daemon=True) for k in range(count)]
         try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.2)
+            procs.fan_out(start, count)
         except BaseException:
             self._teardown_all(made)  # Ctrl-C while booting: kill every QEMU, then stop
             raise
@@ -746,12 +741,7 @@ class VmDriver(Driver):
             except Exception as exc:  # noqa: BLE001 - a failed reboot is a result
                 results[k] = {"instance": inst.name, "ok": False, "error": str(exc)}
 
-        threads = [threading.Thread(target=wait, args=(k,), daemon=True) for k in range(len(instances))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)
+        procs.fan_out(wait, len(instances))
         return results
 
     def connect_cluster(self, instances: Sequence[VmInstance]) -> dict[str, Any]:
@@ -783,11 +773,7 @@ class VmDriver(Driver):
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
-        threads = [threading.Thread(target=join, args=(i,), daemon=True) for i in todo]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        procs.fan_out(lambda k: join(todo[k]), len(todo))
         if errors:
             raise errors[0]
         hosts = "".join(f"{i.address} {i.hostname}\n" for i in instances).encode()
