@@ -10,13 +10,13 @@ from typing import Any
 from ..drivers.base import Instance
 from ..errors import WorkloadFailed
 from ..model import Sample
-from .base import MetricSpec, Param, RunContext, Workload
-from .netutil import Server, bind_address, dial, server_port
+from .base import MetricSpec, Param, RunContext
+from .netutil import PeerWorkload, bind_address, server_port
 
 PORT = 5201
 
 
-class Iperf(Workload):
+class Iperf(PeerWorkload):
     name = "iperf"
     description = "iperf3 TCP stream throughput between a client and a server instance, CPU of both ends"
     params = (
@@ -32,20 +32,12 @@ class Iperf(Workload):
         MetricSpec("cpu_server", "%", False, "CPU of the server end (iperf3's own measure)"),
     )
 
-    def roles(self, params: dict[str, Any]) -> dict[str, int]:
-        return {"server": 1, "client": 1}
-
-    def timeout(self, params: dict[str, Any]) -> float:
-        return params["duration"] + 90
-
     def execute(self, instances: dict[str, list[Instance]], params: dict[str, Any], ctx: RunContext) -> str:
         server, client = instances["server"][0], instances["client"][0]
         port = server_port(server, PORT)
-        srv = Server(server, ["iperf3", "-s", "-1", "-B", bind_address(server), "-p", str(port)], port,
-                     timeout=ctx.timeout)
+        srv, host, dport = self.serve(ctx, server, client,
+                                      ["iperf3", "-s", "-1", "-B", bind_address(server), "-p", str(port)], port)
         try:
-            srv.wait_listening()
-            host, dport = dial(ctx, server, port)
             argv = ["iperf3", "-c", host, "-p", str(dport), "-t", f"{params['duration']:g}", "-P",
                     str(params["parallel"]), "-J"]
             if params["reverse"]:

@@ -11,15 +11,15 @@ from typing import Any
 from ..drivers.base import Instance
 from ..errors import WorkloadFailed
 from ..model import Sample
-from .base import MetricSpec, Param, RunContext, Workload
-from .netutil import WRAP, Server, bind_address, dial, parse_wrap, server_port
+from .base import MetricSpec, Param, RunContext
+from .netutil import WRAP, PeerWorkload, bind_address, parse_wrap, server_port
 
 PORT = 11111
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PCTS = {"rtt_p50": "50.000", "rtt_p90": "90.000", "rtt_p99": "99.000", "rtt_p999": "99.900"}
 
 
-class NetRR(Workload):
+class NetRR(PeerWorkload):
     name = "netrr"
     description = "TCP request/response (sockperf ping-pong): transactions/s, round-trip percentiles, CPU of both ends"
     params = (
@@ -38,20 +38,12 @@ class NetRR(Workload):
         MetricSpec("cpu_server", "%", False, "CPU of the server process over the client's run"),
     )
 
-    def roles(self, params: dict[str, Any]) -> dict[str, int]:
-        return {"server": 1, "client": 1}
-
-    def timeout(self, params: dict[str, Any]) -> float:
-        return params["duration"] + 90
-
     def execute(self, instances: dict[str, list[Instance]], params: dict[str, Any], ctx: RunContext) -> str:
         server, client = instances["server"][0], instances["client"][0]
         port = server_port(server, PORT)
-        srv = Server(server, ["sockperf", "server", "--tcp", "-i", bind_address(server), "-p", str(port)], port,
-                     timeout=ctx.timeout)
+        srv, host, dport = self.serve(
+            ctx, server, client, ["sockperf", "server", "--tcp", "-i", bind_address(server), "-p", str(port)], port)
         try:
-            srv.wait_listening()
-            host, dport = dial(ctx, server, port)
             argv = ["sockperf", "ping-pong", "--tcp", "-i", host, "-p", str(dport), "-m", str(params["msg_size"]),
                     "-t", f"{params['duration']:g}", "--full-rtt"]
             res = client.exec(["sh", "-c", WRAP, "sh", f"{client.scratch_dir()}/vb-client.pid", *argv],

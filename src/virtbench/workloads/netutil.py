@@ -9,12 +9,13 @@ import secrets
 import socket
 import threading
 import time
+from typing import Any
 
 from ..conditions.base import ConditionUnavailable
 from ..drivers.base import Instance
 from ..errors import WorkloadFailed
 from ..model import ExecResult
-from .base import RunContext
+from .base import RunContext, Workload
 
 # `sh -c WRAP sh PIDFILE CMD ARGS...`: runs CMD, records its pid for stop(), then prints the wall
 # clock around it and `times` (the CPU of the shell's children, CMD included).
@@ -70,6 +71,20 @@ def bind_address(server: Instance) -> str:
     return "127.0.0.1" if is_loopback(server.address) else "0.0.0.0"
 
 
+def connect_peers(instances: list[Instance], hint: str) -> None:
+    """Make the instances reach each other. Containers and hosts have addresses already; VMs on
+    user-mode networking have none until their driver puts them on a private segment (the one MPI
+    clusters use). ConditionUnavailable, with `hint`, where nothing can join them."""
+    if all(i.address for i in instances):
+        return
+    driver = getattr(instances[0], "driver", None)
+    connect = getattr(driver, "connect_cluster", None)
+    if connect is None or any(getattr(i, "driver", None) is not driver for i in instances):
+        lost = ", ".join(f"{i.name} ({i.env.driver})" for i in instances if not i.address)
+        raise ConditionUnavailable(f"{lost} have no network address a peer can reach: {hint}")
+    connect(instances)
+
+
 class Server:
     """A server command on an instance, running in a thread until stopped (or it exits by itself)."""
 
@@ -114,6 +129,32 @@ class Server:
         """Wait for a server that exits on its own (iperf3 -1), stopping it if it does not."""
         self._thread.join(wait)
         return self.stop()
+
+
+class PeerWorkload(Workload):
+    """A workload between a server and a client instance (both of the cell's environment) that runs
+    for params["duration"] seconds."""
+
+    def roles(self, params: dict[str, Any]) -> dict[str, int]:
+        return {"server": 1, "client": 1}
+
+    def timeout(self, params: dict[str, Any]) -> float:
+        return params["duration"] + 90
+
+    @staticmethod
+    def serve(ctx: RunContext, server: Instance, client: Instance, argv: list[str],
+              port: int) -> tuple[Server, str, int]:
+        """Join the two, start `argv` on the server and wait until it listens on `port`: (the running
+        server, the host and port the client dials). The caller stops the server."""
+        connect_peers([server, client], "run this workload between containers or hosts, or between VMs "
+                                        "of one environment")
+        srv = Server(server, argv, port, timeout=ctx.timeout)
+        try:
+            srv.wait_listening()
+        except BaseException:
+            srv.stop(wait=10)
+            raise
+        return (srv, *dial(ctx, server, port))
 
 
 def dial(ctx: RunContext, server: Instance, port: int) -> tuple[str, int]:
