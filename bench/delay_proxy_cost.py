@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -50,6 +51,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=5.0)
     args = ap.parse_args()
+    print("load average at start (1/5/15 min): %.2f %.2f %.2f" % os.getloadavg(), flush=True)
     iperf_port, sp_port = hostnet.free_port(), hostnet.free_port()
     servers = [Helper(["iperf3", "-s", "-B", "127.0.0.1", "-p", str(iperf_port)], name="iperf3 server"),
                Helper(["sockperf", "server", "--tcp", "-i", "127.0.0.1", "-p", str(sp_port)], name="sockperf server")]
@@ -89,6 +91,7 @@ def main() -> None:
             worst = max(worst, abs(got - delay))
             print(f"{delay:12} {got:12.3f} {got - delay:+9.3f} {mbit:13.0f}")
         print(f"worst error {worst:.3f} ms: {'within' if worst <= 1 else 'OUTSIDE'} the 1 ms target")
+        print("load average at the end (1/5/15 min): %.2f %.2f %.2f" % os.getloadavg())
     finally:
         for p in proxies:
             p.stop()

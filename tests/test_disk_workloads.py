@@ -39,7 +39,19 @@ def test_bonnie_csv_full():
     assert got["write_char_latency"].value == 265000 and got["rewrite_latency"].value == 47845
     assert "read_block" not in got  # '+++++': too fast to time, left out rather than zero
     assert "read_block" in got["seeks"].metadata["too_fast_to_time"]
+    (note,) = got["seeks"].metadata["warnings"]  # says why a metric other environments have is missing
+    assert note.startswith("bonnie++ printed '+++++' for read_block, seq_stat,") and "write_char" not in note
     assert got["seeks"].metadata["bonnie_version"] == "2.00a" and got["seeks"].metadata["file_size"] == "1G"
+
+
+def test_bonnie_direct_warns_where_it_does_not_apply():
+    raw = (DATA / "bonnie" / "bonnie_1g_n4.csv").read_text()
+    wl = get("bonnie")
+    got = {s.metric: s for s in wl.parse(raw, _defaults("bonnie", direct=True))}
+    assert any("covers the block write only" in w for w in got["rewrite"].metadata["warnings"])
+    assert not any("block write only" in w for w in got["write_block"].metadata["warnings"])
+    plain = {s.metric: s for s in wl.parse(raw, _defaults("bonnie"))}
+    assert not any("block write only" in w for w in plain["rewrite"].metadata.get("warnings", []))
 
 
 def test_bonnie_csv_mostly_too_fast_and_bad():
@@ -133,3 +145,40 @@ def test_real_bonnie(host):
     (line,) = [ln for ln in raw.splitlines() if ln.startswith("1.98,")]
     assert line.split(",")[5] == "16M" and line.split(",")[9] == ""  # size; per-char skipped (-f)
     assert not list(Path(host.scratch_dir()).iterdir())
+
+
+# -- how a storage cell shows up where one environment ran and another was skipped ----------------
+
+def test_skip_reason_and_condition_facts_beside_results(tmp_path):
+    """The vm skipped (its reason on its rows, 'skipped' in the table), host and container ran with
+    different file systems: one table titled by the requested condition, the facts in its caption."""
+    import io
+
+    from rich.console import Console
+
+    from virtbench import analysis, render
+    from virtbench.model import Sample
+    from virtbench.store import Store
+
+    store = Store(tmp_path / "r.sqlite")
+    cell = {"key": "c1", "workload": "dd", "params": {"file_size_mb": 64, "block_mb": 64, "scale": 1.0, "dir": ""},
+            "condition": {"storage": "nbd"}}
+    spec = {"environments": [{"name": n} for n in ("host", "container", "vm")], "cells": [cell]}
+    run = store.create_run(spec, suite_name="t", suite_path=None, baseline="host", command="test")
+    for rep in range(2):
+        for env, fs, value in (("host", "ext4", 100.0 + rep), ("container", "ext4", 90.0 + rep)):
+            mech = {"storage_fs": fs, "storage_mechanism": f"nbdfuse on the {env}"}
+            store.record_attempt(run, cell, env, rep, warmup=False, status="ok", started=0, ended=1,
+                                 samples_=[Sample("write", value, "MB/s", True, {"condition": mech})])
+    store.record_attempt(run, cell, "vm", 0, warmup=False, status="skipped", started=0, ended=0,
+                         reason="condition not available here: no way in")
+    store.set_status(run, "completed")
+    data = analysis.results(store, run)
+    vm = [r for r in data["results"] if r["environment"] == "vm"]
+    assert vm and all(r.get("skipped") == "condition not available here: no way in" for r in vm)
+    out = io.StringIO()
+    render.results_tables(Console(file=out, width=250), data)
+    text = out.getvalue()
+    assert text.count("storage=nbd") == 1 and "storage_fs=ext4" in text and "skipped" in text
+    assert "host: storage_mechanism=nbdfuse on the host" in text
+    assert "container: storage_mechanism=nbdfuse on the container" in text

@@ -31,10 +31,40 @@ def _ci(lo: float | None, hi: float | None, digits: int = 4) -> str:
     return f"[{num(lo, digits)}, {num(hi, digits)}]" if lo is not None and hi is not None else "[-]"
 
 
+def _requested(key: str) -> bool:
+    """A condition key the suite asked for (storage, delay_ms ...), not one a condition reported."""
+    from .conditions import REGISTRY
+    return key in REGISTRY
+
+
 def _group_title(row: dict[str, Any], hide: set[str]) -> str:
     params = ", ".join(f"{k}={v}" for k, v in row["params"].items() if k not in hide)
-    cond = ", ".join(f"{k}={v}" for k, v in row["condition"].items())
+    cond = ", ".join(f"{k}={v}" for k, v in row["condition"].items() if _requested(k))
     return " · ".join(x for x in (row["workload"], params, cond) if x)
+
+
+def _measured_caption(rows: list[dict], envs: list[str]) -> str:
+    """What the conditions reported (file system, mechanism, measured delay), once when every
+    environment agrees, else per environment; they differ by environment, so they are not in the title."""
+    per_env: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row["n"]:
+            got = per_env.setdefault(row["environment"], {})
+            for k, v in row["condition"].items():
+                if not _requested(k):
+                    got.setdefault(k, v)
+    keys = list(dict.fromkeys(k for e in envs for k in per_env.get(e, {})))
+    common, own = [], defaultdict(list)
+    for k in keys:
+        vals = {e: per_env[e][k] for e in envs if k in per_env.get(e, {})}
+        if len(vals) == len(per_env) and len({json.dumps(v) for v in vals.values()}) == 1:
+            common.append(f"{k}={next(iter(vals.values()))}")
+        else:
+            for e, v in vals.items():
+                own[e].append(f"{k}={v}")
+    lines = [", ".join(common)] if common else []
+    lines += [f"{e}: {', '.join(own[e])}" for e in envs if own.get(e)]
+    return "\n".join(lines)
 
 
 def results_tables(console: Console, data: dict[str, Any]) -> None:
@@ -42,13 +72,16 @@ def results_tables(console: Console, data: dict[str, Any]) -> None:
     envs, baseline = data["environments"], data["baseline"]
     groups: dict[str, list[dict]] = defaultdict(list)
     monitor_rows = [r for r in data["results"] if r["metadata"].get("monitor")]
+    # an environment without samples of a monitor metric (host sampler, skipped) has a bare row
+    monitor_metrics = {(r["workload"], r["metric"]) for r in monitor_rows}
     for row in data["results"]:
-        if row["metadata"].get("monitor"):
+        if row["metadata"].get("monitor") or (row["workload"], row["metric"]) in monitor_metrics:
             continue
         hide = {"test"} if "test" in row["params"] else set()
         groups[_group_title(row, hide)].append(row)
     for title, rows in groups.items():
-        table = Table(title=title, title_justify="left", header_style="bold")
+        table = Table(title=title, title_justify="left", header_style="bold",
+                      caption=_measured_caption(rows, envs) or None, caption_justify="left")
         table.add_column("metric")
         table.add_column("unit")
         for env in envs:
@@ -60,7 +93,7 @@ def results_tables(console: Console, data: dict[str, Any]) -> None:
         for row in rows:
             by_metric[row["metric"]][row["environment"]] = row
         for metric, cells in by_metric.items():
-            line = [metric, next(iter(cells.values()))["unit"]]
+            line = [metric, next((c["unit"] for c in cells.values() if c["unit"]), "")]
             for env in envs:
                 r = cells.get(env)
                 line.append(_value_cell(r))
@@ -81,6 +114,8 @@ def results_tables(console: Console, data: dict[str, Any]) -> None:
 
 def _value_cell(r: dict | None) -> str:
     if r is None or r["n"] == 0:
+        if r and r.get("skipped") and not r["failures"]:
+            return "[yellow]skipped[/yellow]"
         return f"[red]failed ({r['failures']})[/red]" if r and r["failures"] else "-"
     text = f"{num(r['median'])} {_ci(r['ci_low'], r['ci_high'])}"
     index = r["metadata"].get("index")
