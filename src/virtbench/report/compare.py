@@ -12,6 +12,7 @@ from .data import load
 from .model import Chart, Document, Note, Part, Section, Table
 from . import svg
 from .sections.common import describe, slug
+from .sections.ratios import monitor_metrics
 
 COLUMNS = ["metric", "parameters", "environment", "unit", "n A", "median A", "A CI low", "A CI high", "n B",
            "median B", "B CI low", "B CI high", "B / A", "ratio CI low", "ratio CI high", "p", "sig."]
@@ -53,6 +54,7 @@ def document(store: Store, run_a: str, run_b: str) -> Document:
         if data[side]:
             summary.blocks.append(Note(f"{label}: {', '.join(data[side][:40])}"
                                        + (" ..." if len(data[side]) > 40 else "")))
+    monitor = monitor_metrics(da.results["results"] + db.results["results"])
     by_workload: dict[str, list[dict]] = defaultdict(list)
     for r in data["results"]:
         by_workload[r["workload"]].append(r)
@@ -62,8 +64,13 @@ def document(store: Store, run_a: str, run_b: str) -> Document:
                         "params": describe(r["params"], r["condition"])} for r in rows],
                       numeric={4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
                       note=f"{fmt.MARK_HELP}.")
-        groups = [_label(r) for r in rows]
-        by = dict(zip(groups, rows))
+        # The monitor's summaries stay in the table, out of the chart (they are not the workload's results).
+        charted = [r for r in rows if (r["workload"], r["metric"]) not in monitor]
+        if not charted:
+            summary.blocks.append(table)
+            continue
+        groups = [_label(r) for r in charted]
+        by = dict(zip(groups, charted))
 
         def get(g, _series, by=by):
             r = by[g]

@@ -19,6 +19,10 @@ WORKLOAD_SECTIONS: dict[str, str] = {
     "mpi": "virtbench.report.sections.mpi:build",
     "web": "virtbench.report.sections.web:build",
     "hpa": "virtbench.report.sections.hpa:build",
+    "bonnie": "virtbench.report.sections.storage:build",
+    "iozone-like": "virtbench.report.sections.storage:build",
+    "dd": "virtbench.report.sections.storage:build",
+    "fio": "virtbench.report.sections.storage:build",
 }
 GENERIC = "virtbench.report.sections.generic:build"
 

@@ -12,7 +12,8 @@ from ... import published
 from .. import fmt, svg
 from ..data import RunData
 from ..model import Chart, Note, Section, Table
-from .common import describe, result_table, slug, versus
+from .common import describe, result_table, slug
+from .ratios import monitor_table, ratio_charts, requested, split_monitor
 from .study import published_table
 
 MIN_POINTS = 3  # a sweep with fewer points is a comparison, not a curve
@@ -20,7 +21,7 @@ MIN_POINTS = 3  # a sweep with fewer points is a comparison, not a curve
 
 def _settings(rows: list[dict]) -> tuple[dict, list[str]]:
     """(settings shared by every row, names of the settings that vary): constants go in captions."""
-    merged = [{**r["params"], **r["condition"]} for r in rows]
+    merged = [{**r["params"], **requested(r["condition"])} for r in rows]
     keys = list(dict.fromkeys(k for m in merged for k in m))
     const = {k: merged[0][k] for k in keys
              if all(k in m for m in merged) and all(m[k] == merged[0][k] for m in merged)}
@@ -28,14 +29,16 @@ def _settings(rows: list[dict]) -> tuple[dict, list[str]]:
 
 
 def _where(r: dict, varying: list[str]) -> str:
-    both = {**r["params"], **r["condition"]}
+    both = {**r["params"], **requested(r["condition"])}
     return " · ".join(f"{k}={both[k]}" for k in varying if k in both)
 
 
 def build(data: RunData, rows: list[dict]) -> Section:
     workload = rows[0]["workload"]
     baseline, envs = data.baseline, data.env_order
-    const, varying = _settings(rows)
+    # The monitor's summaries go in a folded table of their own, never in a ratio chart or a curve.
+    rows, summaries = split_monitor(rows)
+    const, varying = _settings(rows or summaries)
     shared = describe({k: v for k, v in const.items() if k != "duration"}, {})
     section = Section(slug(data.id, workload), f"Workload: {workload}", intro=(
         f"Median of each metric per environment with its 95 % bootstrap CI, and the ratio to '{baseline}' "
@@ -43,35 +46,26 @@ def build(data: RunData, rows: list[dict]) -> Section:
         + (f" Settings of every result here: {shared}." if shared else "")))
     table = result_table(f"{workload}: medians and ratios", rows, baseline,
                          lambda r: [r["metric"], _where(r, varying)], ["metric", "settings"])
-    others = [e for e in envs if e != baseline]
     sweeps = _sweeps(data, workload, [r for r in rows if r["n"] and r["metric"] != "(none)"], varying)
     drawn = {k["cell"] + "|" + k["metric"] for c in sweeps for k in c.table.keys or []}
     # Results drawn as curves are not repeated as bars (their ratios are in the curves' tables).
     barred = [r for r in rows if r["cell_key"] + "|" + r["metric"] not in drawn]
-    if any(r["environment"] in others and r["ratio"] is not None for r in barred):
-        label = {id(r): " · ".join(x for x in (r["metric"], _where(r, varying)) if x) for r in barred}
-        groups = list(dict.fromkeys(label[id(r)] for r in barred if r["n"]))
-        by = {(label[id(r)], r["environment"]): r for r in barred}
-
-        def get(g, e):
-            r = by.get((g, e))
-            return None if r is None or r["ratio"] is None else (
-                r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"], fmt.mark(r, baseline))
-        section.blocks.append(Chart(
-            slug(data.id, workload, "ratio"), f"{workload}: ratio to {baseline}",
-            f"Horizontal bars: median in each environment divided by {baseline}'s, with 95 % CI whiskers; "
-            f"the dashed line is 1. Marks: {fmt.MARK_HELP}.",
-            lambda uid: svg.bars(uid, f"{workload}: ratio to {baseline}", groups, others, get,
-                                 f"ratio {versus(others, baseline)}", refline=1.0, style_of=envs.index,
-                                 digits=fmt.ratio),
-            table))
-    else:
+    charts = ratio_charts(data, slug(data.id, workload), workload, barred,
+                          lambda r: [r["metric"], _where(r, varying)], ["metric", "settings"])
+    if charts:
+        section.blocks += charts
+        table.collapsed = True  # every result, with or without data, stays in the file
+    if rows:
         section.blocks.append(table)
-        if len(envs) < 2:
-            section.blocks.append(Note("One environment only: there are no ratios to draw."))
+    if not charts and len(envs) < 2:
+        section.blocks.append(Note("One environment only: there are no ratios to draw."))
     section.blocks += sweeps
     # The studies' figures for this family, as printed (their own sections put them beside ours).
     section.blocks += [published_table(pub) for pub in published.for_workload(workload)]
+    mon = monitor_table(data, workload, summaries, lambda r: [r["metric"], _where(r, varying)],
+                        ["metric", "settings"])
+    if mon is not None:
+        section.blocks.append(mon)
     return section
 
 
@@ -91,7 +85,7 @@ def _sweeps(data: RunData, workload: str, rows: list[dict], varying: list[str]) 
     for key in varying:
         lines: dict[str, list[tuple[float, dict]]] = defaultdict(list)
         for r in rows:
-            x = _number({**r["params"], **r["condition"]}.get(key))
+            x = _number({**r["params"], **requested(r["condition"])}.get(key))
             if x is not None:
                 rest = [k for k in varying if k != key]
                 lines[json.dumps([r["metric"], _where(r, rest)])].append((x, r))
