@@ -273,3 +273,14 @@ def test_skipped_cells_and_emulated_vms_are_warned_about(runs, tmp_path):
     assert "emulated VM (accelerator=tcg" in text
     assert "Skipped system copies=1 · test=pipe · delay_ms=10 on vm: condition not available here: " \
            "&lt;i&gt;tc&lt;/i&gt; missing" in text
+
+
+def test_line_end_labels_do_not_overlap():
+    from virtbench.report.svg.lines import _spread
+
+    out = _spread([[100, 5, "a"], [101, 5, "b"], [250, 5, "c"], [99, 5, "d"]], 12, 10, 290)
+    assert [t[2] for t in out] == ["d", "a", "b", "c"]
+    ys = [t[0] for t in out]
+    assert all(b - a >= 12 for a, b in zip(ys, ys[1:])) and ys[0] == 99 and ys[-1] == 250
+    crowded = _spread([[280, 0, "x"], [285, 0, "y"], [290, 0, "z"]], 12, 10, 290)
+    assert [t[0] for t in crowded] == [266, 278, 290]  # pushed up to fit above the axis

@@ -73,6 +73,7 @@ def lines(uid: str, title: str, series: list[Line], xlabel: str, ylabel: str, *,
     c.line(left, top, left, bottom)
     c.text((left + right) / 2, bottom + 30, xlabel, size=FONT, anchor="middle")
     c.text(14, (top + bottom) / 2, ylabel, size=FONT, anchor="middle", rotate=True)
+    ends: list[list] = []  # [y, x, label] of each line's end label
     for s, xs, ys, lo, hi in data:
         if not xs.size:
             continue
@@ -91,7 +92,9 @@ def lines(uid: str, title: str, series: list[Line], xlabel: str, ylabel: str, *,
             for a, b in zip(px[::step].tolist(), py[::step].tolist()):
                 c.marker(s.style, a, b)
         if end_labels:
-            c.text(float(px[-1]) + 6, float(py[-1]), s.label, size=FONT - 1)
+            ends.append([float(py[-1]), float(px[-1]) + 6, s.label])
+    for ly, lx, label in _spread(ends, FONT + 1, top, bottom):
+        c.text(lx, ly, label, size=FONT - 1)
     for k, s in enumerate(series):  # legend: dash sample + marker + name, four per row
         lx, ly = left + (k % 4) * (WIDTH - left) / 4, height + 18 * (k // 4) + 4
         color = "#000" if s.reference else COLORS[s.style % len(COLORS)]
@@ -100,3 +103,18 @@ def lines(uid: str, title: str, series: list[Line], xlabel: str, ylabel: str, *,
             c.marker(s.style, lx + 13, ly)
         c.text(lx + 32, ly, s.label if text_width(s.label, FONT - 1) < 130 else s.label[:24] + "…", size=FONT - 1)
     return c.render(title)
+
+
+def _spread(labels: list[list], gap: float, top: float, bottom: float) -> list[list]:
+    """End labels moved apart vertically (in y order, at least `gap` apart) where lines end close
+    together, kept inside [top, bottom] as far as they fit."""
+    out = sorted(labels, key=lambda t: t[0])
+    for i in range(1, len(out)):
+        out[i][0] = max(out[i][0], out[i - 1][0] + gap)
+    over = out[-1][0] - bottom if out else 0
+    if over > 0:  # pushed past the bottom: shift the stack up, without passing the top
+        for t in out:
+            t[0] = max(top, t[0] - over)
+        for i in range(1, len(out)):
+            out[i][0] = max(out[i][0], out[i - 1][0] + gap)
+    return out
