@@ -77,6 +77,40 @@ def test_export_csv_and_json(two_runs, tmp_path):
     assert doc["environments"][0]["facts"]["kernel"]
 
 
+def test_export_and_api_timeseries(two_runs, tmp_path):
+    """The monitor's series of a real (short, monitored) run: CSV, JSON and the pandas API agree."""
+    from virtbench.api import open_store
+    from virtbench.store import Store
+
+    db, (a, _) = two_runs
+    attempts = {x["id"]: x for x in Store(db).attempts(a)}
+    rows = list(csv.DictReader(io.StringIO(vb("export", a, "--timeseries", "--db", db).stdout)))
+    assert rows and {int(r["attempt_id"]) for r in rows} == set(attempts)  # every repetition has its series
+    assert {r["instance"] for r in rows} == {"host"} and {"cpu_util", "mem_used"} <= {r["metric"] for r in rows}
+    assert {r["workload"] for r in rows} == {"system"} and all(json.loads(r["params"])["copies"] == "1" for r in rows)
+    for r in rows:
+        att = attempts[int(r["attempt_id"])]
+        assert att["started_at"] <= float(r["t"]) <= att["ended_at"] + 1
+        assert float(r["elapsed_s"]) == pytest.approx(float(r["t"]) - att["started_at"])
+        assert r["warmup"] == str(bool(att["warmup"])) and r["source"] and r["unit"]
+    util = [float(r["value"]) for r in rows if r["metric"] == "cpu_util"]
+    assert all(0 <= v <= 1 for v in util) and max(util) > 0.3  # dhrystone kept a core busy
+
+    out = tmp_path / "run.json"
+    vb("export", a, "--format", "json", "--timeseries", "-o", str(out), "--db", db)
+    doc = json.loads(out.read_text())
+    assert len(doc["timeseries"]) == len(rows) and isinstance(doc["timeseries"][0]["params"], dict)
+    vb("export", a, "--format", "json", "-o", str(out), "--db", db)
+    assert "timeseries" not in json.loads(out.read_text())  # only when asked: a big sweep has many rows
+
+    df = open_store(db).timeseries(a)
+    assert len(df) == len(rows) and set(df["instance"]) == {"host"}
+    assert df["params"].map(lambda p: p["test"]).isin(["dhrystone", "pipe"]).all()
+    cpu = open_store(db).timeseries(a, metric="cpu_util", instance="host")
+    assert set(cpu["metric"]) == {"cpu_util"} and len(cpu) == len(util)
+    assert (cpu.groupby("attempt_id")["t"].apply(lambda t: t.is_monotonic_increasing)).all()
+
+
 def test_workloads_listing():
     items = json.loads(vb("workloads", "--json").stdout)
     system = next(w for w in items if w["name"] == "system")

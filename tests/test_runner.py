@@ -138,3 +138,66 @@ def test_interrupt_then_resume_loses_nothing(tmp_path, sig):
     assert len(ok) == 9 and len(_measured(store.samples(run_id))) == 9
     assert store.run(run_id)["status"] == "completed"
     assert json.loads(res.stdout)["run_id"] == run_id
+
+
+PER_ENTRY_SUITE = """\
+[suite]
+name = "per-entry"
+baseline = "host"
+warmup = 0
+monitor = false
+
+[environments.host]
+driver = "host"
+
+[environments.other]
+driver = "host"
+
+[[workloads]]
+name = "system"
+params = { duration = 0.05, test = "dhrystone", copies = "1" }
+environments = ["other"]
+
+[[workloads]]
+name = "system"
+params = { duration = 0.05, test = "syscall", copies = "1" }
+"""
+
+
+def test_entry_environments_run_where_named_and_resume_from_the_stored_matrix(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text(PER_ENTRY_SUITE)
+    store = Store(tmp_path / "r.sqlite")
+    m = suite.load(path, repeat=2)
+    # Resume path: the run's matrix is read back from the store (JSON), nothing from the suite file.
+    rid = store.create_run(m.to_spec(), suite_name=m.name, suite_path=None, baseline=m.baseline, command="t")
+    store.set_status(rid, "interrupted")
+    Runner(store, None).resume(rid)
+    assert store.run(rid)["status"] == "completed"
+    ran = {(a["params_json"], a["environment"]) for a in store.attempts(rid)}
+    dhry = [p for p, _ in ran if "dhrystone" in p][0]
+    sysc = [p for p, _ in ran if "syscall" in p][0]
+    assert ran == {(dhry, "other"), (sysc, "host"), (sysc, "other")}
+    assert len(store.attempts(rid)) == 6  # 3 (cell, environment) pairs x 2 repetitions
+
+    rows = {(r["metric"], r["environment"]): r for r in analysis.results(store, rid)["results"]}
+    assert ("dhrystone", "host") not in rows  # no row where the cell was never meant to run
+    lone = rows[("dhrystone", "other")]  # absolute figures without a ratio: its baseline did not run it
+    assert lone["n"] == 2 and lone["median"] > 0 and lone["ratio"] is None
+    assert any("does not run on the baseline" in w for w in lone["warnings"])
+    assert rows[("syscall", "host")]["ratio"] == 1.0 and rows[("syscall", "other")]["ratio"] > 0
+
+
+def test_an_environment_no_later_cell_needs_is_torn_down_before_the_next_cell(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text(PER_ENTRY_SUITE.replace('test = "syscall", copies = "1" }',
+                                            'test = "syscall", copies = "1" }\nenvironments = ["host"]'))
+    store = Store(tmp_path / "r.sqlite")
+    rid = Runner(store, suite.load(path, repeat=1)).start()
+    (other,) = [i for i in store.instances(rid) if i["environment"] == "other"]
+    syscall = [a for a in store.attempts(rid) if "syscall" in a["params_json"]]
+    assert syscall and all(a["environment"] == "host" for a in syscall)
+    # 'other' ran only the first cell: gone before the second cell started, not at the end of the run
+    assert other["lifecycle"]["teardown_end"] <= min(a["started_at"] for a in syscall)
+    (host,) = [i for i in store.instances(rid) if i["environment"] == "host"]
+    assert host["lifecycle"]["teardown_start"] >= max(a["ended_at"] for a in syscall)

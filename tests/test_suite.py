@@ -1,5 +1,6 @@
 """Suite files: expansion, overrides, and errors that name file, line, key and the valid choices."""
 
+import json
 import textwrap
 
 import pytest
@@ -125,3 +126,61 @@ def test_adhoc_sweeps_comma_lists():
         suite.adhoc("nope", {}, ["host"])
     with pytest.raises(SuiteError, match="copies"):
         suite.adhoc("system", {"copies": "many"}, ["host"])
+
+
+# -- a workload entry's own environments ---------------------------------------------------------
+
+PER_ENTRY = GOOD.replace('copies = ["1", "vcpus"] }', 'copies = ["1", "vcpus"] }\nenvironments = ["small"]') + """
+[[workloads]]
+name = "system"
+params = { duration = 0.5, test = "dhrystone", copies = "1" }
+"""
+
+
+def test_entry_environments_restrict_cells_and_merge(tmp_path):
+    m = suite.load(write(tmp_path, PER_ENTRY))
+    envs = [e.name for e in m.environments]
+    by_key = {(c["params"]["test"], c["params"]["copies"]): c for c in m.cells}
+    assert len(m.cells) == 4  # the second entry's cell is also in the first: run once
+    # ... on the union of both entries' environments (the second entry has no key: everywhere)
+    assert suite.cell_environments(by_key[("dhrystone", "1")], envs) == ["host", "small"]
+    assert suite.cell_environments(by_key[("pipe", "vcpus")], envs) == ["small"]
+    assert by_key[("pipe", "vcpus")]["environments"] == ["small"]
+    again = suite.Matrix.from_spec(json.loads(json.dumps(m.to_spec())))
+    assert again.cells == m.cells  # stored as JSON, so --resume sees the same restriction
+
+
+def test_entry_environments_narrowed_by_envs(tmp_path):
+    m = suite.load(write(tmp_path, PER_ENTRY), envs=["host"])
+    assert [e.name for e in m.environments] == ["host"]
+    assert [(c["params"]["test"], c["params"]["copies"]) for c in m.cells] == [("dhrystone", "1")]
+    only_small = GOOD.replace('copies = ["1", "vcpus"] }', 'copies = ["1", "vcpus"] }\nenvironments = ["small"]')
+    with pytest.raises(UserError, match="no workload of the suite runs on host"):
+        suite.load(write(tmp_path, only_small), envs=["host"])
+    # An environment no cell uses is left out (never provisioned), unless it is the baseline.
+    no_host = suite.load(write(tmp_path, only_small))
+    assert [e.name for e in no_host.environments] == ["host", "small"] and no_host.baseline == "host"
+    base_small = only_small.replace('baseline = "host"', 'baseline = "small"')
+    assert [e.name for e in suite.load(write(tmp_path, base_small)).environments] == ["small"]
+
+
+@pytest.mark.parametrize("value,problem", [
+    ('["host", "vm"]', "unknown environment 'vm'"),
+    ('["container"]', "unknown environment 'container'"),  # a driver name, not one of the suite's
+    ('"host"', None),  # one name alone is accepted
+    ('[]', "must be a list of environment names"),
+    ('[1]', "must be a list of environment names"),
+    ('["host", "host"]', "listed twice"),
+])
+def test_entry_environments_errors(tmp_path, value, problem):
+    text = GOOD.replace('copies = ["1", "vcpus"] }', f'copies = ["1", "vcpus"] }}\nenvironments = {value}')
+    path = write(tmp_path, text)
+    if problem is None:
+        assert all(c["environments"] == ["host"] for c in suite.load(path).cells)
+        return
+    with pytest.raises(SuiteError) as info:
+        suite.load(path)
+    err = info.value
+    assert problem in str(err)
+    assert err.key == "workloads.environments" and err.line == 21 and f"{path}:21" in str(err)
+    assert err.hint and "host" in err.hint and "small" in err.hint

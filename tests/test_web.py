@@ -134,6 +134,27 @@ def test_shape_memory_times_replicas_refused_before_the_run(tmp_path):
     assert wl.check_capacity({**params, "replicas": 2}, EnvSpec("c", "container", Shape("m1.small", 1, 128))) == []
 
 
+def test_more_containers_than_a_bridge_holds_refused():
+    wl = get("web")
+    params = suite.adhoc("web", {}, ["container"]).cells[0]["params"]
+    env = EnvSpec("container", "container", Shape("native"), {})
+    too_many = wl.check_capacity({**params, "replicas": 1023, "replica_memory_mb": 1}, env)
+    assert any("1024 containers on one network bridge" in p and "at most 1022 replicas" in p for p in too_many)
+    assert wl.check_capacity({**params, "replicas": 1022, "replica_memory_mb": 1}, env) == []
+    host = EnvSpec("host", "host", Shape("native"), {})  # host replicas are processes on loopback ports
+    assert not any("bridge" in p for p in wl.check_capacity({**params, "replicas": 1023, "replica_memory_mb": 1}, host))
+
+
+def test_vms_without_a_memory_shape_count_at_the_drivers_default():
+    from virtbench.workloads.web import _mem_available_mb
+    wl = get("web")
+    params = suite.adhoc("web", {}, ["host"]).cells[0]["params"]
+    n = int(_mem_available_mb() // 1024) + 1  # one more 1 GB VM than fits
+    vm = EnvSpec("vm", "vm", Shape("native"), {})
+    assert any("1024 MB (a VM's default)" in p for p in wl.check_capacity({**params, "replicas": n}, vm))
+    assert not any("MB" in p for p in wl.check_capacity({**params, "replicas": 1, "balancer": "none"}, vm))
+
+
 def test_threads_more_than_connections_refused():
     with pytest.raises(SuiteError, match="threads=8 is more than connections=4"):
         suite.adhoc("web", {"threads": "8", "connections": "4"}, ["host"])
@@ -182,4 +203,15 @@ def test_container_vs_vm_suite_loads():
     assert sorted(p["workers"] for p in web_cells if p["balancer"] == "none") == [1, 2, 4, 8]
     assert all(p["file_size"] == 600 for p in web_cells)
     assert {c["params"]["test"] for c in m.cells if c["workload"] == "system"} >= {"dhrystone", "syscall"}
-    assert [e.name for e in m.environments] == ["host", "container"]  # + vm once its driver lands
+    envs = [e.name for e in m.environments]
+    assert envs == ["host", "container", "vm"]
+    where = {(c["params"]["balancer"], c["params"].get("replicas")): suite.cell_environments(c, envs)
+             for c in m.cells if c["workload"] == "web"}
+    assert all(w == ["host", "container"] for (b, _), w in where.items() if b == "nginx")  # replica sweep
+    assert all(w == ["host", "vm"] for (b, _), w in where.items() if b == "none")  # worker sweep
+    assert all(suite.cell_environments(c, envs) == envs for c in m.cells if c["workload"] == "system")
+    narrowed = suite.load(Path(__file__).parents[1] / "suites" / "container-vs-vm.toml", envs=["host", "container"])
+    assert [e.name for e in narrowed.environments] == ["host", "container"]
+    names = ["host", "container"]
+    assert all(suite.cell_environments(c, names) == (names if c["params"]["balancer"] == "nginx" else ["host"])
+               for c in narrowed.cells if c["workload"] == "web")  # the worker sweep keeps its host half

@@ -140,6 +140,34 @@ def test_dataset_too_big_for_memory_or_disk(monkeypatch):
         suite.adhoc("hpa", {"transactions": "1M"}, ["host"])
 
 
+HPA_PARAMS = {"items": 1000, "support": 0.007, "confidence": 0.5, "ranks": 4, "instances": 4, "avg_size": 10.0,
+              "pattern_size": 4.0, "seed": 1, "total_vcpus": 0}
+
+
+def test_dataset_share_against_a_vm_disk_and_memory():
+    """A VM without a disk or memory shape: its auto-sized disk's free_space and the driver's default memory."""
+    vm = lambda **opts: EnvSpec("vm", "vm", shapes.resolve("native"), {"image_size": "auto", **opts})  # noqa: E731
+    big = {**HPA_PARAMS, "transactions": 100_000_000}  # ~0.93 GiB and ~1.2 GiB of memory per instance
+    problems = hpa.HPA().check_capacity(big, vm(free_space="512M"))
+    assert any("does not fit the 512 MiB free on a VM's disk" in p and "free_space" in p for p in problems)
+    assert any("a vm without a memory shape gives 1024 MB" in p for p in problems)
+    roomy = EnvSpec("vm", "vm", Shape("big", 1, 2048), {"image_size": "auto", "free_space": "4G"})
+    assert hpa.HPA().check_capacity(big, roomy) == []
+    small = {**HPA_PARAMS, "transactions": 1_000_000}  # the suite's largest: 10 MB a share
+    assert hpa.HPA().check_capacity(small, vm(free_space="512M")) == []
+
+
+@pytest.mark.skipif(not shutil.which("podman"), reason="podman not installed")
+def test_dataset_above_the_container_engines_free_space():
+    where, free = hpa._engine_storage_free("auto")
+    assert where and free > 0  # asked of the real engine
+    tx = int(free / hpa.data_bytes(1, 1000, 10) * 1.5)  # half as much again as the disk holds
+    env = EnvSpec("container", "container", shapes.resolve("native"), {"engine": "auto"})
+    problems = hpa.HPA().check_capacity({**HPA_PARAMS, "transactions": tx}, env)
+    assert any(f"free in the container engine's storage ({where})" in p for p in problems)
+    assert hpa.HPA().check_capacity({**HPA_PARAMS, "transactions": 1_000_000}, env) == []
+
+
 def test_data_size_estimate_is_close_to_the_generator():
     # vb-questgen: 1M transactions, 1000 items, T=10 -> 39,304,413 bytes (measured)
     assert hpa.data_bytes(1_000_000, 1000, 10) == pytest.approx(39_304_413, rel=0.05)
@@ -159,3 +187,12 @@ def test_a_share_that_does_not_fit_the_storage_fails_before_generating(tmp_path,
         assert list(Path(insts[0].scratch_dir()).glob("vb-hpa-*")) == []
     finally:
         insts[0].teardown()
+
+
+def test_vcluster_suite_runs_the_small_datasets_on_vms_too():
+    m = suite.load(Path(__file__).resolve().parents[1] / "suites" / "vcluster-hpa.toml")
+    envs = [e.name for e in m.environments]
+    assert envs == ["host", "container", "vm"] and m.baseline == "host" and m.policy.monitor
+    where = {c["params"]["transactions"]: suite.cell_environments(c, envs) for c in m.cells}
+    assert where == {50000: envs, 400000: envs, 500000: ["host", "container"], 1000000: ["host", "container"]}
+    assert len(m.cells) == 4  # the VM entry's cells are the first entry's, run once

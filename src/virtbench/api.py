@@ -2,10 +2,12 @@
 
     >>> from virtbench.api import open_store
     >>> df = open_store().samples("20261122-0412-a3f9")   # a pandas DataFrame
+    >>> ts = open_store().timeseries("20261122-0412-a3f9", metric="cpu_util")   # the monitor's series
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,20 @@ class Results:
         import pandas as pd
 
         return pd.DataFrame(analysis.results(self.store, run_id)["results"])
+
+    def timeseries(self, run_id: str, *, instance: str | None = None, metric: str | None = None):
+        """The monitor's series (store table `timeseries`), one row per tick, instance and metric: t (epoch s),
+        elapsed_s (since the attempt started), value, unit, source, with the attempt's environment,
+        repetition, warmup flag, cell, workload and params (a dict)."""
+        import pandas as pd
+
+        from .export import TIMESERIES_COLUMNS, timeseries_rows
+
+        rows = timeseries_rows(self.store, run_id, instance=instance, metric=metric)
+        df = pd.DataFrame(rows, columns=list(TIMESERIES_COLUMNS))
+        for col in ("params", "condition"):
+            df[col] = df.pop(f"{col}_json").map(lambda v: json.loads(v) if v else {})
+        return df
 
     def summary(self, run_id: str) -> dict[str, Any]:
         return analysis.results(self.store, run_id)

@@ -286,13 +286,16 @@ def report_cmd(run_ids, output, fmt, figures_dir, db) -> None:
 @click.argument("run_id")
 @click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), help="file [default: stdout]")
+@click.option("--timeseries", is_flag=True,
+              help="the monitor's series: CSV of the series instead of the samples, or added to the JSON")
 @click.option("--db", help=DB_HELP)
-def export(run_id, fmt, output, db) -> None:
+def export(run_id, fmt, output, timeseries, db) -> None:
     """Export a run: CSV (one row per sample) or JSON (everything stored)."""
     from . import export as export_mod
 
     store = _store(db)
-    text = export_mod.to_csv(store, run_id) if fmt == "csv" else export_mod.to_json(store, run_id)
+    text = export_mod.to_csv(store, run_id, timeseries=timeseries) if fmt == "csv" else \
+        export_mod.to_json(store, run_id, timeseries=timeseries)
     if output:
         Path(output).write_text(text)
         err.print(f"wrote {output}")

@@ -25,7 +25,7 @@ from .drivers.base import DriverContext, Instance
 from .errors import UserError, WorkloadFailed
 from .model import EnvSpec
 from .store import Store
-from .suite import Matrix
+from .suite import Matrix, cell_environments
 from .workloads.base import RunContext
 
 GIVE_UP_AFTER = 3  # consecutive failures of one cell in one environment
@@ -98,11 +98,12 @@ class Runner:
 
     def _check_capacity(self) -> None:
         """Cells that cannot fit an environment (shape or machine) are refused before anything starts.
-        Workloads that know their needs define check_capacity(params, env) -> [problem, ...]."""
+        Workloads that know their needs override check_capacity(params, env) -> [problem, ...]."""
         problems: list[str] = []
         for cell in self.matrix.cells:
-            check = getattr(workloads.get(cell["workload"]), "check_capacity", None)
-            for env in self.matrix.environments if check else ():
+            check = workloads.get(cell["workload"]).check_capacity
+            here = cell_environments(cell, [e.name for e in self.matrix.environments])
+            for env in [e for e in self.matrix.environments if e.name in here]:
                 where = ", ".join(f"{k}={v}" for k, v in cell["params"].items())
                 problems += [f"{cell['workload']} ({where}) on {env.name}: {p}" for p in check(cell["params"], env)]
         if problems:
@@ -150,13 +151,15 @@ class Runner:
 
     def _loop(self, states: dict[str, _EnvState], tallies: dict[tuple[str, str], Tally]) -> None:
         policy = self.matrix.policy
-        envs = [e.name for e in self.matrix.environments]
+        all_envs = [e.name for e in self.matrix.environments]
         cells = self.matrix.cells
-        self.events.planned(len(cells) * len(envs) * (policy.min_repetitions + policy.warmup))
+        self.events.planned(sum(len(cell_environments(c, all_envs)) for c in cells)
+                            * (policy.min_repetitions + policy.warmup))
         started = self.clock()
         for index, cell in enumerate(cells):
             wl = workloads.get(cell["workload"])
             timeout = policy.timeout or wl.timeout(cell["params"])
+            envs = cell_environments(cell, all_envs)  # a suite entry may name its environments
             for env in envs:
                 tallies.setdefault((cell["key"], env), Tally())
             for env in envs:  # warm-up: unrecorded in statistics, but the attempt is logged
@@ -177,6 +180,22 @@ class Runner:
                 cell_budget = self._cell_budget(started, index, len(cells))
                 for env in active:
                     self._decide(tallies[(cell["key"], env)], cell_budget)
+            self._drop_unneeded(states, cells[index + 1:], envs, all_envs)
+
+    def _drop_unneeded(self, states: dict[str, _EnvState], later_cells: list[dict], envs: list[str],
+                       all_envs: list[str]) -> None:
+        """Tear down the instances of a role no later cell needs in that environment (all of them once
+        no later cell runs there): idle instances, a VM under TCG above all, would otherwise share
+        the machine with the cells still to come."""
+        needed: dict[str, set[str]] = defaultdict(set)
+        for c in later_cells:
+            roles = workloads.get(c["workload"]).roles(c["params"])
+            for env in cell_environments(c, all_envs):
+                needed[env].update(roles)
+        for env in envs:
+            idle = [role for role, pool in states[env].pool.items() if pool and role not in needed[env]]
+            if idle:
+                self._teardown({env: states[env]}, roles=idle)
 
     def _cell_budget(self, started: float, index: int, total: int) -> bool:
         """True while this cell may still take extra (adaptive) repetitions."""
@@ -244,7 +263,7 @@ class Runner:
             if status == "ok":
                 tally.ok += 1
                 tally.consecutive_failures = 0
-                series = getattr(wl, "series_key", None)  # one CI per series point (e.g. message size)
+                series = wl.series_key  # one CI per series point (e.g. message size)
                 for s in found:
                     tally.values[(s.metric, s.metadata.get(series)) if series else s.metric].append(s.value)
             elif status == "skipped":
@@ -337,12 +356,14 @@ class Runner:
             if row is not None:
                 self.store.update_instance(row, inst.lifecycle)
 
-    def _teardown(self, states: dict[str, _EnvState]) -> None:
+    def _teardown(self, states: dict[str, _EnvState], roles: list[str] | None = None) -> None:
         # Ctrl-C during teardown must not leave half of it undone.
         with _ignore_interrupts():
             for state in states.values():
                 self._release_conditions(state)
-                for pool in state.pool.values():
+                for role, pool in state.pool.items():
+                    if roles is not None and role not in roles:
+                        continue
                     for inst in pool:
                         try:
                             self._teardown_one(state, inst)
@@ -363,7 +384,7 @@ class Runner:
                 tally.consecutive_failures = 0
             else:
                 tally.consecutive_failures += 1
-        series = {c["key"]: getattr(workloads.get(c["workload"]), "series_key", None) for c in self.matrix.cells}
+        series = {c["key"]: workloads.get(c["workload"]).series_key for c in self.matrix.cells}
         for s in self.store.samples(self.run_id):
             if monitor.is_monitor_sample(s["metadata_json"]):
                 continue  # the monitor's summaries never decide when to stop

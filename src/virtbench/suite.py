@@ -34,7 +34,7 @@ SUITE_KEYS = {
     "monitor_interval": "seconds between the monitor's samples (default 1)",
 }
 SHAPE_KEYS = ("vcpus", "memory_mb", "disk_gb")
-WORKLOAD_KEYS = ("name", "params", "condition")
+WORKLOAD_KEYS = ("name", "params", "condition", "environments")
 
 
 @dataclass
@@ -129,11 +129,18 @@ def load(path: str | Path, *, envs: list[str] | None = None, repeat: int | None 
         raise where.error(("workloads",), "no [[workloads]] entries", workloads.names())
     cells = []
     for i, entry in enumerate(wl_entries):
-        cells.extend(_workload_cells(where, i, entry, duration))
+        cells.extend(_workload_cells(where, i, entry, duration, defined))
+    cells, env_list = _narrow(path, _merge_cells(cells), env_list, baseline)
 
     policy = _policy(where, meta, repeat)
     return Matrix(meta.get("name", path.stem), str(path), baseline, env_list, cells, policy,
                   meta.get("description", ""))
+
+
+def cell_environments(cell: dict[str, Any], matrix_envs: list[str]) -> list[str]:
+    """The environments one cell runs on, in the matrix's order (a cell without the key: all)."""
+    only = cell.get("environments")
+    return [e for e in matrix_envs if not only or e in only]
 
 
 def adhoc(workload: str, raw_params: dict[str, str], envs: list[str], *, repeat: int | None = None,
@@ -144,7 +151,7 @@ def adhoc(workload: str, raw_params: dict[str, str], envs: list[str], *, repeat:
         wl = workloads.get(workload)
     except KeyError:
         raise UserError(f"unknown workload '{workload}'", "valid workloads: " + ", ".join(workloads.names())) from None
-    if not getattr(wl, "suite_runnable", True):
+    if not wl.suite_runnable:
         raise UserError(f"workload '{workload}' is not run this way", f"use: virtbench {workload} --help")
     params = {k: [p.strip() for p in v.split(",")] if isinstance(v, str) and "," in v else v
               for k, v in raw_params.items()}
@@ -228,7 +235,8 @@ def _pick_env(where: _Where, name: str, defined: dict[str, EnvSpec], custom: dic
     raise UserError(f"{where.path}: unknown environment '{name}'", "valid choices: " + ", ".join(choices))
 
 
-def _workload_cells(where: _Where, i: int, entry: Any, duration: float | None) -> list[dict]:
+def _workload_cells(where: _Where, i: int, entry: Any, duration: float | None,
+                    defined: dict[str, EnvSpec]) -> list[dict]:
     at = ("workloads", i)
     _check_keys(where, entry, at, WORKLOAD_KEYS)
     name = entry.get("name")
@@ -236,9 +244,61 @@ def _workload_cells(where: _Where, i: int, entry: Any, duration: float | None) -
         wl = workloads.get(name)
     except KeyError:
         raise where.error(at + ("name",), f"unknown workload {name!r}", workloads.names()) from None
-    if not getattr(wl, "suite_runnable", True):
+    if not wl.suite_runnable:
         raise where.error(at + ("name",), f"workload {name!r} is run by `virtbench {name}`, not by a suite")
-    return _expand(where, at, wl, entry.get("params", {}), duration, entry.get("condition", {}))
+    cells = _expand(where, at, wl, entry.get("params", {}), duration, entry.get("condition", {}))
+    if "environments" in entry:
+        only = _entry_environments(where, at + ("environments",), entry["environments"], defined)
+        cells = [{**c, "environments": only} for c in cells]
+    return cells
+
+
+def _entry_environments(where: _Where, at: tuple, raw: Any, defined: dict[str, EnvSpec]) -> list[str]:
+    """A workload entry's `environments = ["host", "vm"]`: names of the suite's [environments.*]."""
+    items = raw if isinstance(raw, list) else [raw]
+    if not items or not all(isinstance(x, str) for x in items):
+        raise where.error(at, f"must be a list of environment names such as [\"{next(iter(defined))}\"], "
+                              f"got {raw!r}", sorted(defined))
+    for name in items:
+        if name not in defined:
+            raise where.error(at, f"unknown environment {name!r} (only the suite's own [environments.*] can "
+                                  f"be named here)", sorted(defined))
+    if len(set(items)) != len(items):
+        raise where.error(at, f"an environment is listed twice in {items!r}", sorted(defined))
+    return [name for name in defined if name in items]  # the suite's order
+
+
+def _merge_cells(cells: list[dict]) -> list[dict]:
+    """The same cell from two entries runs once, on the union of their environments."""
+    out: dict[str, dict] = {}
+    for c in cells:
+        prev = out.get(c["key"])
+        if prev is None:
+            out[c["key"]] = c
+        elif "environments" in prev and "environments" in c:
+            prev["environments"] = prev["environments"] + [e for e in c["environments"]
+                                                           if e not in prev["environments"]]
+        else:  # one of them runs everywhere
+            prev.pop("environments", None)
+    return list(out.values())
+
+
+def _narrow(path: Path, cells: list[dict], env_list: list[EnvSpec], baseline: str) -> tuple[list[dict], list[EnvSpec]]:
+    """Restrict each cell's environments to those of this run (`--envs`, [suite] environments); drop
+    cells left with none, and environments no cell uses (except the baseline)."""
+    names = [e.name for e in env_list]
+    kept = []
+    for c in cells:
+        if "environments" in c:
+            c = {**c, "environments": [e for e in c["environments"] if e in names]}
+            if not c["environments"]:
+                continue
+        kept.append(c)
+    if not kept:
+        raise UserError(f"{path}: no workload of the suite runs on {', '.join(names)}",
+                        "check the workloads' `environments` keys, or choose other environments with --envs")
+    used = {e for c in kept for e in cell_environments(c, names)}
+    return kept, [e for e in env_list if e.name in used or e.name == baseline]
 
 
 def _expand(where: _Where, at: tuple, wl, given: dict, duration: float | None,
@@ -271,7 +331,9 @@ def _expand(where: _Where, at: tuple, wl, given: dict, duration: float | None,
         try:
             wl.validate(params)
         except ValueError as exc:
-            raise where.error(at + ("params",), str(exc)) from None
+            # "support must be ...", "replicas=2 needs ...": name the parameter the message starts with
+            first = str(exc).split(" ", 1)[0].split("=", 1)[0].split("(", 1)[0]
+            raise where.error(at + ("params",) + ((first,) if first in known else ()), str(exc)) from None
         for cond_combo in itertools.product(*(values for _, values in cond_axes)):
             condition = {k: v for (k, _), v in zip(cond_axes, cond_combo)}
             cells.append(cell(wl.name, params, condition))

@@ -84,6 +84,11 @@ class Workload(ABC):
     index_baselines: ClassVar[dict[str, float]] = {}
     # The parameter that enumerates the indexed tests (left out when grouping tests into one index).
     index_param: ClassVar[str | None] = None
+    # A sample metadata key that is part of a result row's identity (MPI: the message size), so each
+    # value gets its own CI and stopping rule.
+    series_key: ClassVar[str | None] = None
+    # False for a workload another command runs (boot: `virtbench boot`); suites and --workload refuse it.
+    suite_runnable: ClassVar[bool] = True
 
     def param(self, name: str) -> Param:
         for p in self.params:
@@ -93,6 +98,11 @@ class Workload(ABC):
 
     def validate(self, params: dict[str, Any]) -> None:
         """Checks across parameters; raise ValueError naming the parameter."""
+
+    def check_capacity(self, params: dict[str, Any], env: Any) -> list[str]:
+        """Why this cell cannot fit environment `env` (an EnvSpec) on this machine; [] if it fits.
+        Checked for every cell before anything starts."""
+        return []
 
     def roles(self, params: dict[str, Any]) -> dict[str, int]:
         """How many instances of each role one repetition needs."""

@@ -28,7 +28,9 @@ open-loop client at a fixed rate would see; every sample records this (`latency_
 them across platforms at equal connections, never as an SLA figure.
 
 Connections go only to loopback (host instances, each server on its own free port, bound to
-127.0.0.1) or to the bridge addresses of the instances this run started.
+127.0.0.1; VMs, through a port QEMU forwards from 127.0.0.1 to the guest's nginx) or to the bridge
+addresses of the instances this run started. A balancer VM reaches its server VMs over the private
+segment the VM driver gives clusters.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from ..drivers.base import Instance
 from ..errors import MissingTool, WorkloadFailed
 from ..model import EnvSpec, Sample
 from .base import MetricSpec, Param, RunContext, Workload
+from . import netutil
 
 PORT = 8080  # inside an instance with its own network namespace
 # Measured: one nginx container with one worker uses 5.7 MB in its memory cgroup, plus 2 MB for
@@ -62,6 +65,7 @@ LATENCY_MODEL = "closed-loop (wrk 4): service time per request; subject to coord
 WRK_TIMEOUT_S = 5  # a request slower than this counts as a timeout error
 READY_TIMEOUT = 15.0
 SHARES_HOST_KERNEL = ("host", "container")  # drivers whose instances draw on the host's CPUs
+BRIDGE_PORTS = 1024  # the Linux bridge's port limit (BR_MAX_PORTS): every container's veth is one
 
 # $1 = prefix directory, $2 = file size in bytes; nginx.conf on stdin. nginx daemonizes once its
 # sockets listen, so the exec returns with the server up.
@@ -137,6 +141,15 @@ def _free_port() -> int:
 
 def _is_loopback(inst: Instance) -> bool:
     return inst.address in (None, "127.0.0.1", "localhost", "::1") and inst.env.driver == "host"
+
+
+def _endpoint(inst: Instance, port: int) -> tuple[str, int]:
+    """Where wrk on the host reaches `port` of an instance: a port on 127.0.0.1 that the driver
+    forwards (VMs behind QEMU's user-mode network), else the instance's own address."""
+    forward = getattr(inst, "forward_port", None)
+    if forward is not None and not _is_loopback(inst):
+        return forward(port)
+    return inst.address or "127.0.0.1", port
 
 
 # -- pure parsers -------------------------------------------------------------------------------
@@ -261,12 +274,18 @@ class Web(Workload):
                 _which(tool)
             except MissingTool:
                 problems.append(f"{tool} is not installed on the host (apt-get install {package})")
-        per = max(params["replica_memory_mb"], env.shape.memory_mb or 0)
+        from .mpijob import instance_memory_mb
+
+        default_mb = instance_memory_mb(env) or 0  # a VM without a memory shape still takes its default
+        per = max(params["replica_memory_mb"], env.shape.memory_mb or default_mb)
         count = self._instances_count(params)
         avail = _mem_available_mb()
+        if env.driver == "container" and count > BRIDGE_PORTS - 1:
+            problems.append(f"{count} containers on one network bridge: Linux gives a bridge at most "
+                            f"{BRIDGE_PORTS} ports (use at most {BRIDGE_PORTS - 2} replicas)")
         if count * per > avail:
             what = f"shape {env.shape.name}: {env.shape.memory_mb} MB" if env.shape.memory_mb else \
-                f"{per} MB"
+                (f"{per} MB (a VM's default)" if default_mb else f"{per} MB")
             parts = f"{params['replicas']} replicas" + (" + balancer" if params["balancer"] == "nginx" else "")
             problems.append(f"{count} instances ({parts}) x {what} each = {count * per:.0f} MB, more than the "
                             f"{avail:.0f} MB this machine has available")
@@ -297,9 +316,13 @@ class Web(Workload):
         report: dict[str, Any] = {"format": 1, "params": params, "servers": [], "lb": None}
         try:
             # Servers (in parallel: a container exec takes 0.1-0.5 s).
+            if lb is not None:
+                netutil.connect_peers([lb, *servers], "use balancer = \"none\" with replicas = 1 in this "
+                                                      "environment")
+
             def start_server(item):
                 i, inst = item
-                if not _is_loopback(inst) and not inst.address:
+                if not _is_loopback(inst) and not inst.address and not hasattr(inst, "forward_port"):
                     raise WorkloadFailed(f"{inst.name} has no network address for the load generator to reach")
                 port = _free_port() if _is_loopback(inst) else PORT
                 prefix = f"{inst.scratch_dir().rstrip('/')}/vb-web-{token}-s{i}"
@@ -310,8 +333,8 @@ class Web(Workload):
 
             backends = _parallel(start_server, list(enumerate(servers)))
             for inst, port in backends:
-                _wait_ready(*ctx.applied.route(inst.address or "127.0.0.1", port), params["file_size"])
-            target = ctx.applied.route(backends[0][0].address or "127.0.0.1", backends[0][1])
+                _wait_ready(*ctx.applied.route(*_endpoint(inst, port)), params["file_size"])
+            target = ctx.applied.route(*_endpoint(*backends[0]))
             if lb is not None:
                 port = _free_port() if _is_loopback(lb) else PORT
                 listen = f"127.0.0.1:{port}" if _is_loopback(lb) else str(port)
@@ -319,7 +342,7 @@ class Web(Workload):
                 prefix = f"{lb.scratch_dir().rstrip('/')}/vb-web-{token}-lb"
                 _start_nginx(lb, prefix, _lb_conf(params["lb_workers"], listen, prefix, upstreams), 1, lock,
                              started)
-                target = ctx.applied.route(lb.address or "127.0.0.1", port)
+                target = ctx.applied.route(*_endpoint(lb, port))
                 _wait_ready(*target, params["file_size"])
 
             # Load.
