@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -10,6 +11,23 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from .model import ExecResult
+
+
+@contextlib.contextmanager
+def interrupts_held():
+    """Ctrl-C and SIGTERM ignored inside: for teardown, which a second Ctrl-C must not cut short
+    (that would leak the instances not yet removed). A no-op outside the main thread."""
+    try:
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
 
 
 def fan_out(fn: Callable[[int], None], count: int) -> None:

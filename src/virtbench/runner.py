@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import conditions, drivers, monitor, stats, sysinfo, workloads
+from . import conditions, drivers, monitor, procs, stats, sysinfo, workloads
 from .conditions import Applied, ConditionUnavailable
 from .drivers.base import DriverContext, Instance
 from .errors import UserError, WorkloadFailed
@@ -358,7 +358,7 @@ class Runner:
 
     def _teardown(self, states: dict[str, _EnvState], roles: list[str] | None = None) -> None:
         # Ctrl-C during teardown must not leave half of it undone.
-        with _ignore_interrupts():
+        with procs.interrupts_held():
             for state in states.values():
                 self._release_conditions(state)
                 for role, pool in state.pool.items():
@@ -413,18 +413,3 @@ def _sigterm_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-@contextmanager
-def _ignore_interrupts():
-    try:
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    except ValueError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)

@@ -416,10 +416,11 @@ class ContainerDriver(Driver):
                 made.append(inst)
                 inst.start(self.context.run_id)
         except BaseException as exc:
-            # All or none: what started goes away again.
-            for inst in made:
-                with contextlib.suppress(Exception):
-                    inst.teardown()
+            # All or none: what started goes away again, and a second Ctrl-C must not cut that short.
+            with procs.interrupts_held():
+                for inst in made:
+                    with contextlib.suppress(Exception):
+                        inst.teardown()
             if isinstance(exc, Exception):
                 raise UserError(f"could not start {count} container(s) for {env.name}/{role} "
                                 f"(failed at #{len(made) - 1}): {exc}") from exc

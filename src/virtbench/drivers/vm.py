@@ -811,9 +811,10 @@ class VmDriver(Driver):
         self._teardown_all(live)
 
     def _teardown_all(self, instances: Sequence[VmInstance]) -> None:
-        for inst in instances:
-            with contextlib.suppress(Exception):
-                inst.teardown()
+        with procs.interrupts_held():  # a second Ctrl-C must not leave QEMUs behind
+            for inst in instances:
+                with contextlib.suppress(Exception):
+                    inst.teardown()
 
     def cleanup_stale(self) -> list[str]:
         """Kill QEMUs and remove work directories of runs whose process is gone."""
