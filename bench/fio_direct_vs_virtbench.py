@@ -54,6 +54,9 @@ def direct(args, p: dict) -> float:
         for _ in range(WARMUP):
             subprocess.run(argv, capture_output=True, text=True, check=True)
             subprocess.run(["rm", "-f", *map(str, work.glob("vb-fio.*"))], check=False)
+        # virtbench removes the warm-up's directory and starts the next repetition a moment later;
+        # without this sync the freeing of the 1 GiB file overlaps the measured write here only.
+        os.sync()
         out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
         doc = json.loads(out[out.index("{"):])
         job = next(j for j in doc["jobs"] if j["jobname"] == ("rewrite" if args.rw == "rewrite" else args.rw))
