@@ -5,6 +5,7 @@ ready) becomes a report that must load with no console errors and no network req
 the file itself, with every chart drawn. The screenshot is kept in out/report-screenshot.png.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -37,15 +38,25 @@ def container_ready() -> bool:
     return any(c["name"] == "driver container" and c["ok"] for c in checks)
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
+@contextlib.contextmanager
+def chromium(profile: Path):
+    """Debian's chromium, headless, driven by Playwright; skips the test where either is missing."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (no browser download)")
     with sync_api.sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(str(tmp_path_factory.mktemp("chromium-profile")),
-                                                   executable_path=CHROMIUM, headless=True, args=FLAGS,
-                                                   viewport={"width": 1200, "height": 900})
+        ctx = p.chromium.launch_persistent_context(str(profile), executable_path=CHROMIUM, headless=True,
+                                                   args=FLAGS, viewport={"width": 1200, "height": 900})
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    with chromium(tmp_path_factory.mktemp("chromium-profile")) as ctx:
         yield ctx
-        ctx.close()
 
 
 def open_report(browser, path: Path, screenshot: Path | None = None) -> list[dict]:

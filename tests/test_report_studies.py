@@ -156,22 +156,13 @@ def test_markdown_of_study_sections(store):
 
 def test_study_reports_in_chromium(store, tmp_path):
     browser_mod = pytest.importorskip("test_report_browser")
-    if not Path(browser_mod.CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=browser_mod.CHROMIUM,
-                                                   headless=True, args=browser_mod.FLAGS,
-                                                   viewport={"width": 1200, "height": 900})
-        try:
-            for name, path in store["reports"].items():
-                shot = browser_mod.SHOT_DIR / f"report-{name}-screenshot.png" if name == "mpi" else None
-                charts = browser_mod.open_report(ctx, path, shot)
-                assert charts, name
-                for c in charts:
-                    assert c["width"] > 300 and c["height"] > 50 and c["shapes"] >= 2 and c["table"], (name, c)
-        finally:
-            ctx.close()
+    with browser_mod.chromium(tmp_path / "profile") as ctx:
+        for name, path in store["reports"].items():
+            shot = browser_mod.SHOT_DIR / f"report-{name}-screenshot.png" if name == "mpi" else None
+            charts = browser_mod.open_report(ctx, path, shot)
+            assert charts, name
+            for c in charts:
+                assert c["width"] > 300 and c["height"] > 50 and c["shapes"] >= 2 and c["table"], (name, c)
 
 
 def test_study_sections_with_only_failures(tmp_path):

@@ -5,7 +5,6 @@ with log axes when the values span two decades or more."""
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 
 from ... import published
@@ -14,7 +13,7 @@ from ..data import RunData
 from ..model import Chart, Note, Section, Table
 from .common import describe, result_table, slug
 from .ratios import monitor_table, ratio_charts, requested, split_monitor
-from .study import published_table
+from .study import number, published_table
 
 MIN_POINTS = 3  # a sweep with fewer points is a comparison, not a curve
 
@@ -69,23 +68,13 @@ def build(data: RunData, rows: list[dict]) -> Section:
     return section
 
 
-def _number(v) -> float | None:
-    if isinstance(v, bool):
-        return None
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
-
 def _sweeps(data: RunData, workload: str, rows: list[dict], varying: list[str]) -> list[Chart]:
     """One line chart per (metric, swept numeric setting, values of the other varying settings)."""
     out = []
     for key in varying:
         lines: dict[str, list[tuple[float, dict]]] = defaultdict(list)
         for r in rows:
-            x = _number({**r["params"], **requested(r["condition"])}.get(key))
+            x = number({**r["params"], **requested(r["condition"])}.get(key))
             if x is not None:
                 rest = [k for k in varying if k != key]
                 lines[json.dumps([r["metric"], _where(r, rest)])].append((x, r))
