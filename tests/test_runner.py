@@ -201,3 +201,19 @@ def test_an_environment_no_later_cell_needs_is_torn_down_before_the_next_cell(tm
     assert other["lifecycle"]["teardown_end"] <= min(a["started_at"] for a in syscall)
     (host,) = [i for i in store.instances(rid) if i["environment"] == "host"]
     assert host["lifecycle"]["teardown_start"] >= max(a["ended_at"] for a in syscall)
+
+
+def test_a_cell_the_warm_up_finds_unavailable_is_skipped_once(tmp_path):
+    """NPB's constant-total-cores cell (total_vcpus=1) cannot be arranged on this machine's host: the
+    warm-up finds out, and no measured repetition repeats the same refusal."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs a host with 2 or more CPUs (total_vcpus=1 must not match)")
+    store = Store(tmp_path / "s.sqlite")
+    m = suite.adhoc("npb", {"kernel": "ep", "class": "S", "ranks": "1", "instances": "1", "total_vcpus": "1"},
+                    ["host"], repeat=3)
+    run_id = Runner(store, m).start()
+    attempts = store.attempts(run_id)
+    assert [(a["status"], a["warmup"]) for a in attempts] == [("skipped", True)]
+    assert "compares arrangements of 1" in attempts[0]["reason"]
+    rows = analysis.results(store, run_id)["results"]
+    assert rows and all("compares arrangements of 1" in r["skipped"] for r in rows)

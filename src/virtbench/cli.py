@@ -54,7 +54,8 @@ class _ProgressEvents(Events):
         what = "warm-up" if warmup else f"rep {repetition + 1}"
         self.progress.update(self.task, advance=1, description=f"{cell['workload']} {params} @ {env} {what}")
         if status != "ok":
-            self.progress.console.print(f"[red]failed[/red] {cell['workload']} {params} @ {env} {what}: {reason}",
+            label = "[yellow]skipped[/yellow]" if status == "skipped" else "[red]failed[/red]"
+            self.progress.console.print(f"{label} {cell['workload']} {params} @ {env} {what}: {reason}",
                                         highlight=False)
 
     def note(self, message: str) -> None:

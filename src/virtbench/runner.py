@@ -258,7 +258,9 @@ class Runner:
                                   started=started, ended=time.time(), reason=reason, detail=detail, raw=raw,
                                   samples_=found + (watched.samples if watched and status == "ok" else []),
                                   sample_metadata=meta, timeseries_=watched.rows if watched else None)
-        if not warmup:
+        if status == "skipped":  # a skip is final, also when the warm-up finds it
+            tally.finished, tally.stop_reason = True, reason
+        elif not warmup:
             tally.attempts += 1
             if status == "ok":
                 tally.ok += 1
@@ -266,8 +268,6 @@ class Runner:
                 series = wl.series_key  # one CI per series point (e.g. message size)
                 for s in found:
                     tally.values[(s.metric, s.metadata.get(series)) if series else s.metric].append(s.value)
-            elif status == "skipped":
-                tally.finished, tally.stop_reason = True, reason
             else:
                 tally.consecutive_failures += 1
         self.events.attempt(cell, state.env.name, repetition, warmup, status, reason)
