@@ -284,3 +284,16 @@ def test_line_end_labels_do_not_overlap():
     assert all(b - a >= 12 for a, b in zip(ys, ys[1:])) and ys[0] == 99 and ys[-1] == 250
     crowded = _spread([[280, 0, "x"], [285, 0, "y"], [290, 0, "z"]], 12, 10, 290)
     assert [t[0] for t in crowded] == [266, 278, 290]  # pushed up to fit above the axis
+
+
+def test_whiskers_of_missing_cis_are_not_drawn():
+    """A one-repetition run has no CI: its whisker ends are NaN, which browsers reject in SVG (seen as
+    console errors in a real container-vs-vm report with --repeat 1)."""
+    from virtbench.report.svg.canvas import Canvas
+
+    c = Canvas("t", 100, 100)
+    c.line(1, 2, float("nan"), 2)
+    c.line(1, 2, 3, float("inf"))
+    c.line(1, 2, 3, 4)
+    svg_text = c.render("t")
+    assert svg_text.count("<line") == 1 and "nan" not in svg_text and "inf" not in svg_text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from html import escape
 
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, 'DejaVu Sans', sans-serif"
@@ -83,6 +84,8 @@ class Canvas:
 
     def line(self, x1: float, y1: float, x2: float, y2: float, *, color: str = "#000", width: float = 1,
              dash: str = "") -> None:
+        if not all(math.isfinite(v) for v in (x1, y1, x2, y2)):
+            return  # e.g. the whisker of a CI that one sample cannot give: nothing to draw
         extra = f' stroke-dasharray="{dash}"' if dash else ""
         self.body.append(f'<line x1="{num(x1)}" y1="{num(y1)}" x2="{num(x2)}" y2="{num(y2)}" '
                          f'stroke="{color}" stroke-width="{width}"{extra}/>')
