@@ -304,7 +304,7 @@ def _gone(inst: Instance) -> bool:
 
 def _build(instances: list[Instance]) -> Cluster:
     local = len(instances) == 1 or all(i.env.driver == "host" for i in instances)
-    network = None if local else _connect(instances)
+    network = None if local else connect(instances)
     vcpus = [_vcpus(i) for i in instances]
     for inst in instances:
         if inst.env.driver != "host":  # never touch the real machine's files
@@ -326,7 +326,7 @@ def _build(instances: list[Instance]) -> Cluster:
     return cluster
 
 
-def _connect(instances: list[Instance]) -> dict[str, Any] | None:
+def connect(instances: list[Instance]) -> dict[str, Any] | None:
     """Drivers whose instances cannot reach each other by themselves (VMs on user-mode networking)
     offer `connect_cluster(instances)`: a private segment with an address per instance."""
     driver = getattr(instances[0], "driver", None)

@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any
 
+from .. import cluster
 from ..conditions.base import ConditionUnavailable
 from ..drivers.base import Instance
 from ..errors import WorkloadFailed
@@ -75,14 +76,10 @@ def connect_peers(instances: list[Instance], hint: str) -> None:
     """Make the instances reach each other. Containers and hosts have addresses already; VMs on
     user-mode networking have none until their driver puts them on a private segment (the one MPI
     clusters use). ConditionUnavailable, with `hint`, where nothing can join them."""
-    if all(i.address for i in instances):
+    if all(i.address for i in instances) or cluster.connect(instances) is not None:
         return
-    driver = getattr(instances[0], "driver", None)
-    connect = getattr(driver, "connect_cluster", None)
-    if connect is None or any(getattr(i, "driver", None) is not driver for i in instances):
-        lost = ", ".join(f"{i.name} ({i.env.driver})" for i in instances if not i.address)
-        raise ConditionUnavailable(f"{lost} have no network address a peer can reach: {hint}")
-    connect(instances)
+    lost = ", ".join(f"{i.name} ({i.env.driver})" for i in instances if not i.address)
+    raise ConditionUnavailable(f"{lost} have no network address a peer can reach: {hint}")
 
 
 class Server:

@@ -15,7 +15,7 @@ from ..data import RunData
 from ..model import Chart, Note, Section, Table
 from .common import describe
 from .ratios import monitor_table, ratio_charts, requested, split_monitor
-from .study import CURVE_COLUMNS, _curve_cells, all_results, number, published_table, sid, wants_log
+from .study import CURVE_COLUMNS, _curve_cells, all_results, nan_if_none, number, published_table, sid, wants_log
 
 # workload -> (metrics drawn, file size parameter, its unit in MiB)
 FAMILIES: dict[str, tuple[tuple[str, ...], str, float]] = {
@@ -178,7 +178,7 @@ def _chart(data: RunData, cid: str, title: str, points: list[tuple[float, str, d
     for k, label in enumerate(labels):
         mine = [(x, r) for x, lbl, r in points if lbl == label]
         lines.append(svg.Line(label, [x for x, _ in mine], [r["median"] for _, r in mine],
-                              [_nan(r["ci_low"]) for _, r in mine], [_nan(r["ci_high"]) for _, r in mine], style=k))
+                              [nan_if_none(r["ci_low"]) for _, r in mine], [nan_if_none(r["ci_high"]) for _, r in mine], style=k))
     named = any(lbl != r["environment"] for _, lbl, r in points)
     cells, keys = [], []
     for x, label, r in points:
@@ -202,10 +202,6 @@ def _chart(data: RunData, cid: str, title: str, points: list[tuple[float, str, d
         " (each with its own marker and dash pattern, named at its end and in the legend), with 95 % CI error bars"
         + ("; logarithmic axes where marked." if log_x or log_y else ".")),
         lambda uid: svg.lines(uid, title, lines, xl, ylabel, log_x=log_x, log_y=log_y), table)
-
-
-def _nan(v):
-    return math.nan if v is None else v
 
 
 def _per_target(data: RunData, workload: str, rows: list[dict], varying: list[str]) -> list[Chart]:

@@ -51,8 +51,8 @@ def curve(data: RunData, cid: str, title: str, points: list[Point], xlabel: str,
     lines = []
     for k, label in enumerate(labels):
         mine = [(x, r) for x, lbl, r in points if lbl == label]
-        lines.append(svg.Line(label, [x for x, _ in mine], [_f(r["median"]) for _, r in mine],
-                              [_f(r["ci_low"]) for _, r in mine], [_f(r["ci_high"]) for _, r in mine], style=k))
+        lines.append(svg.Line(label, [x for x, _ in mine], [nan_if_none(r["median"]) for _, r in mine],
+                              [nan_if_none(r["ci_low"]) for _, r in mine], [nan_if_none(r["ci_high"]) for _, r in mine], style=k))
     lines += reference or []
     named = any(label != r["environment"] for _, label, r in points)  # lines other than one per environment
     cells = [[x_text(x), *([label] if named else []), *_curve_cells(r, data.baseline)] for x, label, r in points]
@@ -70,7 +70,7 @@ def curve(data: RunData, cid: str, title: str, points: list[Point], xlabel: str,
         lambda uid: svg.lines(uid, title, lines, xl, ylabel, log_x=log_x, log_y=log_y), table)
 
 
-def _f(v):
+def nan_if_none(v):
     return math.nan if v is None else v
 
 
