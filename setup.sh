@@ -16,7 +16,7 @@ APT_PACKAGES=(
   wrk nginx-light
   sockperf nbdkit libnbd-bin fuse3 qemu-utils qemu-block-extra tgt util-linux mount
   chromium librsvg2-bin
-  qemu-system-x86 openssh-client kmod
+  qemu-system-x86 openssh-client openssh-server kmod
 )
 
 missing=()

@@ -29,3 +29,22 @@ def guest_image():
 
         container.ensure_image("podman", info)
     return info
+
+
+@pytest.fixture(scope="session")
+def testbed2(tmp_path_factory):
+    """A local testbed of 2 SSH hosts (network namespaces "vbts-1", "vbts-2", subnet 10.216.0.0/24);
+    yields its inventory file and removes it at the end. Skips only where namespaces cannot be made."""
+    from virtbench.machines import testbed
+
+    problems = testbed.check()
+    blocking = [p for p in problems if p.startswith("not root") or "refuses network namespaces" in p]
+    if blocking:
+        pytest.skip("no local testbed: " + "; ".join(blocking))
+    testbed.down("vbts")  # whatever an earlier, killed session left
+    inventory = testbed.up(2, tmp_path_factory.mktemp("testbed") / "inventory.yml", prefix="vbts",
+                           subnet="10.216.0.0/24")
+    try:
+        yield inventory
+    finally:
+        testbed.down("vbts")

@@ -408,6 +408,31 @@ def check_cmd(driver, count, shape, options, as_json) -> None:
         sys.exit(1)
 
 
+@cli.command("hosts")
+@click.option("--inventory", "-i", "inventory", required=True, type=click.Path(dir_okay=False),
+              help="an Ansible inventory file (YAML or INI)")
+@click.option("--group", "-g", "pattern", default="all", show_default=True,
+              help="a group, a host, or a comma list of them")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object per host, as a list")
+def hosts_cmd(inventory, pattern, as_json) -> None:
+    """Probe an inventory's hosts over SSH: reachable or why not, kernel, CPU, memory, /dev/kvm,
+    podman, docker, Open MPI and python3. Exits 1 when a host is unreachable."""
+    from .machines import inventory as inventory_mod
+    from .machines.probe import probe_hosts
+    from .machines.ssh import SshMachine
+
+    specs = inventory_mod.load(inventory).select(pattern)
+    if as_json:
+        rows = probe_hosts(specs, SshMachine, resolve=inventory_mod.ssh_config_address)
+        _emit_json(rows)
+    else:
+        with err.status(f"probing {len(specs)} host(s)"):
+            rows = probe_hosts(specs, SshMachine, resolve=inventory_mod.ssh_config_address)
+        render.hosts_table(out, rows)
+    if not all(r["reachable"] for r in rows):
+        sys.exit(1)
+
+
 @cli.command("workloads")
 @click.option("--json", "as_json", is_flag=True)
 def list_workloads(as_json) -> None:
@@ -423,6 +448,78 @@ def list_workloads(as_json) -> None:
             out.print(f"  --param {p['name']}=...  {p['help']}; default {p['default']}{choices}", highlight=False)
         out.print("  metrics: " + ", ".join(f"{m['name']} ({m['unit']})" for m in w["metrics"]), highlight=False,
                   markup=False)
+
+
+@cli.group()
+def testbed() -> None:
+    """A local testbed: real SSH hosts on this machine, each an sshd in its own network namespace.
+
+    For trying remote runs without remote machines. The hosts share this machine's kernel and
+    CPU, so their figures measure the network path and the remote machinery, not separate machines.
+    Needs root, iproute2 and openssh-server.
+    """
+
+
+@testbed.command("up")
+@click.argument("count", type=click.IntRange(1, 200))
+@click.option("--inventory", "-i", "inventory", required=True, type=click.Path(dir_okay=False),
+              help="inventory file to write (Ansible-style YAML), for --hosts and the like")
+@click.option("--name", "prefix", default="vbtb", show_default=True,
+              help="testbed name: prefix of its namespaces and links; several testbeds can coexist")
+@click.option("--subnet", default="10.214.0.0/24", show_default=True, help="the testbed's private subnet")
+@click.option("--delay", "delay_ms", type=click.FloatRange(0, 10000), metavar="MS",
+              help="delay in each direction between the hosts and this machine (tc netem; kernels without "
+                   "sch_netem refuse it)")
+@click.option("--rate", "rate_mbit", type=click.FloatRange(0.01, 100000), metavar="MBIT",
+              help="bandwidth cap in each direction (tc tbf)")
+@click.option("--disk-size", metavar="SIZE",
+              help="give each host a tmpfs of this size (e.g. 64M) as its virtbench dir, to try a full remote disk")
+def testbed_up(count, inventory, prefix, subnet, delay_ms, rate_mbit, disk_size) -> None:
+    """Start COUNT SSH hosts and write an inventory of them."""
+    from .machines import testbed as tb
+
+    path = tb.up(count, inventory, prefix=prefix, subnet=subnet, delay_ms=delay_ms, rate_mbit=rate_mbit,
+                 disk_size=disk_size)
+    for h in tb.status(prefix, probe=False)["hosts"]:
+        out.print(f"{h['name']}  {h['address']}  (netns {h['netns']})", highlight=False)
+    out.print(f"inventory: {path}", highlight=False)
+    out.print(f"note: {tb.SHARED_NOTE}.", highlight=False)
+    out.print(f"remove with: virtbench testbed down --name {prefix}", highlight=False)
+
+
+@testbed.command("down")
+@click.option("--name", "prefix", default="vbtb", show_default=True, help="testbed name")
+def testbed_down(prefix) -> None:
+    """Stop a testbed's hosts and remove everything it made (also after an interrupted up)."""
+    from .machines import testbed as tb
+
+    removed = tb.down(prefix)
+    for item in removed:
+        out.print(f"removed {item}", highlight=False)
+    if not removed:
+        out.print(f"testbed {prefix}: nothing to remove", highlight=False)
+    if left := tb.leftovers(prefix):
+        raise UserError(f"testbed {prefix}: could not remove: {', '.join(left)}")
+
+
+@testbed.command("status")
+@click.option("--name", "prefix", default="vbtb", show_default=True, help="testbed name")
+@click.option("--json", "as_json", is_flag=True)
+def testbed_status(prefix, as_json) -> None:
+    """Show a testbed's hosts and whether each answers over ssh."""
+    from .machines import testbed as tb
+
+    data = tb.status(prefix)
+    if as_json:
+        _emit_json(data)
+        return
+    if not data["hosts"]:
+        out.print(f"testbed {prefix} is not up" + (f"; leftovers: {', '.join(data['leftovers'])}"
+                                                   if data["leftovers"] else ""), highlight=False)
+        return
+    for h in data["hosts"]:
+        mark = "[green]up[/green]  " if h["answers"] else "[red]DOWN[/red]"
+        out.print(f"{mark} {h['name']}  {h['address']}  (netns {h['netns']})", highlight=False)
 
 
 def main() -> None:

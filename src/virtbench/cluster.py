@@ -51,6 +51,7 @@ SETUP_TIMEOUT = 120.0
 OVERSUBSCRIBE_LIMIT = 4
 MAP_BY = ("slot", "node")  # slot: fill instance 0 first (block); node: round robin (cyclic)
 LOCAL_DRIVERS = ("host", "container", "vm")  # instances that share this machine's cores
+REAL_MACHINE_DRIVERS = ("host", "ssh")  # instances that are a real machine: its /etc/hosts is not ours
 
 _lock = threading.RLock()
 _keypair: tuple[bytes, bytes] | None = None
@@ -307,7 +308,7 @@ def _build(instances: list[Instance]) -> Cluster:
     network = None if local else connect(instances)
     vcpus = [_vcpus(i) for i in instances]
     for inst in instances:
-        if inst.env.driver != "host":  # never touch the real machine's files
+        if inst.env.driver not in REAL_MACHINE_DRIVERS:  # never touch a real machine's files
             _check(inst.exec(["sh", "-c", _HOSTS_SCRIPT], timeout=60), f"checking /etc/hosts in {inst.name}")
     if local:
         return Cluster(instances, "local", None, vcpus)

@@ -192,3 +192,26 @@ def compare_table(console: Console, data: dict[str, Any]) -> None:
 
 def when(epoch: float | None) -> str:
     return dt.datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S") if epoch else "-"
+
+
+def hosts_table(console: Console, rows: list[dict[str, Any]]) -> None:
+    """`virtbench hosts`: one row per inventory host (what the probe found, or why it could not)."""
+    from rich.text import Text
+
+    table = Table(header_style="bold")
+    for col in ("host", "address", "reachable", "kernel", "cpu", "cores", "memory", "kvm", "podman", "mpi"):
+        table.add_column(col, justify="right" if col in ("cores", "memory") else "left",
+                         overflow="fold")
+    for r in rows:  # cells are Text: ssh messages and CPU names may contain [brackets]
+        if not r["reachable"]:
+            table.add_row(Text(r["name"]), Text(r["address"]),
+                          Text.assemble(("no", "red"), f": {r['reason']}"), *["-"] * 7)
+            continue
+        mem = f"{r['memory_mb'] / 1024:.1f} GiB" if r["memory_mb"] is not None else "-"
+        cells = [r["kernel"], r["cpu_model"], str(r["cores"] or "-"), mem, r["kvm"], r["podman"],
+                 f"Open MPI {r['mpi']}" if r["mpi"] else None]
+        table.add_row(Text(r["name"]), Text(r["address"]), Text("yes", "green"), *(Text(c or "-") for c in cells))
+    console.print(table)
+    for r in rows:
+        for note in r.get("notes") or []:
+            console.print(f"{r['name']}: {note}", style="dim", highlight=False, markup=False)

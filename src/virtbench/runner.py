@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import conditions, drivers, monitor, procs, stats, sysinfo, workloads
+from . import conditions, drivers, machines, monitor, procs, stats, sysinfo, workloads
+from .machines import inventory
 from .conditions import Applied, ConditionUnavailable
 from .drivers.base import DriverContext, Instance
 from .errors import UserError, WorkloadFailed
@@ -114,6 +115,7 @@ class Runner:
     def _execute(self, tallies: dict[tuple[str, str], Tally]) -> None:
         workdir = Path(tempfile.mkdtemp(prefix=f"virtbench-{self.run_id}-"))
         states: dict[str, _EnvState] = {}
+        self.machines = machines.Pool(inventory.load(self.matrix.inventory) if self.matrix.inventory else None)
         try:
             with _sigterm_as_interrupt():
                 states = self._prepare_envs(workdir)
@@ -128,6 +130,7 @@ class Runner:
             raise
         finally:
             self._teardown(states)
+            self.machines.close()
             shutil.rmtree(workdir, ignore_errors=True)
 
     def _prepare_envs(self, workdir: Path) -> dict[str, _EnvState]:
@@ -135,7 +138,7 @@ class Runner:
         if any(drivers.driver_class(e.driver).needs_image for e in self.matrix.environments):
             from . import image as image_mod
             image = image_mod.require()
-        ctx = DriverContext(self.run_id, workdir, image)
+        ctx = DriverContext(self.run_id, workdir, image, self.machines)
         states, problems, made = {}, [], {}
         for env in self.matrix.environments:
             if env.driver not in made:
@@ -229,7 +232,7 @@ class Runner:
             instances = self._instances(state, wl.roles(cell["params"]))
             main = next(iter(instances.values()))[0]
             applied = self._conditions(state, cell, instances)
-            meta = {**main.metadata(), "repetition": repetition}
+            meta = {**main.metadata(), "repetition": repetition, **self._machines_meta(instances)}
             if applied.metadata:
                 meta["condition"] = dict(applied.metadata)
             ctx = RunContext(timeout=timeout, condition=cell["condition"], repetition=repetition, applied=applied)
@@ -273,6 +276,21 @@ class Runner:
         self.events.attempt(cell, state.env.name, repetition, warmup, status, reason)
         if status != "ok":
             self._drop_dead(state)
+
+    def _machines_meta(self, instances: dict[str, list[Instance]]) -> dict[str, Any]:
+        """`machines`: the names of the machines the instances ran on, with kernel and CPU of each."""
+        seen: dict[str, Any] = {}
+        for pool in instances.values():
+            for inst in pool:
+                if inst.machine.name not in seen:
+                    seen[inst.machine.name] = inst.machine
+        out = {"machines": list(seen)}
+        try:
+            out["machine_facts"] = {n: {k: v for k, v in m.describe().items() if k != "name"}
+                                    for n, m in seen.items()}
+        except Exception as exc:  # facts are a record, never a reason to fail a repetition
+            out["machine_facts_error"] = str(exc)
+        return out
 
     # -- monitoring --------------------------------------------------------------------------
     # Summary samples carry metadata monitor=true and never enter tally.values: the stopping rule

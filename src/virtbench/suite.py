@@ -32,6 +32,8 @@ SUITE_KEYS = {
     "monitor": "sample CPU, memory, network and disk of the host and every instance while repetitions run "
                "(true/false, default true)",
     "monitor_interval": "seconds between the monitor's samples (default 1)",
+    "inventory": "an Ansible-style inventory file (relative to the suite file) with the SSH hosts that ssh "
+                 "environments and machine options name; --inventory overrides it",
 }
 SHAPE_KEYS = ("vcpus", "memory_mb", "disk_gb")
 WORKLOAD_KEYS = ("name", "params", "condition", "environments")
@@ -58,17 +60,18 @@ class Matrix:
     cells: list[dict[str, Any]]
     policy: Policy = field(default_factory=Policy)
     description: str = ""
+    inventory: str | None = None  # absolute path of the inventory file, when the run uses one
 
     def to_spec(self) -> dict[str, Any]:
         return {"name": self.name, "path": self.path, "description": self.description, "baseline": self.baseline,
                 "environments": [e.as_dict() for e in self.environments], "cells": self.cells,
-                "policy": vars(self.policy)}
+                "policy": vars(self.policy), "inventory": self.inventory}
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> Matrix:
         envs = [EnvSpec(e["name"], e["driver"], Shape(**e["shape"]), e["options"]) for e in spec["environments"]]
         return cls(spec["name"], spec["path"], spec["baseline"], envs, spec["cells"], Policy(**spec["policy"]),
-                   spec.get("description", ""))
+                   spec.get("description", ""), spec.get("inventory"))
 
 
 def cell(workload: str, params: dict[str, Any], condition: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -134,7 +137,21 @@ def load(path: str | Path, *, envs: list[str] | None = None, repeat: int | None 
 
     policy = _policy(where, meta, repeat)
     return Matrix(meta.get("name", path.stem), str(path), baseline, env_list, cells, policy,
-                  meta.get("description", ""))
+                  meta.get("description", ""), _inventory(where, meta, path))
+
+
+def _inventory(where: _Where, meta: dict, path: Path) -> str | None:
+    """[suite] inventory: a file relative to the suite's directory, which must exist."""
+    raw = meta.get("inventory")
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or not raw:
+        raise where.error(("suite", "inventory"), "must be the path of an inventory file")
+    inv = (path.parent / Path(raw).expanduser()).resolve()
+    if not inv.is_file():
+        raise where.error(("suite", "inventory"), f"{inv} does not exist",
+                          ["a file made by 'virtbench testbed up N --inventory FILE'", "your own Ansible inventory"])
+    return str(inv)
 
 
 def cell_environments(cell: dict[str, Any], matrix_envs: list[str]) -> list[str]:
@@ -223,15 +240,24 @@ def _shape(where: _Where, at: tuple, name: Any, custom: dict[str, Shape]) -> Sha
 
 
 def _pick_env(where: _Where, name: str, defined: dict[str, EnvSpec], custom: dict[str, Shape]) -> EnvSpec:
-    """A suite-defined environment, or an ad hoc 'driver' / 'driver:shape' one."""
+    """A suite-defined environment, or an ad hoc 'driver[:shape][@machine]' one. `@` names where it
+    runs: an inventory host for container and vm (option machine), hosts or a group for ssh."""
     if name in defined:
         return defined[name]
-    driver, _, shape_name = name.partition(":")
+    head, _, where_at = name.partition("@")
+    driver, _, shape_name = head.partition(":")
     if driver in drivers.REGISTRY:
-        options = {k: o.default for k, o in drivers.driver_class(driver).options.items()}
+        options_spec = drivers.driver_class(driver).options
+        options = {k: o.default for k, o in options_spec.items()}
+        if where_at:
+            key = "hosts" if "hosts" in options_spec else "machine" if "machine" in options_spec else None
+            if key is None:
+                raise UserError(f"{where.path}: environment '{name}': the {driver} driver runs on this machine "
+                                "only", f"use {head} without @{where_at}")
+            options[key] = where_at
         shape = _shape(where, ("environments", name), shape_name or "native", custom)
         return EnvSpec(name, driver, shape, options)
-    choices = sorted(defined) + [f"{d}[:SHAPE]" for d in drivers.names()]
+    choices = sorted(defined) + [f"{d}[:SHAPE][@HOST]" for d in drivers.names()]
     raise UserError(f"{where.path}: unknown environment '{name}'", "valid choices: " + ", ".join(choices))
 
 

@@ -10,6 +10,7 @@ REGISTRY: dict[str, str] = {
     "host": "virtbench.drivers.host:HostDriver",
     "container": "virtbench.drivers.container:ContainerDriver",
     "vm": "virtbench.drivers.vm:VmDriver",
+    "ssh": "virtbench.drivers.ssh:SshDriver",
 }
 
 

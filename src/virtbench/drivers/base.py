@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ..machines import Machine, Pool, local
 from ..model import EnvSpec, ExecResult
 
 # Lifecycle phases in order; drivers record the ones they can observe (epoch seconds).
@@ -25,6 +26,8 @@ class DriverContext:
     run_id: str
     workdir: Path
     image: Any = None  # virtbench.image.ImageInfo when a driver needs the guest image
+    # The machines of the run (this one, SSH hosts of the inventory): drivers act through them.
+    machines: Pool = field(default_factory=Pool)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Instance(ABC):
         self.index = index
         self.lifecycle: dict[str, float] = {}
         self.address: str | None = None  # reachable IP for peers, when the driver knows one
+        self.machine: Machine = local()  # the machine the instance runs on (drivers set theirs)
         self._torn_down = False
 
     def mark(self, phase: str, when: float | None = None) -> None:
@@ -89,7 +93,7 @@ class Instance(ABC):
 
     def metadata(self) -> dict[str, Any]:
         """What every sample taken on this instance records about where it ran."""
-        return {"driver": self.env.driver, "instance": self.name}
+        return {"driver": self.env.driver, "instance": self.name, "machine": self.machine.name}
 
     def teardown(self) -> None:
         """Destroy the instance; safe to call twice."""

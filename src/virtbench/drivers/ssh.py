@@ -1,0 +1,184 @@
+"""Bare remote hosts over SSH: one instance per host of an inventory group.
+
+An instance is a private scratch directory on its host; commands run there through the host's
+SSH executor (one multiplexed connection per host per run), and the native kernels are shipped
+once into the host's content-addressed cache (machines/ship.py), so remote hosts run the very
+bytes the local host runs. Nothing outside virtbench's own directory there is touched.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import procs
+from ..errors import UserError
+from ..machines import Machine, MachineUnreachable, ship
+from ..machines.inventory import HostSpec
+from ..model import EnvSpec, ExecResult
+from .base import Driver, Instance, OptionSpec, Problem
+
+
+class SshInstance(Instance):
+    def __init__(self, name: str, env: EnvSpec, role: str, index: int, machine: Machine, scratch: str,
+                 shipped: ship.Shipped, address: str | None, release=None):
+        super().__init__(name, env, role, index)
+        self._release = release
+        self.machine = machine
+        self.shipped = shipped
+        self._scratch = scratch
+        self.address = address
+
+    def exec(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
+             env: Mapping[str, str] | None = None) -> ExecResult:
+        argv = [str(a) for a in argv]
+        if self._torn_down:
+            from time import time
+            now = time()
+            return ExecResult(argv, 125, "", f"instance {self.name} was torn down", now, now)
+        return self.machine.run(argv, timeout=timeout, stdin=stdin, env=env)
+
+    def copy_in(self, src: Path, dest: str) -> None:
+        self.machine.put(src, dest)
+
+    def copy_out(self, src: str, dest: Path) -> None:
+        self.machine.get(src, dest)
+
+    def bin(self, name: str) -> str:
+        return f"{self.shipped.bin_dir}/{name}"
+
+    def scratch_dir(self) -> str:
+        return self._scratch
+
+    def alive(self) -> bool:
+        if self._torn_down:
+            return False
+        return self.machine.run(["true"], timeout=30).ok
+
+    def metadata(self) -> dict[str, Any]:
+        meta = {**super().metadata(), "native": self.shipped.how, "native_hash": self.shipped.native_hash}
+        if self.shipped.compiler:
+            meta["native_compiler"] = self.shipped.compiler
+        return meta
+
+    def _destroy(self) -> None:
+        # A host that is gone cannot be cleaned: say so (the teardown of the others goes on).
+        try:
+            res = self.machine.run(["rm", "-rf", "--", self._scratch], timeout=120)
+        finally:
+            if self._release:
+                self._release()
+        if not res.ok and res.returncode == 255:
+            raise UserError(f"{self.name}: could not remove {self._scratch} on {self.machine.name}: "
+                            f"{res.stderr.strip()}")
+
+
+class SshDriver(Driver):
+    name = "ssh"
+    description = "bare remote hosts over SSH (an inventory group; one instance per host)"
+    supports_shapes = False
+    options = {"hosts": OptionSpec(str, "all", "inventory group, host name or comma list of them "
+                                               "whose hosts the instances run on (one per host)")}
+
+    def __init__(self, context):
+        super().__init__(context)
+        self._lock = threading.Lock()
+        self._busy: dict[str, int] = {}  # host name -> instances on it now
+
+    def check(self) -> list[Problem]:
+        import shutil
+
+        return [] if shutil.which("ssh") else [Problem("the ssh client is not installed",
+                                                       "apt-get install openssh-client")]
+
+    def _pick(self, hosts: list[HostSpec], count: int, env: EnvSpec) -> list[HostSpec]:
+        """The least busy hosts, in inventory order: a server and its client land on two hosts."""
+        if count > len(hosts):
+            raise UserError(f"environment {env.name} needs {count} instance(s) but its hosts "
+                            f"('{env.options.get('hosts', 'all')}') are {len(hosts)}: "
+                            + ", ".join(h.name for h in hosts),
+                            "add hosts to the inventory group, or ask for fewer instances")
+        with self._lock:
+            order = sorted(range(len(hosts)), key=lambda i: (self._busy.get(hosts[i].name, 0), i))
+            picked = [hosts[i] for i in sorted(order[:count])]
+            for h in picked:
+                self._busy[h.name] = self._busy.get(h.name, 0) + 1
+        return picked
+
+    def provision(self, env: EnvSpec, count: int = 1, role: str = "main") -> list[Instance]:
+        pool = self.context.machines
+        hosts = pool.select(env.options.get("hosts") or "all")
+        picked = self._pick(hosts, count, env)
+        made: list[SshInstance | None] = [None] * count
+        errors: list[str] = []
+
+        def start(k: int) -> None:
+            spec = picked[k]
+            name = f"{env.name}-{role}-{k}"
+            try:
+                made[k] = self._start(pool.get(spec.name), spec, env, name, role, k)
+            except (UserError, MachineUnreachable, OSError) as exc:
+                errors.append(f"{spec.name}: {exc}")
+
+        try:
+            procs.fan_out(start, count)
+        except BaseException:
+            self._undo([m for m in made if m], picked)
+            raise
+        if errors:
+            self._undo([m for m in made if m], picked)
+            raise UserError(f"cannot start {env.name} on its hosts:\n  " + "\n  ".join(errors),
+                            "check the hosts with: virtbench hosts --inventory FILE")
+        return [m for m in made if m]
+
+    def _start(self, machine: Machine, spec: HostSpec, env: EnvSpec, name: str, role: str, k: int) -> SshInstance:
+        import time
+
+        requested = time.time()
+        machine.connect()
+        created = time.time()
+        shipped = ship.ensure_native(machine)
+        scratch = f"{ship.remote_dir(machine)}/scratch/{self.context.run_id}-{name}"
+        res = machine.run(["mkdir", "-p", scratch], timeout=60)
+        if not res.ok:
+            raise UserError(f"cannot make {scratch}: {res.describe_failure()}")
+        inst = SshInstance(name, env, role, k, machine, scratch, shipped, _address(spec),
+                           release=lambda: self._release(spec.name))
+        inst.mark("requested", requested)
+        inst.mark("created", created)
+        inst.mark("running", created)
+        inst.mark("ready")
+        return inst
+
+    def _release(self, host: str) -> None:
+        with self._lock:
+            self._busy[host] = max(0, self._busy.get(host, 0) - 1)
+
+    def _undo(self, made: list[SshInstance], picked: list[HostSpec]) -> None:
+        with procs.interrupts_held():
+            for inst in made:
+                try:
+                    inst.teardown()
+                except Exception:
+                    pass
+        started = {i.machine.name for i in made}
+        for spec in picked:
+            if spec.name not in started:
+                self._release(spec.name)
+
+
+def _address(spec: HostSpec) -> str | None:
+    """An IP address peers can use (MPI hostfiles, iperf3): the inventory's, resolved here."""
+    dest = spec.destination
+    try:
+        return str(ipaddress.ip_address(dest))
+    except ValueError:
+        pass
+    try:
+        return socket.getaddrinfo(dest, None, socket.AF_INET)[0][4][0]
+    except OSError:
+        return None

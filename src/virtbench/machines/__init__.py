@@ -1,0 +1,70 @@
+"""Machines: where commands run. `Pool` hands out one open executor per machine for a run."""
+
+from __future__ import annotations
+
+import threading
+
+from ..errors import UserError
+from .base import Machine, MachineUnreachable, Process
+from .inventory import HostSpec, Inventory
+from .local import LOCAL_NAME, LocalMachine, local
+
+LOCAL_NAMES = (LOCAL_NAME, "local", "")
+
+
+class Pool:
+    """The machines of one run (or command): the local one, and SSH hosts of an inventory, each
+    with one multiplexed connection, all closed together at the end."""
+
+    def __init__(self, inventory: Inventory | None = None):
+        self.inventory = inventory
+        self._open: dict[str, Machine] = {}
+        self._lock = threading.Lock()
+
+    def spec(self, name: str) -> HostSpec:
+        if self.inventory and name in self.inventory.hosts:
+            return self.inventory.hosts[name]
+        if self.inventory is None:
+            # No inventory: a name is an ssh destination (~/.ssh/config resolves it).
+            return HostSpec(name)
+        raise UserError(f"machine '{name}' is not in the inventory {self.inventory.path}",
+                        "valid hosts: " + ", ".join(self.inventory.hosts) if self.inventory.hosts
+                        else "the inventory has no hosts")
+
+    def get(self, name: str | None = None) -> Machine:
+        if name is None or name in LOCAL_NAMES:
+            return local()
+        with self._lock:
+            if name not in self._open:
+                from .ssh import SshMachine
+
+                self._open[name] = SshMachine(self.spec(name))
+            return self._open[name]
+
+    def select(self, pattern: str | None) -> list[HostSpec]:
+        """Hosts of a group, host name or comma list; without an inventory, names as ssh destinations."""
+        pattern = pattern or "all"
+        if self.inventory is None:
+            if pattern == "all":
+                raise UserError("the ssh environment needs hosts, and no inventory was given",
+                                "pass --inventory FILE (an Ansible-style inventory, e.g. from "
+                                "'virtbench testbed up'), set inventory under [suite], or name hosts = \"a,b\"")
+            return [HostSpec(n.strip()) for n in pattern.split(",") if n.strip()]
+        return self.inventory.select(pattern)
+
+    def opened(self) -> list[Machine]:
+        with self._lock:
+            return list(self._open.values())
+
+    def close(self) -> None:
+        with self._lock:
+            items, self._open = list(self._open.values()), {}
+        for m in items:
+            try:
+                m.close()
+            except Exception:  # closing is best effort: the master dies by ControlPersist anyway
+                pass
+
+
+__all__ = ["Machine", "MachineUnreachable", "Process", "HostSpec", "Inventory", "LocalMachine", "local",
+           "LOCAL_NAME", "Pool"]

@@ -1,0 +1,198 @@
+"""The same bytes everywhere: virtbench's native kernels (and other files) go to each machine once,
+into a content-addressed cache there, verified by hash after the transfer.
+
+Layout on a machine, under its virtbench directory (inventory `virtbench_dir`, default
+~/.cache/virtbench): `native/<hash>/bin/` (the kernels) and `blobs/<sha256>/<name>` (files such as
+the guest image tarball). A directory appears under its final name only once complete and
+verified (extract into a temporary name, check every file's SHA-256, rename), so a transfer cut
+short, or a full disk, never leaves half a cache entry that a later run would trust.
+Where the shipped kernels cannot run (another architecture or C library), they are built there
+from the same sources, and the source hash and compiler are recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shlex
+import tarfile
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import paths
+from ..errors import UserError
+from .base import Machine
+
+DEFAULT_DIR = ".cache/virtbench"  # relative to the remote user's home
+_lock = threading.Lock()
+_done: dict[tuple[str, str], "Shipped"] = {}
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """Where a machine has the kernels, and how they got there (recorded with results)."""
+
+    bin_dir: str
+    native_hash: str
+    how: str            # "shipped" | "cached" | "built"
+    compiler: str = ""  # when built there
+
+
+def remote_dir(machine: Machine) -> str:
+    spec = getattr(machine, "spec", None)
+    base = getattr(spec, "remote_dir", None) or DEFAULT_DIR
+    if base.startswith("~/"):
+        base = base[2:]
+    return base if base.startswith("/") else f"{machine.facts()['home'].rstrip('/')}/{base}"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def native_manifest() -> dict[str, str]:
+    """name -> SHA-256 of every built kernel."""
+    bindir = paths.native_bin_dir()
+    files = sorted(p for p in bindir.iterdir() if p.is_file()) if bindir.is_dir() else []
+    if not any(p.name == "vb-system" for p in files):
+        raise UserError(f"native kernels are not built (no vb-system in {bindir})", hint="run: make -C native")
+    return {p.name: _sha256(p) for p in files}
+
+
+def manifest_hash(manifest: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _tar(files: dict[str, Path], prefix: str) -> bytes:
+    """A deterministic tar (fixed owner and times) so the same files give the same bytes."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(files):
+            info = tar.gettarinfo(str(files[name]), arcname=f"{prefix}{name}")
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0
+            with open(files[name], "rb") as fh:
+                tar.addfile(info, fh)
+    return buf.getvalue()
+
+
+# Verify the transferred tar, unpack it under a temporary name, check every file, then rename.
+# Any failure removes both the tar and the partial directory.
+_INSTALL = r'''
+set -u
+base=$1; name=$2; tarsum=$3; tarfile=$4; sums=$5
+tmp="$base/.incoming-$name-$$"
+fail() { rm -rf "$tmp" "$tarfile" "$sums"; echo "$1" >&2; exit 1; }
+echo "$tarsum  $tarfile" | sha256sum -c --status - || fail "the transferred archive does not match its SHA-256"
+mkdir -p "$tmp" || fail "cannot make $tmp"
+tar -xf "$tarfile" -C "$tmp" 2>&1 >&2 || fail "unpacking failed"
+(cd "$tmp" && sha256sum -c --status "$sums") || fail "a file does not match its SHA-256 after unpacking"
+rm -f "$tarfile" "$sums"
+if [ -d "$base/$name" ]; then rm -rf "$tmp"; else mv "$tmp" "$base/$name" || fail "cannot rename $tmp"; fi
+touch "$base/$name/.complete"
+'''
+
+
+def _install(machine: Machine, base: str, name: str, files: dict[str, Path], prefix: str,
+             what: str) -> None:
+    data = _tar(files, prefix)
+    sums = "".join(f"{_sha256(files[n])}  {prefix}{n}\n" for n in sorted(files))
+    res = machine.run(["mkdir", "-p", base], timeout=60)
+    if not res.ok:
+        raise UserError(f"cannot make {base} on {machine.name}: {res.describe_failure()}",
+                        "check the host's virtbench_dir and its permissions")
+    token = hashlib.sha1(data).hexdigest()[:12]
+    tar_remote, sums_remote = f"{base}/.{name}-{token}.tar", f"{base}/.{name}-{token}.sha256"
+    with tempfile.TemporaryDirectory(prefix="vb-ship-") as tmp:
+        (Path(tmp) / "a.tar").write_bytes(data)
+        (Path(tmp) / "a.sum").write_text(sums)
+        try:
+            machine.put(Path(tmp) / "a.tar", tar_remote)
+            machine.put(Path(tmp) / "a.sum", sums_remote)
+        except OSError as exc:
+            machine.run(["rm", "-f", tar_remote, sums_remote], timeout=60)
+            raise UserError(f"shipping {what} to {machine.name} failed: {exc}",
+                            _space_hint(str(exc), base)) from None
+    res = machine.run(["sh", "-c", _INSTALL, "vb", base, name, hashlib.sha256(data).hexdigest(), tar_remote,
+                       sums_remote], timeout=600)
+    if not res.ok:
+        text = res.stderr.strip() or res.describe_failure()
+        raise UserError(f"installing {what} on {machine.name} failed: {text}", _space_hint(text, base))
+
+
+def _space_hint(text: str, base: str) -> str:
+    if "space" in text.lower():
+        return f"the remote disk is full: free space under {base}, or point virtbench_dir at a bigger disk"
+    return "check the connection and the host's virtbench_dir"
+
+
+def ensure_native(machine: Machine) -> Shipped:
+    """The kernels on `machine` (shipped once per machine and content, verified; cached there)."""
+    if machine.is_local:
+        manifest = native_manifest()
+        return Shipped(str(paths.native_bin_dir()), manifest_hash(manifest), "local")
+    manifest = native_manifest()
+    h = manifest_hash(manifest)
+    key = (machine.name, h)
+    with _lock:
+        if key in _done:
+            return _done[key]
+    base = f"{remote_dir(machine)}/native"
+    bin_dir = f"{base}/{h}/bin"
+    how = "cached"
+    if not machine.run(["test", "-f", f"{base}/{h}/.complete"], timeout=60).ok:
+        files = {n: paths.native_bin_dir() / n for n in manifest}
+        _install(machine, base, h, files, "bin/", "the native kernels")
+        how = "shipped"
+    shipped = Shipped(bin_dir, h, how)
+    probe = machine.run([f"{bin_dir}/vb-system", "list"], timeout=60)
+    if not probe.ok:
+        shipped = _build_there(machine, probe.describe_failure())
+    with _lock:
+        _done[key] = shipped
+    return shipped
+
+
+def source_files() -> dict[str, Path]:
+    """The kernels' sources (native/ without its build output)."""
+    root = paths.PROJECT_ROOT / "native"
+    return {str(p.relative_to(root)): p for p in sorted(root.rglob("*"))
+            if p.is_file() and "build" not in p.relative_to(root).parts and p.suffix != ".o"}
+
+
+def _build_there(machine: Machine, why: str) -> Shipped:
+    """The shipped binaries do not run there: build the same sources on the machine."""
+    files = source_files()
+    h = hashlib.sha256(json.dumps({n: _sha256(p) for n, p in files.items()}, sort_keys=True).encode()).hexdigest()[:16]
+    base = f"{remote_dir(machine)}/native-src"
+    name = f"src-{h}"
+    if not machine.run(["test", "-f", f"{base}/{name}/.complete"], timeout=60).ok:
+        _install(machine, base, name, files, "", "the native kernels' sources")
+    src = f"{base}/{name}"
+    if not machine.run(["test", "-x", f"{src}/build/bin/vb-system"], timeout=60).ok:
+        res = machine.run(["make", "-s", "-C", src], timeout=1800)
+        if not res.ok:
+            raise UserError(f"the native kernels do not run on {machine.name} ({why}) and building them there "
+                            f"failed: {res.describe_failure()}",
+                            "install a C compiler, make and Open MPI there: apt-get install build-essential "
+                            "libopenmpi-dev openmpi-bin")
+    cc = machine.run(["sh", "-c", "cc --version | head -1"], timeout=60).stdout.strip()
+    return Shipped(f"{src}/build/bin", f"src-{h}", "built", cc)
+
+
+def reset_cache() -> None:
+    """Forget what was shipped in this process (tests that wipe a machine's cache)."""
+    with _lock:
+        _done.clear()
+
+
+def quote(argv: list[str]) -> str:
+    return shlex.join(argv)

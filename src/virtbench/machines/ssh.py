@@ -1,0 +1,277 @@
+"""A remote machine over the system OpenSSH client.
+
+Why OpenSSH and not a Python SSH library: it is what users already configure (~/.ssh/config,
+ProxyJump, agents, certificates, hardware keys), and one multiplexed master connection per host
+(ControlMaster) makes a command over it cost about as much as a local fork (bench/remote_exec.py).
+
+Host keys are always checked: against a key or SHA256 fingerprint pinned in the inventory, a
+known_hosts file the inventory names, or the user's own known_hosts; never StrictHostKeyChecking=no.
+Commands are argument lists quoted once for the remote shell (shlex.join) and run under coreutils
+`timeout` there, which puts them in a process group of their own: a timeout or Ctrl-C kills that
+whole group on the remote machine, not only the local ssh client.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..errors import MissingTool
+from ..model import ExecResult
+from .base import Machine, MachineUnreachable, Process
+from .inventory import HostSpec
+
+CONNECT_TIMEOUT = 10
+PERSIST = 600  # seconds the master outlives its last use if virtbench dies without closing it
+_PGID = re.compile(r"^vb-pgid (\d+)\n", re.M)
+
+# Runs every command: report the process group, change directory, then exec the command under
+# `timeout`, which makes itself the leader of a new process group (kill -- -PGID reaches all of it).
+_WRAPPER = ('d=$1; t=$2; shift 2; echo "vb-pgid $$" >&2; '
+            'if [ -n "$d" ]; then cd "$d" || exit 126; fi; exec timeout -k 5 "$t" env "$@"')
+_SPAWN = ('d=$1; log=$2; shift 2; if [ -n "$d" ]; then cd "$d" || exit 126; fi; '
+          'setsid env "$@" >"$log" 2>&1 </dev/null & echo $!')
+_KILL = ('g=$1; n=$2; kill -TERM "-$g" 2>/dev/null || exit 0; i=0; '
+         'while kill -0 "-$g" 2>/dev/null && [ "$i" -lt "$n" ]; do sleep 0.1; i=$((i+1)); done; '
+         'kill -KILL "-$g" 2>/dev/null; sleep 0.1; exit 0')
+
+
+def _ssh_binary(name: str = "ssh") -> str:
+    path = shutil.which(name)
+    if not path:
+        raise MissingTool(name, "openssh-client", "remote machines are reached over SSH")
+    return path
+
+
+class SshMachine(Machine):
+    kind = "ssh"
+
+    def __init__(self, spec: HostSpec, *, control_dir: Path | None = None):
+        super().__init__(spec.name, spec.address or spec.name)
+        self.spec = spec
+        self._own_dir = control_dir is None
+        self._dir = Path(control_dir or tempfile.mkdtemp(prefix="vb-ssh-", dir="/tmp"))
+        os.chmod(self._dir, 0o700)
+        self._lock = threading.Lock()
+        self._master = False
+        self._options: list[str] | None = None
+        self._closed = False
+
+    # -- options -------------------------------------------------------------------------------
+    def _control_path(self) -> str:
+        # Short and unique per host (socket paths are limited to ~100 bytes).
+        return str(self._dir / hashlib.sha1(self.name.encode()).hexdigest()[:16])
+
+    def options(self) -> list[str]:
+        """ssh options for this host (without the destination); host key pinning resolved once."""
+        if self._options is None:
+            spec = self.spec
+            opts = ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}",
+                    "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
+                    "-o", f"ControlPath={self._control_path()}"]
+            if spec.port:
+                opts += ["-p", str(spec.port)]
+            if spec.user:
+                opts += ["-l", spec.user]
+            if spec.key_file:
+                opts += ["-i", spec.key_file, "-o", "IdentitiesOnly=yes"]
+            opts += self._host_key_options()
+            self._options = opts
+        return self._options
+
+    def _host_key_options(self) -> list[str]:
+        spec = self.spec
+        if spec.host_key:
+            key_line = self._pinned_key_line(spec.host_key)
+            alias = f"virtbench-{spec.name}"
+            known = self._dir / f"known_hosts-{hashlib.sha1(spec.name.encode()).hexdigest()[:8]}"
+            known.write_text(f"{alias} {key_line}\n")
+            # HostKeyAlias: the pinned key belongs to this inventory name, whatever address it has.
+            return ["-o", f"HostKeyAlias={alias}", "-o", f"UserKnownHostsFile={known}",
+                    "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes"]
+        if spec.known_hosts:
+            return ["-o", f"UserKnownHostsFile={os.path.expanduser(spec.known_hosts)}",
+                    "-o", "StrictHostKeyChecking=yes"]
+        return []  # the user's own known_hosts and StrictHostKeyChecking setting
+
+    def _pinned_key_line(self, pinned: str) -> str:
+        pinned = pinned.strip()
+        if not pinned.startswith("SHA256:"):
+            parts = pinned.split()
+            if len(parts) < 2:
+                raise MachineUnreachable(self.name, f"virtbench_host_key '{pinned[:40]}' is neither a public key "
+                                                    "line ('ssh-ed25519 AAAA...') nor a SHA256: fingerprint")
+            return f"{parts[0]} {parts[1]}"
+        # A fingerprint: fetch the host's keys and keep the one whose fingerprint matches.
+        argv = [_ssh_binary("ssh-keyscan"), "-T", "5"]
+        if self.spec.port:
+            argv += ["-p", str(self.spec.port)]
+        res = _run(argv + [self.spec.destination], timeout=30)
+        for line in res.stdout.splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and not line.startswith("#"):
+                fp = _run([_ssh_binary("ssh-keygen"), "-lf", "-"], stdin=f"x {parts[1]} {parts[2]}\n".encode(),
+                          timeout=30)
+                if pinned in fp.stdout.split():
+                    return f"{parts[1]} {parts[2]}"
+        raise MachineUnreachable(self.name, f"no host key of {self.spec.destination} has the pinned fingerprint "
+                                            f"{pinned}: the host changed or it is not the machine you meant; "
+                                            "check the key on the host (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub)")
+
+    def ssh_argv(self, *, master: bool = False) -> list[str]:
+        """`ssh` plus options for one command over the master connection."""
+        mode = ["-o", "ControlMaster=yes", "-o", f"ControlPersist={PERSIST}", "-f", "-N"] if master \
+            else ["-o", "ControlMaster=no"]
+        return [_ssh_binary(), *self.options(), *mode, "-T", self.spec.destination]
+
+    # -- connection ------------------------------------------------------------------------------
+    def connect(self) -> None:
+        """Open (or re-open) the multiplexed master connection; raises MachineUnreachable."""
+        with self._lock:
+            if self._closed:
+                raise MachineUnreachable(self.name, "connection closed")
+            # The socket exists while the master lives (ssh removes it when the master exits); no
+            # `ssh -O check` round trip per command.
+            if self._master and os.path.exists(self._control_path()):
+                return
+            res = _run(self.ssh_argv(master=True), timeout=CONNECT_TIMEOUT + 20)
+            if not res.ok:
+                self._master = False
+                raise MachineUnreachable(self.name, _ssh_error(res))
+            self._master = True
+
+    def _check_master(self) -> bool:
+        res = _run([_ssh_binary(), "-o", f"ControlPath={self._control_path()}", "-O", "check",
+                    self.spec.destination], timeout=10)
+        return res.ok
+
+    def close(self) -> None:
+        with self._lock:
+            if self._master:
+                _run([_ssh_binary(), "-o", f"ControlPath={self._control_path()}", "-O", "exit",
+                      self.spec.destination], timeout=10)
+            self._master = False
+            self._closed = True
+            if self._own_dir:
+                shutil.rmtree(self._dir, ignore_errors=True)
+
+    # -- the executor interface ------------------------------------------------------------------------
+    def run(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
+            env: Mapping[str, str] | None = None, cwd: str | None = None) -> ExecResult:
+        argv = [str(a) for a in argv]
+        started = time.time()
+        try:
+            self.connect()
+        except MachineUnreachable as exc:
+            return ExecResult(argv, 255, "", f"ssh: cannot reach {self.name}: {exc.reason}", started, time.time())
+        limit = "0" if timeout is None else f"{timeout:.3f}".rstrip("0").rstrip(".")
+        remote = shlex.join(["sh", "-c", _WRAPPER, "vb", cwd or "", limit,
+                             *(f"{k}={v}" for k, v in (env or {}).items()), *argv])
+        res = self._call(remote, stdin=stdin, timeout=None if timeout is None else timeout + 15)
+        res.argv = argv
+        res.started = started
+        # timeout(1) exits 124 when the command timed out (137 after the follow-up SIGKILL).
+        if timeout is not None and res.returncode in (124, 137) and res.seconds >= timeout:
+            res.timed_out = True
+        return res
+
+    def _call(self, remote: str, *, stdin: bytes | None = None, stdin_file=None, stdout_file=None,
+              timeout: float | None = None) -> ExecResult:
+        """One command string over the master; on interruption the remote process group is killed."""
+        argv = [*self.ssh_argv(), remote]
+        started = time.time()
+        proc = subprocess.Popen(argv, stdin=stdin_file if stdin_file is not None else
+                                (subprocess.PIPE if stdin is not None else subprocess.DEVNULL),
+                                stdout=stdout_file if stdout_file is not None else subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        timed_out = False
+        try:
+            out, err = proc.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            out, err = self._abort(proc)
+        except BaseException:
+            self._abort(proc)
+            raise
+        err_text = (err or b"").decode(errors="replace")
+        err_text = _PGID.sub("", err_text, count=1)
+        return ExecResult(argv, proc.returncode, (out or b"").decode(errors="replace"), err_text,
+                          started, time.time(), timed_out)
+
+    def _abort(self, proc: subprocess.Popen) -> tuple[bytes, bytes]:
+        """Stop the local client, then the remote process group it started (if it said which)."""
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            out, err = proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        m = _PGID.search((err or b"").decode(errors="replace"))
+        if m:
+            self.kill_group(int(m.group(1)), grace=1.0)
+        return out or b"", err or b""
+
+    def put(self, src: Path, dest: str, mode: int | None = None) -> None:
+        script = 'cat > "$1"' + (' && chmod "$2" "$1"' if mode is not None else "")
+        remote = shlex.join(["sh", "-c", script, "vb", dest, *([f"{mode:o}"] if mode is not None else [])])
+        self.connect()
+        with open(src, "rb") as fh:
+            res = self._call(remote, stdin_file=fh, timeout=3600)
+        if not res.ok:
+            raise OSError(f"copying {src} to {self.name}:{dest} failed: {_ssh_error(res)}")
+
+    def get(self, src: str, dest: Path) -> None:
+        self.connect()
+        with open(dest, "wb") as fh:
+            res = self._call(shlex.join(["cat", "--", src]), stdout_file=fh, timeout=3600)
+        if not res.ok:
+            raise OSError(f"copying {self.name}:{src} failed: {_ssh_error(res)}")
+
+    def spawn(self, argv: Sequence[str], log: str, env: Mapping[str, str] | None = None,
+              cwd: str | None = None) -> Process:
+        argv = [str(a) for a in argv]
+        self.connect()
+        remote = shlex.join(["sh", "-c", _SPAWN, "vb", cwd or "", log,
+                             *(f"{k}={v}" for k, v in (env or {}).items()), *argv])
+        res = self._call(remote, timeout=60)
+        pid = res.stdout.strip()
+        if not res.ok or not pid.isdigit():
+            raise OSError(f"starting {argv[0]} on {self.name} failed: {_ssh_error(res)}")
+        return Process(self, int(pid), log, argv)
+
+    def kill_group(self, pgid: int, grace: float = 2.0) -> None:
+        self._call(shlex.join(["sh", "-c", _KILL, "vb", str(pgid), str(max(1, int(grace * 10)))]),
+                   timeout=grace + 30)
+
+
+def _run(argv: list[str], timeout: float, stdin: bytes | None = None) -> ExecResult:
+    from .. import procs  # late: procs is the local process runner this module is built beside
+
+    return procs.run(argv, timeout=timeout, stdin=stdin)
+
+
+def _ssh_error(res: ExecResult) -> str:
+    """ssh's own complaint, with what to do for the common ones."""
+    text = " | ".join(ln for ln in res.stderr.strip().splitlines()[-3:] if ln) or res.describe_failure()
+    low = text.lower()
+    if "host key verification failed" in low or "remote host identification has changed" in low:
+        return text + " (the host key is not the pinned or known one: check the host, then its " \
+                      "virtbench_host_key or known_hosts entry)"
+    if "permission denied" in low:
+        return text + " (the key was refused: check ansible_user and ansible_ssh_private_key_file)"
+    if "connection refused" in low or "timed out" in low or "no route" in low:
+        return text + " (is sshd running there, and the address and port right?)"
+    return text
