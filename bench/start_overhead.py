@@ -122,7 +122,7 @@ def vm_by_hand(driver: VmDriver, env: EnvSpec, workdir: Path) -> float:
         # Borrow the driver's command line: an instance object that is never started.
         inst = driver._new(env, "hand", 0, base, settings)
         inst.disk_path, inst.disk_format, inst.port = overlay, "qcow2", qemu.free_port()
-        argv = inst.machine().argv(qmp_fd=0)
+        argv = inst.qemu_config().argv(qmp_fd=0)
         driver._live.discard(inst)  # never started: nothing to tear down
         # Drop -S and QMP; the console goes nowhere.
         out, skip = [], 0

@@ -39,6 +39,7 @@ import numpy as np
 
 from . import drivers, image, procs, shapes
 from .conditions.base import ConditionUnavailable
+from . import machines as machines_mod
 from .drivers.base import DriverContext, Instance
 from .errors import UserError
 from .model import EnvSpec, Sample
@@ -253,9 +254,10 @@ def _container_unavailable(params: dict) -> str | None:
 
 class BootRunner:
     def __init__(self, store: Store, grid: Grid, *, events: BootEvents | None = None, command: str = "",
-                 timeout: float = BOOT_TIMEOUT):
+                 timeout: float = BOOT_TIMEOUT, inventory: str | None = None):
         self.store = store
         self.grid = grid
+        self.inventory = inventory  # an inventory file: `machine` options name its hosts
         self.events = events or BootEvents()
         self.command = command
         self.timeout = timeout
@@ -285,7 +287,7 @@ class BootRunner:
         workdir = Path(tempfile.mkdtemp(prefix=f"virtbench-{self.run_id}-"))
         try:
             info = image.require() if drivers.driver_class(g.driver).needs_image else None
-            self.context = DriverContext(self.run_id, workdir, info)
+            self.context = DriverContext(self.run_id, workdir, info, machines_mod.pool_for(self.inventory))
             self.driver = drivers.make(g.driver, self.context)
             for name in self.driver.cleanup_stale():
                 self.events.note(f"removed a leftover of an earlier run: {name}")
@@ -316,6 +318,8 @@ class BootRunner:
         finally:
             import shutil
 
+            if self.context:
+                self.context.machines.close()
             shutil.rmtree(workdir, ignore_errors=True)
         return self.run_id
 

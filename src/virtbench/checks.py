@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import drivers, image, procs, shapes
+from . import machines as machines_mod
 from .drivers.base import DriverContext, Instance
 from .errors import UserError
 from .model import EnvSpec
@@ -192,8 +193,9 @@ def _ops(driver_name: str, driver, env: EnvSpec) -> _Ops:
 
 def run_checks(driver_name: str, *, count: int = DEFAULT_COUNT, shape: str = "m1.small",
                options: dict[str, Any] | None = None, log: Callable[[str], None] | None = None,
-               only: list[str] | None = None) -> dict[str, Any]:
-    """Run the lifecycle checks; returns {driver, accelerator?, checks: [...]}."""
+               only: list[str] | None = None, inventory: str | None = None) -> dict[str, Any]:
+    """Run the lifecycle checks; returns {driver, accelerator?, checks: [...]}. With an inventory,
+    option `machine` names the host the instances start on."""
     log = log or (lambda msg: None)
     if driver_name not in drivers.REGISTRY:
         raise UserError(f"unknown driver '{driver_name}'", "valid drivers: " + ", ".join(drivers.names()))
@@ -207,7 +209,8 @@ def run_checks(driver_name: str, *, count: int = DEFAULT_COUNT, shape: str = "m1
     run_id = "check-" + time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
     workdir = Path(tempfile.mkdtemp(prefix=f"virtbench-{run_id}-"))
     info = image.require() if cls.needs_image else None
-    driver = drivers.make(driver_name, DriverContext(run_id, workdir, info))
+    pool = machines_mod.pool_for(inventory)
+    driver = drivers.make(driver_name, DriverContext(run_id, workdir, info, pool))
     for name in driver.cleanup_stale():
         log(f"removed a leftover of an earlier run: {name}")
     problems = driver.check()
@@ -261,6 +264,7 @@ def run_checks(driver_name: str, *, count: int = DEFAULT_COUNT, shape: str = "m1
         if close:
             with contextlib.suppress(Exception):
                 close()
+        pool.close()
         shutil.rmtree(workdir, ignore_errors=True)
     out["checks"] = [r.as_dict() for r in results]
     out["passed"] = all(r.passed is not False for r in results)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import __version__, analysis, paths, render, workloads
@@ -75,11 +76,16 @@ def cli() -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="print the checks as JSON")
-def doctor(as_json: bool) -> None:
-    """Check what this machine can run, and say how to fix what it cannot."""
-    from .doctor import checks
+@click.option("--inventory", "-i", "inventory", type=click.Path(dir_okay=False),
+              help="Ansible-style inventory (YAML or INI) of SSH hosts: ssh environments and machine=HOST use it")
+def doctor(as_json: bool, inventory: str | None) -> None:
+    """Check what this machine can run, and say how to fix what it cannot; with --inventory, also
+    whether each host of the inventory answers over SSH and what it has."""
+    from .doctor import checks, host_checks
 
     results = checks()
+    if inventory:
+        results += host_checks(_inventory_path(inventory))
     if as_json:
         _emit_json(results)
         return
@@ -144,8 +150,10 @@ def _parse_params(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--duration", "-d", type=click.FloatRange(0.05, 3600), help="seconds per kernel run")
 @click.option("--db", help=DB_HELP)
 @click.option("--resume", "resume_id", metavar="RUN_ID", help="continue an interrupted run")
+@click.option("--inventory", "-i", "inventory", type=click.Path(dir_okay=False),
+              help="Ansible-style inventory (YAML or INI) of SSH hosts: ssh environments and machine=HOST use it")
 @click.option("--json", "as_json", is_flag=True, help="print the results as one JSON object on stdout")
-def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id, as_json) -> None:
+def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id, inventory, as_json) -> None:
     """Run a SUITE file (e.g. suites/quick.toml), or one --workload, and print the comparison."""
     from . import suite as suite_mod
 
@@ -158,8 +166,9 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
         runner = None
         try:
             if resume_id:
-                if suite or workload:
-                    raise UserError("--resume continues a stored run; do not also give a suite or --workload")
+                if suite or workload or inventory:
+                    raise UserError("--resume continues a stored run; do not also give a suite, --workload "
+                                    "or --inventory (the run keeps the inventory it started with)")
                 runner = Runner(store, None, events=events, command=command)
                 run_id = runner.resume(resume_id)
             else:
@@ -178,6 +187,8 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
                 else:
                     matrix = suite_mod.adhoc(workload, _parse_params(params), env_list or ["host"],
                                              repeat=repeat, duration=duration, baseline=baseline)
+                if inventory:
+                    matrix.inventory = _inventory_path(inventory)
                 runner = Runner(store, matrix, events=events, command=command)
                 run_id = runner.start()
         except KeyboardInterrupt:
@@ -187,6 +198,15 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
                       + (f" --db {db}" if db else ""), soft_wrap=True, highlight=False)
             sys.exit(130)
     _show(store, run_id, as_json)
+
+
+def _inventory_path(path: str) -> str:
+    """An inventory file's absolute path, read once now so a mistake stops the command at once."""
+    from .machines import inventory as inventory_mod
+
+    full = str(Path(path).expanduser().resolve())
+    inventory_mod.load(full)
+    return full
 
 
 def _show(store: Store, run_id: str, as_json: bool) -> None:
@@ -206,6 +226,13 @@ def _show(store: Store, run_id: str, as_json: bool) -> None:
     out.print(f"run [bold]{data['run_id']}[/bold] ({data['status']}), suite {data['suite']}, "
               f"baseline [bold]{data['baseline']}[/bold]")
     for env in store.environments(data["run_id"]):  # a VM's accelerator: KVM, or TCG emulation
+        on = [m for m in env["facts"].get("machines") or [] if m != "localhost"]
+        if on:
+            mf = env["facts"].get("machine_facts") or {}
+            testbed = any(mf.get(m, {}).get("testbed") for m in on)
+            out.print(f"{env['name']}: on {', '.join(on)}" + (" (testbed hosts: one machine's kernel and CPU; "
+                      "the figures measure the network path and the remote machinery)" if testbed else ""),
+                      highlight=False)
         if env["facts"].get("accelerator"):
             note = env["facts"].get("accelerator_note") or "hardware virtualization"
             out.print(f"{env['name']}: QEMU accelerator [bold]{env['facts']['accelerator']}[/bold] ({note})",
@@ -327,9 +354,11 @@ def _options(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--timeout", type=click.FloatRange(1, 7200), default=600, show_default=True,
               help="seconds one instance may take to become ready")
 @click.option("--db", help=DB_HELP)
+@click.option("--inventory", "-i", "inventory", type=click.Path(dir_okay=False),
+              help="Ansible-style inventory (YAML or INI) of SSH hosts: ssh environments and machine=HOST use it")
 @click.option("--json", "as_json", is_flag=True, help="print the results (every instance's phases) as JSON")
 def boot_cmd(driver, concurrency, image_size, image_mode, shape, repeat, options, suite, timeout, db,
-             as_json) -> None:
+             inventory, as_json) -> None:
     """Provisioning time: start instances (concurrency x image size x mode x shape, repeated) and
     time each phase from request to ready, with millisecond resolution."""
     from . import boot as boot_mod
@@ -369,7 +398,8 @@ def boot_cmd(driver, concurrency, image_size, image_mode, shape, repeat, options
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as progress:
-        runner = boot_mod.BootRunner(store, grid, events=Events(progress), command=command, timeout=timeout)
+        runner = boot_mod.BootRunner(store, grid, events=Events(progress), command=command, timeout=timeout,
+                                     inventory=_inventory_path(inventory) if inventory else None)
         try:
             run_id = runner.run()
         except KeyboardInterrupt:
@@ -385,14 +415,17 @@ def boot_cmd(driver, concurrency, image_size, image_mode, shape, repeat, options
               help="instances started at once in the first check")
 @click.option("--shape", default="m1.small", show_default=True, help="instance shape")
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help="driver option. Repeatable.")
+@click.option("--inventory", "-i", "inventory", type=click.Path(dir_okay=False),
+              help="Ansible-style inventory (YAML or INI) of SSH hosts: ssh environments and machine=HOST use it")
 @click.option("--json", "as_json", is_flag=True, help="print each check's name, passed, detail as JSON")
-def check_cmd(driver, count, shape, options, as_json) -> None:
+def check_cmd(driver, count, shape, options, inventory, as_json) -> None:
     """Lifecycle checks: start N at once, reboot several in one call, attach a disk to a running
     instance, snapshot a running instance and boot from the snapshot."""
     from . import checks
 
     log = (lambda m: None) if as_json else (lambda m: err.print(f"[dim]{m}[/dim]", highlight=False))
-    data = checks.run_checks(driver, count=count, shape=shape, options=_options(options), log=log)
+    data = checks.run_checks(driver, count=count, shape=shape, options=_options(options), log=log,
+                             inventory=_inventory_path(inventory) if inventory else None)
     if as_json:
         _emit_json(data)
     else:
@@ -526,9 +559,9 @@ def main() -> None:
     try:
         cli.main(standalone_mode=False)
     except UserError as exc:
-        err.print(f"[red]error:[/red] {exc.message}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(exc.message)}", highlight=False)
         if exc.hint:
-            err.print(f"  {exc.hint}", highlight=False)
+            err.print(f"  {escape(exc.hint)}", highlight=False)
         sys.exit(2)
     except click.exceptions.Abort:
         err.print("aborted")

@@ -50,6 +50,24 @@ def checks() -> list[dict[str, Any]]:
     return out
 
 
+def host_checks(inventory_path: str) -> list[dict[str, Any]]:
+    """One check per inventory host: reachable over SSH, and what it has (virtbench hosts' probe)."""
+    from .machines import inventory, probe
+    from .machines.ssh import SshMachine
+
+    inv = inventory.load(inventory_path)
+    out = []
+    for row in probe.probe_hosts(list(inv.hosts.values()), SshMachine):
+        if row["reachable"]:
+            detail = (f"{row['address']}: {row['kernel']}, {row['cores']} cores, {row['cpu_model']}; "
+                      f"mpi {row['mpi'] or 'none'}, podman {row['podman'] or 'none'}, kvm {row['kvm']}")
+        else:
+            detail = f"{row['address']}: unreachable: {row['reason']}"
+        out.append({"name": f"host {row['name']}", "ok": bool(row["reachable"]), "detail": detail,
+                    "fix": "check it with: ssh HOST true (address, port, user and key as in the inventory)"})
+    return out
+
+
 def _condition_checks() -> list[dict[str, Any]]:
     """Storage targets and network conditions: which work here, and why not where they do not."""
     out = []

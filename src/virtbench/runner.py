@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from . import conditions, drivers, machines, monitor, procs, stats, sysinfo, workloads
-from .machines import inventory
 from .conditions import Applied, ConditionUnavailable
 from .drivers.base import DriverContext, Instance
 from .errors import UserError, WorkloadFailed
@@ -115,7 +114,7 @@ class Runner:
     def _execute(self, tallies: dict[tuple[str, str], Tally]) -> None:
         workdir = Path(tempfile.mkdtemp(prefix=f"virtbench-{self.run_id}-"))
         states: dict[str, _EnvState] = {}
-        self.machines = machines.Pool(inventory.load(self.matrix.inventory) if self.matrix.inventory else None)
+        self.machines = machines.pool_for(self.matrix.inventory)
         try:
             with _sigterm_as_interrupt():
                 states = self._prepare_envs(workdir)
@@ -336,7 +335,7 @@ class Runner:
             out[role] = pool[:count]
         if not state.facts_saved:
             first = next(iter(out.values()))[0]
-            facts = {**sysinfo.collect(first), **first.metadata()}
+            facts = {**sysinfo.collect(first), **first.metadata(), **self._machines_meta(out)}
             self.store.save_environment(self.run_id, state.env.name, state.env.driver, state.env.as_dict(), facts)
             state.facts_saved = True
         return out

@@ -204,7 +204,7 @@ class VmInstance(Instance):
         cuts at '.', both of which environment names such as vm:c1.medium bring)."""
         return re.sub(r"[^A-Za-z0-9-]", "-", self.name)[:63].strip("-") or "vbguest"
 
-    def machine(self) -> qemu.Machine:
+    def qemu_config(self) -> qemu.Machine:
         disk_model, nic_model = DEVICE_MODELS[self.s["devices"]]
         boot = self.bootfiles
         shape = self.env.shape
@@ -227,7 +227,7 @@ class VmInstance(Instance):
             err_path = self.dir / "qemu.err"
             try:
                 with open(err_path, "wb") as err:
-                    self.proc = qemu.spawn(self.machine().argv(listener.fileno(), self.dir / "qemu.pid"),
+                    self.proc = qemu.spawn(self.qemu_config().argv(listener.fileno(), self.dir / "qemu.pid"),
                                            stdout=subprocess.PIPE, stderr=err, pass_fds=(listener.fileno(),))
                 self.qmp = qemu.connect(sock_path)
             finally:

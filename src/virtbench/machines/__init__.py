@@ -66,5 +66,12 @@ class Pool:
                 pass
 
 
+def pool_for(inventory_path: str | None) -> Pool:
+    """A Pool over the inventory at this path (none: this machine, and ssh destinations by name)."""
+    from . import inventory
+
+    return Pool(inventory.load(inventory_path) if inventory_path else None)
+
+
 __all__ = ["Machine", "MachineUnreachable", "Process", "HostSpec", "Inventory", "LocalMachine", "local",
-           "LOCAL_NAME", "Pool"]
+           "LOCAL_NAME", "Pool", "pool_for"]

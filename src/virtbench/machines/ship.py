@@ -12,9 +12,13 @@ from the same sources, and the source hash and compiler are recorded.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
+import os
+import re
+import secrets
 import shlex
 import tarfile
 import tempfile
@@ -186,6 +190,74 @@ def _build_there(machine: Machine, why: str) -> Shipped:
                             "libopenmpi-dev openmpi-bin")
     cc = machine.run(["sh", "-c", "cc --version | head -1"], timeout=60).stdout.strip()
     return Shipped(f"{src}/build/bin", f"src-{h}", "built", cc)
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a big local file, cached beside it as `<file>.sha256` (sha256sum's format):
+    hashing the guest image tarball costs seconds, and a file rewritten later is newer than its
+    cached hash, so that one is computed again."""
+    side = path.with_name(path.name + ".sha256")
+    with contextlib.suppress(OSError, IndexError):
+        if side.stat().st_mtime_ns >= path.stat().st_mtime_ns:
+            cached = side.read_text().split()[0]
+            if re.fullmatch(r"[0-9a-f]{64}", cached):
+                return cached
+    digest = _sha256(path)
+    tmp = side.with_name(f".{side.name}.{os.getpid()}")
+    try:
+        tmp.write_text(f"{digest}  {path.name}\n")
+        os.replace(tmp, side)
+    except OSError:  # a read-only directory: the hash is computed again next time
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    return digest
+
+
+# Check the transferred file against its hash, then give it its final name; otherwise remove it.
+_PLACE = r'''
+part=$1; dest=$2; sum=$3
+if ! echo "$sum  $part" | sha256sum -c --status -; then
+  rm -f "$part"; echo "the transferred file does not match its SHA-256" >&2; exit 1
+fi
+mv -f "$part" "$dest" || { rm -f "$part"; echo "cannot rename $part to $dest" >&2; exit 1; }
+'''
+_blob_locks: dict[tuple[str, str], threading.Lock] = {}
+
+
+def ensure_blob(machine: Machine, local_path: Path, sha256: str, name: str) -> str:
+    """The file `local_path` (of hash `sha256`) on `machine`, at `<remote_dir>/blobs/<sha256>/<name>`:
+    transferred once per machine, checked by SHA-256 there, and only then given that name (so a cut
+    transfer or a full disk never leaves a file a later run would trust). Its path there."""
+    if machine.is_local:
+        return str(local_path)
+    base = f"{remote_dir(machine)}/blobs/{sha256}"
+    dest = f"{base}/{name}"
+    with _lock:
+        lock = _blob_locks.setdefault((machine.name, sha256), threading.Lock())
+    with lock:  # one transfer per blob and machine in this process
+        if machine.run(["test", "-f", dest], timeout=60).ok:
+            return dest
+        res = machine.run(["mkdir", "-p", base], timeout=60)
+        if not res.ok:
+            raise UserError(f"cannot make {base} on {machine.name}: {res.describe_failure()}",
+                            "check the host's virtbench_dir and its permissions")
+        part = f"{base}/.incoming-{name}-{secrets.token_hex(4)}"
+        try:
+            machine.put(local_path, part)
+        except BaseException as exc:  # Ctrl-C included: no partial file stays behind
+            machine.run(["rm", "-f", part], timeout=60)
+            if isinstance(exc, OSError):
+                raise UserError(f"shipping {local_path.name} to {machine.name} failed: {exc}",
+                                _space_hint(str(exc), base)) from None
+            raise
+        res = machine.run(["sh", "-c", _PLACE, "vb", part, dest, sha256], timeout=600)
+        if not res.ok:
+            text = res.stderr.strip() or res.describe_failure()
+            raise UserError(f"installing {local_path.name} on {machine.name} failed: {text}",
+                            f"the transfer was damaged, or {local_path} changed while it was read: try again"
+                            if "SHA-256" in text
+                            else _space_hint(text, base))
+    return dest
 
 
 def reset_cache() -> None:

@@ -67,6 +67,12 @@ class SshMachine(Machine):
         self._options: list[str] | None = None
         self._closed = False
 
+    def describe(self) -> dict:
+        out = super().describe()
+        if self.spec.vars.get("virtbench_testbed"):
+            out["testbed"] = str(self.spec.vars["virtbench_testbed"])
+        return out
+
     # -- options -------------------------------------------------------------------------------
     def _control_path(self) -> str:
         # Short and unique per host (socket paths are limited to ~100 bytes).

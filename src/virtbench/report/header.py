@@ -12,7 +12,7 @@ from .sections.common import describe, slug
 
 # Environment facts shown as columns, in this order: (label, fact keys tried in turn).
 FACT_COLUMNS = [
-    ("CPU", ("cpu_model",)), ("cores", ("online_cpus", "cores")), ("memory", ("memory_kb",)),
+    ("machines", ("machines",)), ("CPU", ("cpu_model",)), ("cores", ("online_cpus", "cores")), ("memory", ("memory_kb",)),
     ("kernel", ("kernel",)), ("OS", ("os",)), ("virtualization", ("virtualization",)),
     ("accelerator", ("accelerator",)), ("image hash", ("image_hash",)),
 ]
@@ -50,6 +50,8 @@ def _fact(facts: dict, keys: tuple[str, ...]) -> str:
                 return f"{v / 1048576:.1f} GiB"
             if k == "image_hash":
                 return str(v)[:16]
+            if isinstance(v, list):
+                return ", ".join(map(str, v))
             return str(v)
     return "-"
 
@@ -94,6 +96,11 @@ def warnings(data: RunData) -> list[str]:
         if str(facts.get("accelerator", "")).lower() == "tcg":
             out.append(f"Environment {env['name']} is an emulated VM (accelerator=tcg, no KVM): its numbers "
                        "measure a CPU emulator, not virtualization overhead.")
+        testbed = sorted(n for n, f in (facts.get("machine_facts") or {}).items() if f.get("testbed"))
+        if testbed:
+            out.append(f"Environment {env['name']} ran on testbed hosts ({', '.join(testbed)}): SSH hosts in network "
+                       "namespaces of one machine, sharing its kernel and CPU; their figures measure the network "
+                       "path and the remote machinery, not separate machines.")
         if facts.get("error"):
             out.append(f"Facts of environment {env['name']} could not be collected: {facts['error']}")
     failed: dict[tuple[str, str], Counter] = defaultdict(Counter)
