@@ -41,10 +41,19 @@ def testbed2(tmp_path_factory):
     blocking = [p for p in problems if p.startswith("not root") or "refuses network namespaces" in p]
     if blocking:
         pytest.skip("no local testbed: " + "; ".join(blocking))
-    testbed.down("vbts")  # whatever an earlier, killed session left
-    inventory = testbed.up(2, tmp_path_factory.mktemp("testbed") / "inventory.yml", prefix="vbts",
-                           subnet="10.216.0.0/24")
+    # One testbed "vbts" per machine: a second pytest session (a developer's beside CI's) waits for
+    # the first instead of tearing its hosts down under it.
+    import fcntl
+
+    lock = open("/run/virtbench-testbed-vbts.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     try:
-        yield inventory
+        testbed.down("vbts")  # whatever an earlier, killed session left
+        inventory = testbed.up(2, tmp_path_factory.mktemp("testbed") / "inventory.yml", prefix="vbts",
+                               subnet="10.216.0.0/24")
+        try:
+            yield inventory
+        finally:
+            testbed.down("vbts")
     finally:
-        testbed.down("vbts")
+        lock.close()

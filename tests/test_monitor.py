@@ -152,7 +152,7 @@ def test_host_session_sees_busy_cpu():
     time.sleep(1.0)
     idle_trace = idle.stop().traces[0]
     s = monitor.Session.start({}, environment="host", interval=0.2)
-    sampler_pid = s._host.proc.pid
+    sampler_pid = int(Path(s._samplers[0].pidfile).read_text().split()[0])
     res = procs.run([paths.native_bin_dir() / "vb-system", "dhrystone", "--duration", "1.5", "--copies", "2",
                      "--dir", "/tmp"], timeout=60)
     assert res.ok, res.stderr
@@ -172,7 +172,7 @@ def test_host_session_sees_busy_cpu():
 
 def test_host_sampler_is_gone_after_stop():
     s = monitor.Session.start({}, environment="host", interval=0.1)
-    pid = s._host.proc.pid
+    pid = int(Path(s._samplers[0].pidfile).read_text().split()[0])
     assert _running(pid)
     s.stop()
     assert not _running(pid)

@@ -3,6 +3,11 @@
 What works differs between machines (crun vs runc, cgroup v1 vs v2, which ulimits the runtime may
 set), so the first provision probes a tiny `run --rm ... true` with candidate settings, keeps the
 first that works for the life of the process, and records it in every instance's metadata.
+
+Every engine call goes through the executor of the machine the containers run on (option
+`machine`: an inventory host; this machine by default), so probing, the image import and the
+caches are per machine. On a remote machine the guest image tarball is shipped once into its
+content-addressed blob cache (machines/ship.py) and imported there.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ import json
 import os
 import re
 import resource
+import shlex
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -24,6 +31,7 @@ from typing import Any
 from .. import image, procs
 from ..conditions import hostmounts
 from ..errors import MissingTool, UserError
+from ..machines import Machine, MachineUnreachable, local, ship
 from ..model import EnvSpec, ExecResult
 from .base import Driver, Instance, OptionSpec, Problem
 
@@ -36,8 +44,9 @@ CLI_TIMEOUT = 120.0
 NPROC_CAP = 32768
 
 _lock = threading.RLock()
-_engines: dict[tuple, Engine] = {}
-_imported: set[tuple[str, str]] = set()
+_engines: dict[tuple, Engine] = {}  # (machine name, cmd, tag, runtime, cgroup manager) -> Engine
+# (machine name, cmd, tag) of images the engine has; boot.py and checks.py add (cmd, tag) for this machine.
+_imported: set[tuple] = set()
 _names: set[str] = set()
 
 
@@ -75,8 +84,20 @@ class Engine:
                 "ulimits": list(self.ulimits), "init": self.init}
 
 
-def _run(argv: Sequence[str], timeout: float | None = CLI_TIMEOUT, stdin: bytes | None = None) -> ExecResult:
-    return procs.run(argv, timeout=timeout, stdin=stdin)
+def _run(machine: Machine, argv: Sequence[str], timeout: float | None = CLI_TIMEOUT,
+         stdin: bytes | None = None) -> ExecResult:
+    return machine.run(argv, timeout=timeout, stdin=stdin)
+
+
+def _on(machine: Machine) -> str:
+    """' on <host>' for a remote machine, for messages."""
+    return "" if machine.is_local else f" on {machine.name}"
+
+
+def _which(machine: Machine, name: str) -> bool:
+    if machine.is_local:
+        return bool(shutil.which(name))
+    return machine.run(["sh", "-c", 'command -v "$1"', "vb", name], timeout=60).ok
 
 
 def _tail(res: ExecResult, lines: int = 3) -> str:
@@ -87,57 +108,84 @@ def _tail(res: ExecResult, lines: int = 3) -> str:
 _picked: dict[tuple, str] = {}
 
 
-def pick_engine(choice: str = "auto") -> str:
+def pick_engine(choice: str = "auto", machine: Machine | None = None) -> str:
     """podman if installed and answering, else docker if its engine answers. A working answer is
-    kept for the process: `podman info` costs about a second, and every provision asks."""
-    key = (choice, shutil.which("podman"), shutil.which("docker"))  # a changed PATH asks again
+    kept per machine for the process: `podman info` costs about a second, and every provision asks."""
+    machine = machine or local()
+    if machine.is_local:
+        key = (machine.name, choice, shutil.which("podman"), shutil.which("docker"))  # a changed PATH asks again
+    else:
+        try:  # an unreachable host says so, rather than "podman is not installed"
+            machine.connect()
+        except MachineUnreachable as exc:
+            raise UserError(f"cannot reach {machine.name} to run containers there: {exc.reason}",
+                            "check the host with: virtbench hosts --inventory FILE") from None
+        key = (machine.name, choice)
     if key not in _picked:
-        _picked[key] = _pick_engine(choice)
+        _picked[key] = _pick_engine(choice, machine)
     return _picked[key]
 
 
-def _pick_engine(choice: str) -> str:
+def _pick_engine(choice: str, machine: Machine) -> str:
     if choice not in ("auto", "podman", "docker"):
         raise UserError(f"unknown container engine '{choice}'", hint="use auto, podman or docker")
+    on = _on(machine)
     podman_err = None
-    if choice in ("auto", "podman") and shutil.which("podman"):
-        res = _run(["podman", "info", "--format", "json"], timeout=60)
+    if choice in ("auto", "podman") and _which(machine, "podman"):
+        res = _run(machine, ["podman", "info", "--format", "json"], timeout=60)
         if res.ok:
             return "podman"
         podman_err = _tail(res)
-    if choice in ("auto", "docker") and shutil.which("docker"):
-        if _run(["docker", "info"], timeout=60).ok:
+    if choice in ("auto", "docker") and _which(machine, "docker"):
+        if _run(machine, ["docker", "info"], timeout=60).ok:
             return "docker"
         if choice == "docker":
-            raise UserError("the docker client is installed but no Docker engine answers ('docker info' failed)",
+            raise UserError(f"the docker client is installed{on} but no Docker engine answers ('docker info' failed)",
                             hint="start the Docker daemon, or use engine = \"podman\"")
     if podman_err:
-        raise UserError(f"podman is installed but 'podman info' fails: {podman_err}")
+        raise UserError(f"podman is installed{on} but 'podman info' fails: {podman_err}")
     if choice == "docker":
-        raise MissingTool("docker", "docker.io")
-    raise MissingTool("podman", "podman runc", "the container driver runs containers with it")
+        raise MissingTool("docker", "docker.io", on.strip())
+    raise MissingTool("podman", "podman runc", f"the container driver runs containers with it{on}")
 
 
-def _facts(cmd: str) -> dict[str, str]:
+def _facts(cmd: str, machine: Machine) -> dict[str, str]:
     """Version, default runtime, cgroup manager and version, as the engine reports them."""
     if cmd == "podman":
-        host = json.loads(_run(["podman", "info", "--format", "json"]).stdout)["host"]
-        ver = _run(["podman", "version", "--format", "{{.Client.Version}}"]).stdout.strip()
+        host = json.loads(_run(machine, ["podman", "info", "--format", "json"]).stdout)["host"]
+        ver = _run(machine, ["podman", "version", "--format", "{{.Client.Version}}"]).stdout.strip()
         return {"version": ver, "runtime": host.get("ociRuntime", {}).get("name", ""),
                 "cgroup_manager": host.get("cgroupManager", ""), "cgroup_version": host.get("cgroupVersion", "")}
-    info = json.loads(_run(["docker", "info", "--format", "{{json .}}"]).stdout)
+    info = json.loads(_run(machine, ["docker", "info", "--format", "{{json .}}"]).stdout)
     return {"version": info.get("ServerVersion", ""), "runtime": info.get("DefaultRuntime", ""),
             "cgroup_manager": info.get("CgroupDriver", ""), "cgroup_version": str(info.get("CgroupVersion", "")),
             "init": "1" if info.get("InitBinary") else ""}
 
 
-def _ulimit_candidates() -> list[tuple[str, ...]]:
-    """Our own limits first (a container should get what a host process gets), then capped ones."""
-    def own(res: int, inf: int) -> tuple[int, int]:
-        soft, hard = resource.getrlimit(res)
-        return (inf if soft == resource.RLIM_INFINITY else soft, inf if hard == resource.RLIM_INFINITY else hard)
+_NOFILE_INF, _NPROC_INF = 1 << 20, 1 << 22  # what "unlimited" becomes in a --ulimit value
+# Soft and hard limits of open files and processes (bash: ulimit -u, dash: -p) of a shell there.
+_LIMITS = "ulimit -Sn; ulimit -Hn; { ulimit -Su || ulimit -Sp; } 2>/dev/null; { ulimit -Hu || ulimit -Hp; } 2>/dev/null"
 
-    nofile, nproc = own(resource.RLIMIT_NOFILE, 1 << 20), own(resource.RLIMIT_NPROC, 1 << 22)
+
+def _limits(machine: Machine) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(nofile, nproc) as (soft, hard) of a process on the machine where the engine runs."""
+    if machine.is_local:
+        def own(res: int, inf: int) -> tuple[int, int]:
+            soft, hard = resource.getrlimit(res)
+            return (inf if soft == resource.RLIM_INFINITY else soft, inf if hard == resource.RLIM_INFINITY else hard)
+
+        return own(resource.RLIMIT_NOFILE, _NOFILE_INF), own(resource.RLIMIT_NPROC, _NPROC_INF)
+    res = machine.run(["sh", "-c", _LIMITS], timeout=60)
+    words = res.stdout.split()
+    if not res.ok or len(words) != 4 or not all(w.isdigit() or w == "unlimited" for w in words):
+        return (1024, 1024), (1024, 1024)  # unknown: the candidates end with these anyway
+    n = [inf if w == "unlimited" else int(w) for w, inf in zip(words, (_NOFILE_INF,) * 2 + (_NPROC_INF,) * 2)]
+    return (n[0], n[1]), (n[2], n[3])
+
+
+def _ulimit_candidates(machine: Machine) -> list[tuple[str, ...]]:
+    """The machine's own limits first (a container should get what a host process gets), then capped ones."""
+    nofile, nproc = _limits(machine)
     capped = tuple(min(v, NPROC_CAP) for v in nproc)
     out = []
     for nf, npr in ((nofile, nproc), (nofile, capped), ((1024, 1024), (1024, 1024))):
@@ -147,24 +195,32 @@ def _ulimit_candidates() -> list[tuple[str, ...]]:
     return out
 
 
-def _has_catatonit() -> bool:
-    return any(Path(p).exists() for p in ("/usr/libexec/podman/catatonit", "/usr/lib/podman/catatonit")) \
-        or bool(shutil.which("catatonit"))
+_CATATONIT = ("/usr/libexec/podman/catatonit", "/usr/lib/podman/catatonit")
 
 
-def probe(cmd: str, tag: str, runtime: str = "auto", cgroup_manager: str = "auto") -> Engine:
-    """First working (runtime, cgroup manager, ulimits) for `cmd`, cached for the process."""
-    key = (cmd, tag, runtime, cgroup_manager)
+def _has_catatonit(machine: Machine) -> bool:
+    if machine.is_local:
+        return any(Path(p).exists() for p in _CATATONIT) or bool(shutil.which("catatonit"))
+    script = " || ".join(f"test -e {shlex.quote(p)}" for p in _CATATONIT) + " || command -v catatonit"
+    return machine.run(["sh", "-c", script], timeout=60).ok
+
+
+def probe(cmd: str, tag: str, runtime: str = "auto", cgroup_manager: str = "auto",
+          machine: Machine | None = None) -> Engine:
+    """First working (runtime, cgroup manager, ulimits) for `cmd` on `machine`, cached for the process."""
+    machine = machine or local()
+    key = (machine.name, cmd, tag, runtime, cgroup_manager)
     with _lock:
         if key in _engines:
             return _engines[key]
-        facts = _facts(cmd)
+        facts = _facts(cmd, machine)
         if cmd == "podman":
             runtimes = [runtime] if runtime != "auto" else list(dict.fromkeys(
-                r for r in (facts["runtime"], "runc", "crun") if r and (r == facts["runtime"] or shutil.which(r))))
+                r for r in (facts["runtime"], "runc", "crun")
+                if r and (r == facts["runtime"] or _which(machine, r))))
             managers = [cgroup_manager] if cgroup_manager != "auto" else list(dict.fromkeys(
                 m for m in (facts["cgroup_manager"], "cgroupfs") if m))
-            init = _has_catatonit()
+            init = _has_catatonit(machine)
         else:
             if cgroup_manager != "auto":
                 raise UserError("docker sets its cgroup driver in the daemon, not per container",
@@ -175,40 +231,54 @@ def probe(cmd: str, tag: str, runtime: str = "auto", cgroup_manager: str = "auto
         tried = []
         for rt in runtimes:
             for mgr in managers:
-                for ul in _ulimit_candidates():
+                for ul in _ulimit_candidates(machine):
                     eng = Engine(cmd, facts["version"], rt, mgr, facts["cgroup_version"], ul, init,
                                  forced_runtime=runtime != "auto")
-                    res = _run([*eng.cli(), "run", "--rm", "--pull=never", *eng.run_flags(), tag, "true"])
+                    res = _run(machine, [*eng.cli(), "run", "--rm", "--pull=never", *eng.run_flags(), tag, "true"])
                     if res.ok:
                         _engines[key] = eng
                         return eng
                     tried.append(f"runtime={rt} cgroup_manager={mgr} {' '.join(ul)}: {_tail(res, 2)}")
                     if "rlimit" not in res.stderr.lower():
                         break  # not a ulimit problem: lower limits will not help
-        raise UserError(f"{cmd} cannot start a container; tried:\n  " + "\n  ".join(tried),
-                        hint="set runtime/cgroup_manager for this environment, or apt-get install runc")
+        hint = "set runtime/cgroup_manager for this environment, or apt-get install runc"
+        if any("no cgroup mount found" in t for t in tried):
+            # Seen where podman runs under `ip netns exec`, which mounts a fresh /sys without cgroups.
+            hint = (f"the OCI runtime finds no cgroup filesystem{_on(machine)}: /sys/fs/cgroup is not mounted in "
+                    "the mount namespace podman runs in (e.g. a shell started by `ip netns exec`, which "
+                    "remounts /sys); mount the cgroup hierarchies there, or enter the network namespace "
+                    "with `nsenter --net=/run/netns/NAME`, which keeps /sys")
+        raise UserError(f"{cmd} cannot start a container{_on(machine)}; tried:\n  " + "\n  ".join(tried), hint)
 
 
-def ensure_image(cmd: str, info: image.ImageInfo) -> None:
-    """Import the guest image tarball under its tag unless the engine already has it (once per process)."""
+def ensure_image(cmd: str, info: image.ImageInfo, machine: Machine | None = None) -> None:
+    """Import the guest image tarball under its tag unless the engine already has it (once per
+    process and machine). A remote machine gets the tarball through its blob cache first."""
+    machine = machine or local()
     with _lock:
-        if (cmd, info.tag) in _imported:
+        if (machine.name, cmd, info.tag) in _imported or (machine.is_local and (cmd, info.tag) in _imported):
             return
-        if not _run([cmd, "image", "inspect", info.tag], timeout=60).ok:
-            res = _run([cmd, "import", "--change", 'CMD ["/bin/sh"]', str(info.tarball), info.tag], timeout=1800)
+        source = str(info.tarball)
+        if not machine.is_local:
+            # Always through the blob cache (one `test -f` once it is there): that verified copy is
+            # what an import there reads, now or after the engine's images were pruned.
+            source = ship.ensure_blob(machine, info.tarball, ship.file_sha256(info.tarball), info.tarball.name)
+        if not _run(machine, [cmd, "image", "inspect", info.tag], timeout=60).ok:
+            res = _run(machine, [cmd, "import", "--change", 'CMD ["/bin/sh"]', source, info.tag], timeout=1800)
             if not res.ok:
-                raise UserError(f"{cmd} import of the guest image failed: {_tail(res)}")
-        _remove_old_images(cmd, keep={i.hash for i in image.installed()} | {info.hash})
-        _imported.add((cmd, info.tag))
+                raise UserError(f"{cmd} import of the guest image{_on(machine)} failed: {_tail(res)}")
+        if machine.is_local:  # a remote engine may hold images of other virtbench installations
+            _remove_old_images(cmd, keep={i.hash for i in image.installed()} | {info.hash})
+        _imported.add((machine.name, cmd, info.tag))
 
 
 def _remove_old_images(cmd: str, keep: set[str]) -> None:
     """Drop engine copies of guest images whose tarball was pruned; in-use ones stay (no force)."""
-    res = _run([cmd, "images", "--format", "{{.Repository}}:{{.Tag}}"], timeout=60)
+    res = _run(local(), [cmd, "images", "--format", "{{.Repository}}:{{.Tag}}"], timeout=60)
     for ref in res.stdout.split():
         repo, _, tag = ref.rpartition(":")
         if repo == image.TAG_PREFIX and tag not in keep:
-            _run([cmd, "rmi", ref], timeout=120)
+            _run(local(), [cmd, "rmi", ref], timeout=120)
 
 
 def _parse_started(text: str) -> int:
@@ -234,8 +304,10 @@ def _safe(text: str) -> str:
 
 
 class ContainerInstance(Instance):
-    def __init__(self, name: str, env: EnvSpec, role: str, index: int, engine: Engine, info: image.ImageInfo):
+    def __init__(self, name: str, env: EnvSpec, role: str, index: int, engine: Engine, info: image.ImageInfo,
+                 machine: Machine | None = None):
         super().__init__(name, env, role, index)
+        self.machine = machine or local()
         self.engine = engine
         self.image = info
         self.container_id: str | None = None
@@ -244,7 +316,7 @@ class ContainerInstance(Instance):
         self.host_mount_dir: str | None = None
 
     def _cli(self, *args: str, timeout: float | None = CLI_TIMEOUT, stdin: bytes | None = None) -> ExecResult:
-        return _run([*self.engine.cli(), *args], timeout=timeout, stdin=stdin)
+        return _run(self.machine, [*self.engine.cli(), *args], timeout=timeout, stdin=stdin)
 
     def start(self, run_id: str) -> None:
         shape = self.env.shape
@@ -252,12 +324,14 @@ class ContainerInstance(Instance):
                 "--label", "virtbench=1", "--label", f"virtbench.run={run_id}",
                 "--label", f"virtbench.pid={os.getpid()}",
                 "--label", f"virtbench.pidstart={_process_start(os.getpid()) or ''}",
+                "--label", f"virtbench.host={socket.gethostname()}",  # where that pid lives
                 "--label", f"virtbench.env={self.env.name}", *self.engine.run_flags()]
         if shape.vcpus:
             argv += ["--cpus", str(shape.vcpus)]
         if shape.memory_mb:
             argv += ["--memory", f"{shape.memory_mb}m", "--memory-swap", f"{shape.memory_mb}m"]
-        self.host_mount_dir = hostmounts.prepare(self.name)
+        # Storage conditions on remote machines come with the conditions' move to the executor.
+        self.host_mount_dir = hostmounts.prepare(self.name) if self.machine.is_local else None
         if self.host_mount_dir:
             argv += ["--mount", f"type=bind,src={self.host_mount_dir},dst={hostmounts.GUEST_DIR},"
                                 "bind-propagation=rslave"]
@@ -326,14 +400,37 @@ class ContainerInstance(Instance):
         return ExecResult(argv, res.returncode, res.stdout, stderr, res.started, res.ended, timed_out)
 
     def copy_in(self, src: Path, dest: str) -> None:
-        res = self._cli("cp", str(src), f"{self.name}:{dest}", timeout=600)
+        if self.machine.is_local:
+            res = self._cli("cp", str(src), f"{self.name}:{dest}", timeout=600)
+        else:  # to a temporary file on the machine, then into the container there
+            with self._remote_tmp() as tmp:
+                self.machine.put(src, f"{tmp}/f")
+                res = self._cli("cp", f"{tmp}/f", f"{self.name}:{dest}", timeout=600)
         if not res.ok:
             raise OSError(f"copy of {src} into {self.name}:{dest} failed: {_tail(res)}")
 
     def copy_out(self, src: str, dest: Path) -> None:
-        res = self._cli("cp", f"{self.name}:{src}", str(dest), timeout=600)
+        if self.machine.is_local:
+            res = self._cli("cp", f"{self.name}:{src}", str(dest), timeout=600)
+        else:
+            with self._remote_tmp() as tmp:
+                res = self._cli("cp", f"{self.name}:{src}", f"{tmp}/f", timeout=600)
+                if res.ok:
+                    self.machine.get(f"{tmp}/f", dest)
         if not res.ok:
             raise OSError(f"copy of {self.name}:{src} to {dest} failed: {_tail(res)}")
+
+    @contextlib.contextmanager
+    def _remote_tmp(self):
+        """A temporary directory on the (remote) machine, removed afterwards."""
+        res = self.machine.run(["mktemp", "-d"], timeout=60)
+        if not res.ok:
+            raise OSError(f"cannot make a temporary directory on {self.machine.name}: {_tail(res)}")
+        tmp = res.stdout.strip()
+        try:
+            yield tmp
+        finally:
+            self.machine.run(["rm", "-rf", "--", tmp], timeout=60)
 
     def bin(self, name: str) -> str:
         return f"{image.GUEST_BIN_DIR}/{name}"
@@ -350,18 +447,19 @@ class ContainerInstance(Instance):
     def metadata(self) -> dict[str, Any]:
         shape = self.env.shape
         return {**super().metadata(), **self.engine.describe(), "image_hash": self.image.hash,
+                "image_shipped": not self.machine.is_local,  # through the machine's blob cache
                 "container_id": self.container_id, "started_at": self.started_at,
                 "cpus": shape.vcpus, "memory_mb": shape.memory_mb}
 
     def _destroy(self) -> None:
-        _remove(self.engine.cli(), self.engine.cmd, self.name)
+        _remove(self.machine, self.engine.cli(), self.engine.cmd, self.name)
         hostmounts.release(self.host_mount_dir)
         with _lock:
             _names.discard(self.name)
 
 
-def _remove(cli: list[str], cmd: str, name: str) -> None:
-    res = _run([*cli, "rm", "-f", *(["-t", "0"] if cmd == "podman" else []), name], timeout=CLI_TIMEOUT)
+def _remove(machine: Machine, cli: list[str], cmd: str, name: str) -> None:
+    res = _run(machine, [*cli, "rm", "-f", *(["-t", "0"] if cmd == "podman" else []), name], timeout=CLI_TIMEOUT)
     if not res.ok and "no such container" not in (res.stderr + res.stdout).lower():
         raise UserError(f"{cmd} rm {name} failed: {_tail(res)}")
 
@@ -376,17 +474,27 @@ class ContainerDriver(Driver):
         "runtime": OptionSpec(str, "auto", "OCI runtime (runc, crun, ...); auto = probe what works"),
         "cgroup_manager": OptionSpec(str, "auto", "podman cgroup manager; auto = probe what works",
                                      ("auto", "cgroupfs", "systemd")),
+        "machine": OptionSpec(str, "", "inventory host the containers run on (default: this machine)"),
     }
+
+    def __init__(self, context):
+        super().__init__(context)
+        self.stale_removed: list[str] = []  # leftovers removed on remote machines at their first provision
+        self._swept: set[str] = set()
+
+    def _machine(self, env_options: Mapping[str, Any] | None) -> Machine:
+        return self.context.machines.get((env_options or {}).get("machine") or None)
 
     def _image(self) -> image.ImageInfo:
         return self.context.image or image.require()
 
     def engine_for(self, env_options: Mapping[str, Any] | None = None) -> Engine:
         opts = {k: (env_options or {}).get(k, spec.default) for k, spec in self.options.items()}
-        cmd = pick_engine(opts["engine"])
+        machine = self._machine(env_options)
+        cmd = pick_engine(opts["engine"], machine)
         info = self._image()
-        ensure_image(cmd, info)
-        return probe(cmd, info.tag, opts["runtime"], opts["cgroup_manager"])
+        ensure_image(cmd, info, machine)
+        return probe(cmd, info.tag, opts["runtime"], opts["cgroup_manager"], machine)
 
     def check(self) -> list[Problem]:
         try:
@@ -407,12 +515,18 @@ class ContainerDriver(Driver):
         return []
 
     def provision(self, env: EnvSpec, count: int = 1, role: str = "main") -> list[Instance]:
+        machine = self._machine(env.options)
         engine = self.engine_for(env.options)
         info = self._image()
+        if not machine.is_local and machine.name not in self._swept:
+            # The runner's cleanup_stale() knows no environments, so only this machine's: sweep a
+            # remote machine once, when it is first used.
+            self._swept.add(machine.name)
+            self.stale_removed += self._cleanup(machine, engine.cmd, engine.cli())
         made: list[ContainerInstance] = []
         try:
             for i in range(count):
-                inst = ContainerInstance(self._name(env, role, i), env, role, i, engine, info)
+                inst = ContainerInstance(self._name(env, role, i), env, role, i, engine, info, machine)
                 made.append(inst)
                 inst.start(self.context.run_id)
         except BaseException as exc:
@@ -440,23 +554,32 @@ class ContainerDriver(Driver):
         return name
 
     def cleanup_stale(self) -> list[str]:
-        """Remove virtbench containers whose creating process is gone (or its pid was reused)."""
+        """Remove virtbench containers on this machine whose creating process is gone (or its pid
+        was reused). Remote machines are swept at their first provision (see provision)."""
+        machine = local()
         try:
-            cmd = pick_engine("auto")
+            cmd = pick_engine("auto", machine)
         except UserError:
             return []  # no engine, so nothing of ours can be running; check() reports why
-        cli = next((e.cli() for e in _engines.values() if e.cmd == cmd), [cmd])
-        res = _run([*cli, "ps", "-a", "--filter", "label=virtbench=1", "--format", "{{.Names}}"], timeout=60)
+        cli = next((e.cli() for k, e in _engines.items() if k[0] == machine.name and e.cmd == cmd), [cmd])
+        return self._cleanup(machine, cmd, cli)
+
+    def _cleanup(self, machine: Machine, cmd: str, cli: list[str]) -> list[str]:
+        res = _run(machine, [*cli, "ps", "-a", "--filter", "label=virtbench=1", "--format", "{{.Names}}"],
+                   timeout=60)
         removed = []
         for name in res.stdout.split():
-            got = _run([*cli, "inspect", "-f", "{{json .Config.Labels}}", name], timeout=60)
+            got = _run(machine, [*cli, "inspect", "-f", "{{json .Config.Labels}}", name], timeout=60)
             if not got.ok:
                 continue  # gone meanwhile
             labels = json.loads(got.stdout or "{}") or {}
+            if not machine.is_local and (labels.get("virtbench.run") == self.context.run_id
+                                         or labels.get("virtbench.host") != socket.gethostname()):
+                continue  # the pid label is only meaningful on the machine that runs virtbench
             pid, start = labels.get("virtbench.pid", ""), labels.get("virtbench.pidstart", "")
             now = _process_start(int(pid)) if pid.isdigit() else None
             if now is None or (start and now != start):
                 with contextlib.suppress(UserError):
-                    _remove(cli, cmd, name)
+                    _remove(machine, cli, cmd, name)
                     removed.append(name)
         return removed

@@ -66,15 +66,13 @@ class SshInstance(Instance):
         return meta
 
     def _destroy(self) -> None:
-        # A host that is gone cannot be cleaned: say so (the teardown of the others goes on).
+        # A host that went away cannot be cleaned now; its scratch directory (under virtbench's own
+        # directory there) is all that stays, and the teardown of the other instances goes on.
         try:
-            res = self.machine.run(["rm", "-rf", "--", self._scratch], timeout=120)
+            self.machine.run(["rm", "-rf", "--", self._scratch], timeout=120)
         finally:
             if self._release:
                 self._release()
-        if not res.ok and res.returncode == 255:
-            raise UserError(f"{self.name}: could not remove {self._scratch} on {self.machine.name}: "
-                            f"{res.stderr.strip()}")
 
 
 class SshDriver(Driver):

@@ -52,6 +52,22 @@ class LocalMachine(Machine):
         self._children[proc.pid] = proc
         return Process(self, proc.pid, log, [str(a) for a in argv])
 
+    # Forwards: what listens here is already reachable here.
+    def forward(self, remote_host: str, remote_port: int) -> tuple[str, int]:
+        return remote_host, remote_port
+
+    def forward_unix(self, remote_path: str) -> str:
+        return remote_path
+
+    def cancel_forward(self, local: tuple[str, int] | str) -> None:
+        """Nothing was added."""
+
+    def exited(self, pgid: int) -> bool:
+        """Has the process this machine spawned as `pgid` exited? Reaps it (no zombie stays); a
+        wait-free check, where Process.alive() runs a command."""
+        proc = self._children.get(pgid)
+        return proc is None or proc.poll() is not None
+
     def kill_group(self, pgid: int, grace: float = 2.0) -> None:
         proc = self._children.pop(pgid, None)
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):

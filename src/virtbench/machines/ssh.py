@@ -13,12 +13,15 @@ whole group on the remote machine, not only the local ssh client.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import secrets
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -66,6 +69,7 @@ class SshMachine(Machine):
         self._master = False
         self._options: list[str] | None = None
         self._closed = False
+        self._forwards: dict[tuple[str, int] | str, str] = {}  # local end -> its -L spec
 
     def describe(self) -> dict:
         out = super().describe()
@@ -193,42 +197,59 @@ class SshMachine(Machine):
 
     def _call(self, remote: str, *, stdin: bytes | None = None, stdin_file=None, stdout_file=None,
               timeout: float | None = None) -> ExecResult:
-        """One command string over the master; on interruption the remote process group is killed."""
+        """One command string over the master; on interruption the remote process group is killed.
+        Output is drained by threads, not communicate(): a multiplexed client hands its pipes to the
+        master, so after the client is killed they stay open until the remote command ends."""
         argv = [*self.ssh_argv(), remote]
         started = time.time()
         proc = subprocess.Popen(argv, stdin=stdin_file if stdin_file is not None else
                                 (subprocess.PIPE if stdin is not None else subprocess.DEVNULL),
                                 stdout=stdout_file if stdout_file is not None else subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
+        out: list[bytes] = []
+        err: list[bytes] = []
+        threads = [threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True)]
+        if stdout_file is None:
+            threads.append(threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True))
+        if stdin is not None:
+            threads.append(threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True))
+        for t in threads:
+            t.start()
         timed_out = False
         try:
-            out, err = proc.communicate(stdin, timeout=timeout)
+            proc.wait(timeout=timeout)
+            for t in threads:
+                t.join()
         except subprocess.TimeoutExpired:
             timed_out = True
-            out, err = self._abort(proc)
+            self._abort(proc, err, threads)
         except BaseException:
-            self._abort(proc)
+            self._abort(proc, err, threads)
             raise
-        err_text = (err or b"").decode(errors="replace")
-        err_text = _PGID.sub("", err_text, count=1)
-        return ExecResult(argv, proc.returncode, (out or b"").decode(errors="replace"), err_text,
-                          started, time.time(), timed_out)
+        err_text = _PGID.sub("", b"".join(err).decode(errors="replace"), count=1)
+        return ExecResult(argv, proc.returncode if proc.returncode is not None else -9,
+                          b"".join(out).decode(errors="replace"), err_text, started, time.time(), timed_out)
 
-    def _abort(self, proc: subprocess.Popen) -> tuple[bytes, bytes]:
-        """Stop the local client, then the remote process group it started (if it said which)."""
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            out, err = proc.communicate(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-        m = _PGID.search((err or b"").decode(errors="replace"))
+    def _abort(self, proc: subprocess.Popen, err: list[bytes], threads: list[threading.Thread]) -> None:
+        """Kill the remote process group the command reported, then the local client."""
+        m = _PGID.search(b"".join(err).decode(errors="replace"))
         if m:
-            self.kill_group(int(m.group(1)), grace=1.0)
-        return out or b"", err or b""
+            try:
+                self.kill_group(int(m.group(1)), grace=1.0)
+            except Exception:  # the connection itself may be what failed
+                pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=3)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        for t in threads:
+            t.join(timeout=2)
 
     def put(self, src: Path, dest: str, mode: int | None = None) -> None:
         script = 'cat > "$1"' + (' && chmod "$2" "$1"' if mode is not None else "")
@@ -261,6 +282,68 @@ class SshMachine(Machine):
     def kill_group(self, pgid: int, grace: float = 2.0) -> None:
         self._call(shlex.join(["sh", "-c", _KILL, "vb", str(pgid), str(max(1, int(grace * 10)))]),
                    timeout=grace + 30)
+
+
+    # -- forwards over the master ------------------------------------------------------------------
+    def forward(self, remote_host: str, remote_port: int) -> tuple[str, int]:
+        """(127.0.0.1, local port) reaching remote_host:remote_port as the machine sees it: a forward
+        added to the running master (ssh -O forward), until cancel_forward or close."""
+        last = ""
+        for _ in range(5):  # a free local port may be taken before ssh binds it
+            port = _free_local_port()
+            res = self._mux("forward", f"127.0.0.1:{port}:{remote_host}:{remote_port}")
+            if res.ok:
+                self._forwards[("127.0.0.1", port)] = f"127.0.0.1:{port}:{remote_host}:{remote_port}"
+                return "127.0.0.1", port
+            last = _ssh_error(res)
+        raise MachineUnreachable(self.name, f"cannot forward a local port to {remote_host}:{remote_port}: {last}")
+
+    def forward_unix(self, remote_path: str) -> str:
+        """A local UNIX socket path reaching the machine's socket `remote_path` (which need not exist
+        yet: each connection is passed on when it is made)."""
+        local = str(self._dir / f"fwd-{secrets.token_hex(6)}.sock")
+        res = self._mux("forward", f"{local}:{remote_path}")
+        if not res.ok:
+            raise MachineUnreachable(self.name, f"cannot forward a local socket to {remote_path}: {_ssh_error(res)}")
+        self._forwards[local] = f"{local}:{remote_path}"
+        return local
+
+    def cancel_forward(self, local: tuple[str, int] | str) -> None:
+        """Remove a forward made by forward() (its address) or forward_unix() (its path)."""
+        key = local if isinstance(local, str) else (local[0], int(local[1]))
+        spec = self._forwards.pop(key, None)
+        if spec and self._master:
+            self._mux("cancel", spec)
+        if isinstance(key, str):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(key)
+
+    def _mux(self, op: str, spec: str) -> ExecResult:
+        try:
+            self.connect()
+        except MachineUnreachable as exc:
+            return ExecResult([], 255, "", exc.reason, time.time(), time.time())
+        return _run([_ssh_binary(), *self.options(), "-O", op, "-L", spec, self.spec.destination], timeout=30)
+
+
+def _free_local_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _drain(stream, chunks: list[bytes]) -> None:
+    for chunk in iter(lambda: stream.read1(65536), b""):
+        chunks.append(chunk)
+    stream.close()
+
+
+def _feed(stream, data: bytes) -> None:
+    try:
+        stream.write(data)
+        stream.close()
+    except (BrokenPipeError, OSError):
+        pass
 
 
 def _run(argv: list[str], timeout: float, stdin: bytes | None = None) -> ExecResult:

@@ -194,6 +194,7 @@ def _alive(pid: int) -> bool:
 
 # -- up ---------------------------------------------------------------------------------------------
 
+SSHD_ADDRESS = re.compile(r"^ListenAddress (\S+)", re.M)
 SSHD_CONFIG = """\
 # virtbench testbed host {name}: written by virtbench, removed by `virtbench testbed down`
 ListenAddress {addr}
@@ -263,8 +264,10 @@ def _start_sshd(hdir: Path, ns: str, disk_size: str | None) -> subprocess.Popen:
     script = (f"set -e; {first}; mount --bind {tmp} /tmp; mount --bind {home} /root; "
               f"exec {SSHD} -D -f {hdir}/sshd_config -E {hdir}/sshd.log")
     with open(hdir / "start.log", "wb") as log:
-        return subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private",
-                                 "--", "sh", "-c", script],
+        # nsenter, not `ip netns exec`: the latter mounts a fresh /sys without the cgroup hierarchies,
+        # and container runtimes on the host then fail ("no cgroup mount found in mountinfo").
+        return subprocess.Popen(["nsenter", f"--net=/run/netns/{ns}", "unshare", "--mount", "--propagation",
+                                 "private", "--", "sh", "-c", script],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)
 
@@ -339,6 +342,8 @@ def up(count: int, inventory_path, *, prefix: str = "vbtb", subnet: str = "10.21
             if delay_ms or rate_mbit:  # both directions: the bridge side's egress and eth0's
                 _tc(None, veth, delay_ms, rate_mbit)
                 _tc(ns, "eth0", delay_ms, rate_mbit)
+            if disk_size:
+                (hdir / "disk_size").write_text(disk_size)
             children.append(_start_sshd(hdir, ns, disk_size))
         (state / "known_hosts").write_text("".join(f"{a} {key}\n" for a, key in zip(addrs, host_keys)))
         _wait_all(state, addrs, children)
@@ -348,6 +353,33 @@ def up(count: int, inventory_path, *, prefix: str = "vbtb", subnet: str = "10.21
             down(prefix)
         raise
     return inventory_path
+
+
+def stop_host(k: int, prefix: str = "vbtb") -> int:
+    """Kill every process of host k (its sshd, the sessions it serves, what they started), as if the
+    machine went down; its namespace stays. Returns how many processes were killed (fault tests)."""
+    res = procs.run(["ip", "netns", "pids", f"{prefix}-{k}"], timeout=30)
+    pids = [int(p) for p in res.stdout.split() if p.isdigit()]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _reap(prefix)
+    return len(pids)
+
+
+def start_host(k: int, prefix: str = "vbtb") -> None:
+    """Start host k's sshd again after stop_host (its files are kept; a tmpfs disk comes back empty)."""
+    state = state_dir(prefix)
+    hdir = state / "hosts" / f"h{k}"
+    if not hdir.is_dir():
+        raise UserError(f"testbed {prefix!r} has no host {k}")
+    size = (hdir / "disk_size").read_text().strip() if (hdir / "disk_size").exists() else None
+    child = _start_sshd(hdir, f"{prefix}-{k}", size or None)
+    _children.setdefault(prefix, []).append(child)
+    addr = SSHD_ADDRESS.search((hdir / "sshd_config").read_text()).group(1)
+    _wait_all(state, [addr], [child])
 
 
 def _addresses() -> list[str]:

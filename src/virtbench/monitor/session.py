@@ -1,14 +1,15 @@
-"""Samplers around one repetition: one vb-monitor on the host, and one inside each instance.
+"""Samplers around one repetition: one vb-monitor on this machine, one on each remote machine that
+holds containers or VMs, and one inside each instance.
 
-The host's sampler is a child process of virtbench. An instance's sampler is started with one
-plain `Instance.exec` (`vb-monitor --daemon` detaches once its first line is written) and stopped
-with another (`vb-monitor --stop ... --print ... --remove` signals it, waits until it is gone and
-prints what it recorded), so every driver that can exec can be monitored: no streaming exec is
-needed, and nothing flows while the workload runs (no `podman exec` client kept busy per instance).
+Every sampler is started with one plain command (`vb-monitor --daemon` detaches once its first line
+is written) and stopped with another (`vb-monitor --stop ... --print ... --remove` signals it, waits
+until it is gone and prints what it recorded), through the executor of the machine it samples or the
+instance's exec. So every driver that can exec, and every machine, can be monitored: no streaming
+exec is needed, and nothing flows while the workload runs.
 
 A sampler that cannot start is a note, never a failed repetition: the workload's own numbers
 matter more than its monitoring. Samplers cannot outlive virtbench for long: each has a lifetime
-(the repetition's timeout plus a margin), the host's also watches virtbench's pid, and an
+(the repetition's timeout plus a margin), this machine's also watches virtbench's pid, and an
 instance's goes away with the instance.
 """
 
@@ -17,8 +18,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
-import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,11 +27,13 @@ from typing import Any
 
 from .. import paths
 from ..drivers.base import Instance
+from ..machines import Machine, local
 from ..model import Sample
 from . import series
 
 BIN = "vb-monitor"
 HOST = "host"  # name and role of the host's own series
+MACHINE = "machine"  # role of a remote machine's series (its name is the inventory name)
 START_TIMEOUT = 30.0
 STOP_WAIT = 5.0
 LIFETIME_MARGIN = 120.0
@@ -67,74 +68,63 @@ class Result:
     notes: list[str] = field(default_factory=list)
 
 
-class _HostSampler:
-    def __init__(self, directory: Path, interval: float, lifetime: float):
-        exe = host_binary()
-        if not exe.exists():
-            raise MonitorUnavailable(f"{exe} is not built (run: make native)")
-        self.out = directory / "host.jsonl"
-        self.name, self.role = HOST, HOST
-        with open(directory / "host.err", "wb") as err:
-            self.proc = subprocess.Popen(
-                [str(exe), "--scope", "host", "--interval", f"{interval:g}", "--out", str(self.out),
-                 "--lifetime", f"{lifetime:.0f}", "--watch-pid", str(os.getpid())],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-        # The first line is written after the baseline read: wait for it, so the repetition's
-        # first interval is measured from before the workload starts.
-        deadline = time.monotonic() + START_TIMEOUT
-        while not (self.out.exists() and self.out.stat().st_size > 0):
-            if self.proc.poll() is not None:
-                raise MonitorUnavailable(f"host sampler exited at once: "
-                                         f"{(directory / 'host.err').read_text(errors='replace').strip()}")
-            if time.monotonic() > deadline:
-                self._kill()
-                raise MonitorUnavailable("host sampler did not start")
-            time.sleep(0.002)
+class _Sampler:
+    """One `vb-monitor --daemon` on a machine or in an instance, started and stopped with two plain
+    commands through `run` (an instance's exec, or a machine's executor)."""
 
-    def _kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(STOP_WAIT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    def stop(self) -> str:
-        self._kill()
-        return self.out.read_text(errors="replace") if self.out.exists() else ""
-
-
-class _InstanceSampler:
-    def __init__(self, inst: Instance, scope: str, interval: float, lifetime: float, token: str):
-        self.inst, self.name, self.role = inst, inst.name, inst.role
-        base = inst.scratch_dir().rstrip("/")
+    def __init__(self, run, name: str, role: str, exe: str, base: str, scope: str, interval: float,
+                 lifetime: float, token: str, extra: tuple[str, ...] = (), copy_in=None):
+        self.run, self.name, self.role, self.bin = run, name, role, exe
         self.out, self.pidfile = f"{base}/vb-monitor-{token}.jsonl", f"{base}/vb-monitor-{token}.pid"
         self.copied = False
-        self.bin = inst.bin(BIN)
         argv = ["--daemon", "--scope", scope, "--interval", f"{interval:g}", "--out", self.out,
-                "--pidfile", self.pidfile, "--lifetime", f"{lifetime:.0f}"]
-        res = inst.exec([self.bin, *argv], timeout=START_TIMEOUT)
-        if res.returncode in (126, 127) and host_binary().exists():
+                "--pidfile", self.pidfile, "--lifetime", f"{lifetime:.0f}", *extra]
+        res = run([self.bin, *argv], timeout=START_TIMEOUT)
+        if res.returncode in (126, 127) and copy_in and host_binary().exists():
             # A guest image built before vb-monitor existed: bring the host's build in (same
             # Debian release, so the same libc); recorded in the series' source.
             dest = f"{base}/vb-monitor"
             try:
-                inst.copy_in(host_binary(), dest)
+                copy_in(host_binary(), dest)
             except OSError as exc:
-                raise MonitorUnavailable(f"{inst.name}: no {BIN} in the instance and copying it in failed: "
+                raise MonitorUnavailable(f"{name}: no {BIN} in the instance and copying it in failed: "
                                          f"{exc}") from None
             self.bin, self.copied = dest, True
-            res = inst.exec([self.bin, *argv], timeout=START_TIMEOUT)
+            res = run([self.bin, *argv], timeout=START_TIMEOUT)
         if not res.ok:
-            raise MonitorUnavailable(f"{inst.name}: {BIN} did not start: {res.describe_failure()}")
+            raise MonitorUnavailable(f"{name}: {BIN} did not start: {res.describe_failure()}")
 
     def stop(self) -> str:
-        res = self.inst.exec([self.bin, "--stop", self.pidfile, "--print", self.out, "--remove",
-                              "--wait", f"{STOP_WAIT:g}"], timeout=START_TIMEOUT + STOP_WAIT)
+        res = self.run([self.bin, "--stop", self.pidfile, "--print", self.out, "--remove",
+                        "--wait", f"{STOP_WAIT:g}"], timeout=START_TIMEOUT + STOP_WAIT)
         if not res.stdout.strip():
             raise MonitorUnavailable(f"{self.name}: reading its samples failed: {res.describe_failure()}")
         return res.stdout
+
+
+def _instance_sampler(inst: Instance, scope: str, interval: float, lifetime: float, token: str) -> _Sampler:
+    return _Sampler(inst.exec, inst.name, inst.role, inst.bin(BIN), inst.scratch_dir().rstrip("/"), scope,
+                    interval, lifetime, token, copy_in=inst.copy_in)
+
+
+def _machine_sampler(machine: Machine, directory: Path, interval: float, lifetime: float,
+                     token: str) -> _Sampler:
+    """The whole machine's series: this machine's (name and role `host`, watching virtbench's pid so
+    it cannot outlive us), or a remote machine's that runs containers or VMs (its own name, role
+    `machine`)."""
+    if machine.is_local:
+        exe = host_binary()
+        if not exe.exists():
+            raise MonitorUnavailable(f"{exe} is not built (run: make -C native)")
+        return _Sampler(machine.run, HOST, HOST, str(exe), str(directory), "host", interval, lifetime, token,
+                        extra=("--watch-pid", str(os.getpid())))
+    from ..machines import ship
+
+    base = f"{ship.remote_dir(machine)}/monitor"
+    if not machine.run(["mkdir", "-p", base], timeout=START_TIMEOUT).ok:
+        raise MonitorUnavailable(f"{machine.name}: cannot make {base}")
+    return _Sampler(machine.run, machine.name, MACHINE, f"{ship.ensure_native(machine).bin_dir}/{BIN}", base,
+                    "host", interval, lifetime, token)
 
 
 def _parallel(fn, items: list) -> list[tuple[Any, Any, Exception | None]]:
@@ -160,33 +150,42 @@ class Session:
         self.interval = interval
         self.notes: list[str] = []
         self._dir = Path(tempfile.mkdtemp(prefix="virtbench-monitor-"))
-        self._host: _HostSampler | None = None
-        self._samplers: list[_InstanceSampler] = []
+        self._samplers: list[_Sampler] = []
         self.started = time.time()
 
     @classmethod
     def start(cls, instances: dict[str, list[Instance]], *, environment: str, interval: float = 1.0,
               lifetime: float = 3600.0, host: bool = True) -> Session:
-        """Start the host's sampler and one in each instance; failures become notes."""
+        """Start the host's sampler, one on each remote machine that holds containers or VMs, and one
+        in each instance; failures become notes."""
         session = cls(environment, interval)
         life = lifetime + LIFETIME_MARGIN
-        if host:
-            try:
-                session._host = _HostSampler(session._dir, interval, life)
-            except (MonitorUnavailable, OSError) as exc:
-                session.notes.append(f"monitor: host: {exc}")
+        token = secrets.token_hex(4)
+        machines = [local()] if host else []
         seen, targets = set(), []
         for pool in instances.values():
             for inst in pool:
+                m = inst.machine
+                # An ssh instance samples its own host already; containers or VMs on a remote machine
+                # need that machine's series beside theirs.
+                if not m.is_local and inst.env.driver != "ssh" and all(m is not x for x in machines):
+                    machines.append(m)
                 scope = scope_for(inst)
                 if scope and inst.name not in seen:
                     seen.add(inst.name)
                     targets.append((inst, scope))
-        token = secrets.token_hex(4)
-        for (inst, _), sampler, exc in _parallel(
-                lambda t: _InstanceSampler(t[0], t[1], interval, life, token), targets):
+        jobs = [("machine", m) for m in machines] + [("instance", t) for t in targets]
+
+        def begin(job):
+            kind, what = job
+            if kind == "machine":
+                return _machine_sampler(what, session._dir, interval, life, token)
+            return _instance_sampler(what[0], what[1], interval, life, token)
+
+        for (kind, what), sampler, exc in _parallel(begin, jobs):
             if exc is not None:
-                session.notes.append(f"monitor: {exc}")
+                where = "host: " if kind == "machine" and what.is_local else ""
+                session.notes.append(f"monitor: {where}{exc}")
             else:
                 session._samplers.append(sampler)
         return session
@@ -197,8 +196,6 @@ class Session:
         result = Result(notes=list(self.notes))
         outputs: list[tuple[str, str, str]] = []
         try:
-            if self._host is not None:
-                outputs.append((self._host.name, self._host.role, self._host.stop()))
             for sampler, text, exc in _parallel(lambda s: s.stop(), self._samplers):
                 if exc is not None:
                     result.notes.append(f"monitor: {exc}")
@@ -206,7 +203,7 @@ class Session:
                     outputs.append((sampler.name, sampler.role, text))
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)
-            self._host, self._samplers = None, []
+            self._samplers = []
         for name, role, text in outputs:
             try:
                 trace = series.parse(text, name, role)

@@ -1,0 +1,151 @@
+"""The container driver on a remote machine: podman through the SSH executor of a testbed host.
+
+Testbed hosts share this machine's filesystem (except /tmp, /root and /var/lib/virtbench-host), so
+podman there sees the same images and containers; what is remote is the executor (every engine call
+goes over ssh), the blob cache (per host) and the network namespace the containers start in.
+"""
+
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from virtbench import procs
+from virtbench.drivers import container
+from virtbench.drivers.base import DriverContext
+from virtbench.errors import UserError
+from virtbench.machines import Pool, inventory, ship
+from virtbench.model import EnvSpec, Shape
+
+pytestmark = [pytest.mark.slow, pytest.mark.podman]
+
+if not shutil.which("podman") or not procs.run(["podman", "info"], timeout=60).ok:
+    pytest.skip("no working podman (apt-get install podman runc)", allow_module_level=True)
+
+HOST, OTHER = "vbtsh1", "vbtsh2"  # testbed2's hosts, in namespaces vbts-1 and vbts-2
+SHAPE = Shape("t", vcpus=1, memory_mb=256)
+
+
+@pytest.fixture(scope="module")
+def pool(testbed2):
+    p = Pool(inventory.load(testbed2))
+    yield p
+    p.close()
+
+
+def _has_cgroups(machine) -> bool:
+    return machine.run(["grep", "-q", " - cgroup", "/proc/self/mountinfo"], timeout=30).ok
+
+
+def _mount_cgroups(machine) -> None:
+    """Give a testbed host this machine's cgroup mounts. Its sshd runs under `ip netns exec`, which
+    mounts a fresh /sys without them, and runc cannot start a container without them (see
+    test_clear_error_without_cgroups). The mounts stay in that host's own mount namespace."""
+    if _has_cgroups(machine):
+        return
+    script = ["set -e"]
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        f = line.split()
+        sep = f.index("-")
+        mnt, fstype, source, opts = f[4], f[sep + 1], f[sep + 2], f[sep + 3]
+        if mnt == "/sys/fs/cgroup" or mnt.startswith("/sys/fs/cgroup/"):
+            script += [f"mkdir -p {mnt}", f"mount -t {fstype} -o {opts} {source} {mnt}"]
+    res = machine.run(["sh", "-c", "\n".join(script)], timeout=60)
+    assert res.ok, res.describe_failure()
+
+
+def test_clear_error_without_cgroups(pool, guest_image):
+    m = pool.get(OTHER)
+    if _has_cgroups(m):
+        pytest.skip(f"{OTHER} has cgroup mounts already")
+    with pytest.raises(UserError) as err:
+        container.probe("podman", guest_image.tag, "runc", "cgroupfs", machine=m)
+    text = str(err.value)
+    assert f"cannot start a container on {OTHER}" in text and "no cgroup mount found" in text
+    assert "ip netns exec" in err.value.hint and "nsenter" in err.value.hint
+
+
+@pytest.fixture(scope="module")
+def remote(pool, guest_image, tmp_path_factory):
+    """One container on HOST, its image shipped through an emptied blob cache."""
+    m = pool.get(HOST)
+    _mount_cgroups(m)
+    m.run(["rm", "-rf", f"{ship.remote_dir(m)}/blobs"], timeout=60)
+    d = container.ContainerDriver(DriverContext(f"t{uuid.uuid4().hex[:10]}", tmp_path_factory.mktemp("w"),
+                                                guest_image, pool))
+    env = EnvSpec("rctr", "container", SHAPE, {"machine": HOST, "runtime": "runc", "cgroup_manager": "cgroupfs"})
+    (inst,) = d.provision(env)
+    yield d, inst, m
+    inst.teardown()
+
+
+def test_image_shipped_through_the_blob_cache(remote, guest_image):
+    _, inst, m = remote
+    sha = ship.file_sha256(guest_image.tarball)
+    assert Path(f"{guest_image.tarball}.sha256").read_text().split()[0] == sha
+    blob = f"{ship.remote_dir(m)}/blobs/{sha}/rootfs.tar"
+    res = m.run(["sha256sum", blob], timeout=120)
+    assert res.ok and res.stdout.split()[0] == sha, res.describe_failure()
+    assert not Path(blob).exists()  # on the host's own /var/lib/virtbench-host, not this machine's
+    left = m.run(["sh", "-c", f"ls -A {ship.remote_dir(m)}/blobs/{sha}"], timeout=30).stdout.split()
+    assert left == ["rootfs.tar"]  # no partial transfer left behind
+    assert ship.ensure_blob(m, guest_image.tarball, sha, "rootfs.tar") == blob  # cached: no second transfer
+    meta = inst.metadata()
+    assert meta["machine"] == HOST and meta["image_shipped"] is True and meta["image_hash"] == guest_image.hash
+
+
+def test_runs_in_the_hosts_network_namespace(remote):
+    _, inst, m = remote
+    assert inst.machine.name == HOST and inst.address
+    conmon = m.run(["podman", "inspect", "-f", "{{.State.ConmonPid}}", inst.name], timeout=60).stdout.strip()
+    ns = subprocess.run(["ip", "netns", "identify", conmon], capture_output=True, text=True).stdout.strip()
+    assert ns == "vbts-1"
+    # Its address is reached from that host (the host's own podman bridge), through a server inside.
+    assert inst.exec(["sh", "-c", f"echo remote-ok > {inst.scratch_dir()}/f"]).ok
+    assert inst.exec(["busybox", "httpd", "-p", "8080", "-h", inst.scratch_dir()], timeout=30).ok
+    res = m.run(["curl", "-sS", "--max-time", "10", f"http://{inst.address}:8080/f"], timeout=30)
+    assert res.stdout == "remote-ok\n", res.describe_failure()
+
+
+def test_exec_and_copies(remote, tmp_path):
+    _, inst, _ = remote
+    assert inst.exec(["echo", "a", "two words"]).stdout == "a two words\n"
+    assert inst.exec(["sh", "-c", 'echo "$VB_X"'], env={"VB_X": "a b;c"}, timeout=30).stdout == "a b;c\n"
+    assert inst.exec(["wc", "-c"], stdin=b"12345", timeout=30).stdout.strip() == "5"
+    res = inst.exec(["sleep", "30"], timeout=1)
+    assert res.timed_out and not res.ok
+    src = tmp_path / "in.txt"
+    src.write_text("payload\n")
+    inst.copy_in(src, f"{inst.scratch_dir()}/in.txt")
+    assert inst.exec(["cat", f"{inst.scratch_dir()}/in.txt"]).stdout == "payload\n"
+    inst.copy_out(f"{inst.scratch_dir()}/in.txt", tmp_path / "out.txt")
+    assert (tmp_path / "out.txt").read_text() == "payload\n"
+    with pytest.raises(OSError):
+        inst.copy_out("/no/such/file", tmp_path / "x")
+    assert inst.host_mount_dir is None  # storage conditions stay local for now
+
+
+def test_stale_sweep_on_remote_machine(remote, pool, guest_image, tmp_path):
+    d, inst, m = remote
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    ours, foreign = f"vb-stale-{uuid.uuid4().hex[:8]}", f"vb-stale-{uuid.uuid4().hex[:8]}"
+    import socket
+
+    for name, host in ((ours, socket.gethostname()), (foreign, "another-controller")):
+        res = m.run(["podman", "create", "--name", name, "--label", "virtbench=1", "--label", "virtbench.run=old",
+                     "--label", f"virtbench.pid={dead.pid}", "--label", f"virtbench.host={host}",
+                     guest_image.tag, "true"], timeout=60)
+        assert res.ok, res.describe_failure()
+    d2 = container.ContainerDriver(DriverContext(f"t{uuid.uuid4().hex[:10]}", tmp_path, guest_image, pool))
+    (other,) = d2.provision(EnvSpec("rctr2", "container", SHAPE, {"machine": HOST}))
+    try:
+        assert ours in d2.stale_removed and foreign not in d2.stale_removed
+        assert inst.name not in d2.stale_removed and inst.alive()
+        assert other.machine.name == HOST
+    finally:
+        other.teardown()
+        m.run(["podman", "rm", "-f", foreign], timeout=60)
+    assert not m.run(["podman", "container", "exists", other.name], timeout=60).ok  # teardown went through ssh

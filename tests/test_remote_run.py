@@ -1,0 +1,167 @@
+"""Runs on SSH hosts of the local testbed: the ssh driver, MPI across hosts, and the faults a
+remote run must survive (unreachable host, a host dying mid-run, Ctrl-C)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from virtbench import analysis, suite
+from virtbench.machines import testbed
+from virtbench.runner import Events, Runner
+from virtbench.store import Store
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(inv: Path, db: Path, workload: str, envs: list[str], repeat: int | None = 2, events=None,
+         policy: dict | None = None, **params) -> tuple:
+    matrix = suite.adhoc(workload, {k: str(v) for k, v in params.items()}, envs, repeat=repeat)
+    matrix.inventory = str(inv)
+    for k, v in (policy or {}).items():
+        setattr(matrix.policy, k, v)
+    store = Store(db)
+    runner = Runner(store, matrix, events=events)
+    return store, runner, runner.start()
+
+
+def _ns_commands(ns: str) -> list[str]:
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+    out = []
+    for pid in pids:
+        try:
+            out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip())
+        except OSError:
+            pass
+    return out
+
+
+def _strays(ns: str) -> list[str]:
+    """Processes in a testbed host other than its sshd (listener and the sessions it serves)."""
+    return [c for c in _ns_commands(ns) if c and not c.startswith(("/usr/sbin/sshd", "sshd:"))]
+
+
+def test_system_on_ssh_hosts_records_machines_and_no_secrets(testbed2, tmp_path):
+    store, _, rid = _run(testbed2, tmp_path / "r.sqlite", "system", ["host", "ssh"], test="dhrystone",
+                         duration=0.3)
+    rows = {r["environment"]: r for r in analysis.results(store, rid)["results"] if r["metric"] == "dhrystone"}
+    assert rows["ssh"]["n"] == 2 and rows["host"]["n"] == 2
+    assert rows["ssh"]["metadata"]["machines"] == ["vbtsh1"]
+    assert rows["host"]["metadata"]["machines"] == ["localhost"]
+    facts = rows["ssh"]["metadata"]["machine_facts"]["vbtsh1"]
+    assert facts["kernel"] == os.uname().release and facts["testbed"] == "vbts"
+    # Same binaries, same CPU: the ratio is about 1 (a loose bound: the machine is shared).
+    assert 0.7 < rows["ssh"]["ratio"] < 1.4
+    # Nothing secret was stored: no key path, no private key, no user name from the inventory.
+    dump = subprocess.run(["sqlite3", str(tmp_path / "r.sqlite"), ".dump"], capture_output=True, text=True).stdout \
+        if subprocess.run(["which", "sqlite3"], capture_output=True).returncode == 0 else \
+        (tmp_path / "r.sqlite").read_bytes().decode(errors="replace")
+    assert "id_ed25519" not in dump and "PRIVATE KEY" not in dump and "ansible_user" not in dump
+    assert not _strays("vbts-1") and not _strays("vbts-2")
+    left = subprocess.run(["ip", "netns", "exec", "vbts-1", "sh", "-c", "ls /var/lib/virtbench-host/*/scratch"],
+                          capture_output=True, text=True).stdout.split()
+    assert left == []  # scratch directories removed at teardown
+
+
+def test_npb_cg_across_two_hosts_is_verified(testbed2, tmp_path):
+    store, _, rid = _run(testbed2, tmp_path / "r.sqlite", "npb", ["ssh"], repeat=1, kernel="cg", **{"class": "S"},
+                         ranks=2, instances=2)
+    samples = store.samples(rid)
+    meta = [json.loads(s["metadata_json"]) for s in samples if s["metric"] == "mops"]
+    assert meta and all(m["verified"] is True for m in meta)
+    assert sorted(meta[0]["machines"]) == ["vbtsh1", "vbtsh2"]
+    assert {p["address"] for p in meta[0]["placement"]} == {"10.216.0.11", "10.216.0.12"}
+    assert meta[0]["cluster_mode"] == "ssh"
+
+
+def test_unreachable_host_fails_its_environment_only(testbed2, tmp_path):
+    inv = tmp_path / "inv.yml"
+    text = testbed2.read_text().replace("      hosts:\n", "      hosts:\n        ghost:\n"
+                                        "          ansible_host: 10.216.0.99\n          ansible_port: 22\n", 1)
+    inv.write_text(text)
+    matrix = suite.adhoc("system", {"test": "dhrystone", "duration": "0.2"}, ["host", "ssh@vbtsh1", "ssh@ghost"],
+                         repeat=1)
+    matrix.inventory = str(inv)
+    store = Store(tmp_path / "r.sqlite")
+    rid = Runner(store, matrix).start()
+    by_env: dict[str, list] = {}
+    for a in store.attempts(rid):
+        by_env.setdefault(a["environment"], []).append(a)
+    assert all(a["status"] == "ok" for e in ("host", "ssh@vbtsh1") for a in by_env[e])
+    ghost = [a for a in by_env["ssh@ghost"] if not a["warmup"]]
+    assert ghost and all(a["status"] == "failed" for a in ghost)
+    assert "ghost" in ghost[0]["reason"]
+
+
+class _KillHostAfterFirst(Events):
+    def __init__(self, prefix: str):
+        self.prefix, self.done = prefix, False
+
+    def attempt(self, cell, env, repetition, warmup, status, reason):
+        if env == "ssh" and status == "ok" and not warmup and not self.done:
+            self.done = True
+            assert testbed.stop_host(1, self.prefix) > 0
+
+
+def test_host_dying_mid_run_is_data_and_resume_completes(tmp_path):
+    prefix = "vbtf"
+    testbed.down(prefix)
+    inv = testbed.up(1, tmp_path / "inv.yml", prefix=prefix, subnet="10.218.0.0/24")
+    try:
+        # At most 8 repetitions: after 1 ok and 3 failures in a row the cell gives up, leaving room to resume.
+        store, runner, rid = _run(inv, tmp_path / "r.sqlite", "system", ["host", "ssh"], repeat=None,
+                                  policy={"min_repetitions": 4, "max_repetitions": 8, "warmup": 0, "ci_target": 1.0},
+                                  events=_KillHostAfterFirst(prefix), test="dhrystone", duration=0.2,
+                                  copies=1)
+        ssh = [a for a in store.attempts(rid) if a["environment"] == "ssh" and not a["warmup"]]
+        assert ssh[0]["status"] == "ok" and ssh[1]["status"] == "failed"
+        assert "vbtfh1" in ssh[1]["reason"] or "ssh" in ssh[1]["reason"].lower()
+        host = [a for a in store.attempts(rid) if a["environment"] == "host" and not a["warmup"]]
+        assert len(host) >= 4 and all(a["status"] == "ok" for a in host)  # the other environment went on
+        kept = len(store.samples(rid))
+        # The host comes back; a resume adds what is missing and loses nothing.
+        testbed.start_host(1, prefix)
+        store.set_status(rid, "interrupted")
+        runner2 = Runner(store, None)
+        runner2.resume(rid)
+        ok = [a for a in store.attempts(rid) if a["environment"] == "ssh" and not a["warmup"] and a["status"] == "ok"]
+        assert len(ok) >= 4 and len(store.samples(rid)) > kept
+        assert store.run(rid)["status"] == "completed"
+    finally:
+        testbed.down(prefix)
+    assert testbed.leftovers(prefix) == []
+
+
+def test_ctrl_c_leaves_nothing_on_any_host(testbed2, tmp_path):
+    env = {**os.environ, "VIRTBENCH_DATA": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "virtbench.cli", "run", "--workload", "system", "--param",
+                             "test=dhrystone", "--param", "duration=5", "--envs", "ssh,ssh@vbtsh2", "-r", "3",
+                             "--inventory", str(testbed2), "--db", str(tmp_path / "r.sqlite")],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until a kernel runs on a host
+        if any("vb-system" in c for ns in ("vbts-1", "vbts-2") for c in _ns_commands(ns)):
+            break
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("no kernel started on the testbed hosts")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "--resume" in err
+    time.sleep(0.5)
+    for ns in ("vbts-1", "vbts-2"):
+        assert _strays(ns) == [], ns
+        left = subprocess.run(["ip", "netns", "exec", ns, "sh", "-c", "ls /var/lib/virtbench-host/*/scratch"],
+                              capture_output=True, text=True).stdout.split()
+        assert left == [], (ns, left)
+    # The multiplexed master connections were closed too: no ssh client of ours is left here.
+    masters = subprocess.run(["pgrep", "-af", "ControlPersist"], capture_output=True, text=True).stdout
+    assert "vbts" not in masters and "10.216.0." not in masters
