@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from virtbench.conditions import hostnet  # noqa: E402
 from virtbench.conditions.hostres import Helper  # noqa: E402
+from virtbench.machines import local  # noqa: E402
 
 
 def iperf(port: int, seconds: float) -> float:
@@ -53,13 +54,13 @@ def main() -> None:
     args = ap.parse_args()
     print("load average at start (1/5/15 min): %.2f %.2f %.2f" % os.getloadavg(), flush=True)
     iperf_port, sp_port = hostnet.free_port(), hostnet.free_port()
-    servers = [Helper(["iperf3", "-s", "-B", "127.0.0.1", "-p", str(iperf_port)], name="iperf3 server"),
-               Helper(["sockperf", "server", "--tcp", "-i", "127.0.0.1", "-p", str(sp_port)], name="sockperf server")]
+    servers = [Helper(local(), ["iperf3", "-s", "-B", "127.0.0.1", "-p", str(iperf_port)], name="iperf3 server"),
+               Helper(local(), ["sockperf", "server", "--tcp", "-i", "127.0.0.1", "-p", str(sp_port)], name="sockperf server")]
     proxies: list[hostnet.Proxy] = []
     try:
         time.sleep(0.5)
-        via_i = hostnet.Proxy("127.0.0.1", ("127.0.0.1", iperf_port), 0, 0)
-        via_s = hostnet.Proxy("127.0.0.1", ("127.0.0.1", sp_port), 0, 0)
+        via_i = hostnet.Proxy(local(), "127.0.0.1", ("127.0.0.1", iperf_port), 0, 0)
+        via_s = hostnet.Proxy(local(), "127.0.0.1", ("127.0.0.1", sp_port), 0, 0)
         proxies += [via_i, via_s]
         tput = {"direct": [], "proxy": []}
         lat = {"direct": [], "proxy": []}
@@ -80,10 +81,10 @@ def main() -> None:
         worst = 0.0
         for delay in (1, 5, 10, 20, 50):
             def impaired(echo_addr, delay=delay):
-                probe = hostnet.Proxy("127.0.0.1", echo_addr, delay, 0)
+                probe = hostnet.Proxy(local(), "127.0.0.1", echo_addr, delay, 0)
                 return probe.address, probe.stop
-            got = hostnet.measure_delay("127.0.0.1", impaired, count=30)["delay_measured_ms"]
-            p = hostnet.Proxy("127.0.0.1", ("127.0.0.1", iperf_port), delay, 0)
+            got = hostnet.measure_delay(local(), "127.0.0.1", impaired, count=30)["delay_measured_ms"]
+            p = hostnet.Proxy(local(), "127.0.0.1", ("127.0.0.1", iperf_port), delay, 0)
             try:
                 mbit = iperf(p.address[1], args.seconds)
             finally:

@@ -14,6 +14,7 @@ from virtbench import conditions, paths
 from virtbench.conditions import ConditionUnavailable, hostnet
 from virtbench.drivers.base import DriverContext
 from virtbench.drivers.host import HostDriver
+from virtbench.machines import local
 from virtbench.model import EnvSpec, Shape
 from vbleftovers import assert_clean
 
@@ -31,21 +32,21 @@ def clean():
 
 @pytest.fixture
 def echo():
-    e = hostnet.Echo("127.0.0.1")
+    e = hostnet.Echo(local(), "127.0.0.1")
     yield e.address
     e.stop()
 
 
 def _proxy(target, delay=0.0, rate=0.0):
-    return hostnet.Proxy("127.0.0.1", target, delay, rate)
+    return hostnet.Proxy(local(), "127.0.0.1", target, delay, rate)
 
 
 @pytest.mark.parametrize("delay", [0, 5, 20])
 def test_added_delay_within_1ms(clean, echo, delay):
-    direct = hostnet.ping(echo, count=20)
+    direct = hostnet.ping(local(), echo, count=20)
     p = _proxy(echo, delay)
     try:
-        via = hostnet.ping(p.address, count=20)
+        via = hostnet.ping(local(), p.address, count=20)
     finally:
         stats = p.stop()
     added = (via["p50"] - direct["p50"]) / 2 / 1000
@@ -131,7 +132,7 @@ def test_delay_condition_measures_and_routes(clean, pair, echo):
         assert abs(meta["delay_measured_ms"] - 10) < 1.0
         host, port = applied.route(*echo)
         assert (host, port) != echo and applied.route(*echo) == (host, port)  # one proxy per destination
-        rtt = hostnet.ping((host, port), count=5)
+        rtt = hostnet.ping(local(), (host, port), count=5)
         assert 19_000 < rtt["p50"] < 23_000
     finally:
         assert applied.close() == []

@@ -78,6 +78,8 @@ def test_npb_cg_across_two_hosts_is_verified(testbed2, tmp_path):
     assert sorted(meta[0]["machines"]) == ["vbtsh1", "vbtsh2"]
     assert {p["address"] for p in meta[0]["placement"]} == {"10.216.0.11", "10.216.0.12"}
     assert meta[0]["cluster_mode"] == "ssh"
+    # The cluster's own sshd on each host went with the instances.
+    assert not _strays("vbts-1") and not _strays("vbts-2")
 
 
 def test_unreachable_host_fails_its_environment_only(testbed2, tmp_path):

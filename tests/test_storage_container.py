@@ -10,7 +10,7 @@ import pytest
 
 from virtbench import conditions, procs
 from virtbench.conditions import hostnet, storage
-from virtbench.conditions.hostres import is_mounted
+from virtbench.hostdirs import is_mounted
 from virtbench.drivers import container
 from virtbench.drivers.base import DriverContext
 from virtbench.model import EnvSpec, Shape

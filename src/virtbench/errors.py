@@ -43,3 +43,8 @@ class WorkloadFailed(Exception):
         super().__init__(reason)
         self.reason = reason
         self.detail = detail
+
+
+class ConditionUnavailable(Exception):
+    """A condition cannot be made where it was asked for; the cell is skipped with this reason.
+    Here, below conditions and drivers, so both raise it without importing each other."""

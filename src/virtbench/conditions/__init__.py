@@ -5,8 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ..drivers.base import Instance
-from .base import Applied, Condition, ConditionUnavailable
+from .base import Applied, Condition, ConditionUnavailable, Instance
 
 REGISTRY: dict[str, str] = {
     "storage": "virtbench.conditions.storage:Storage",

@@ -8,14 +8,27 @@ that passes through, e.g., a delay proxy; and it reports what it measured (the d
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Protocol
 
-from ..drivers.base import Instance
+from ..errors import ConditionUnavailable  # re-exported: its old home, still imported from here
+from ..machines import Machine
+from ..model import EnvSpec, ExecResult
 
 
-class ConditionUnavailable(Exception):
-    """This condition cannot be made on this machine; the cell is skipped with this reason."""
+class Instance(Protocol):
+    """What conditions use of a driver's instance. A Protocol, not drivers.base.Instance: conditions
+    then depend on machines and model only, and any driver's instance fits without importing us."""
+
+    name: str
+    env: EnvSpec
+    address: str | None
+    machine: Machine  # where the instance runs: conditions act through this machine's executor
+
+    def exec(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
+             env: Mapping[str, str] | None = None) -> ExecResult: ...
+
+    def scratch_dir(self) -> str: ...
 
 
 class Applied:

@@ -1,90 +1,64 @@
-"""Host-side resources that conditions create: helper processes, mounts, loop devices, namespaces.
+"""Resources that conditions make on a machine: helper processes, work directories, mounts, loop
+devices. Every command goes through the executor of the machine it acts on (`machine.run`,
+`machine.spawn`); only what reads this machine's own state (/proc, statvfs) stays local.
 
-Everything a condition makes on the host lives under one directory per virtbench process
-(`$TMPDIR/virtbench-cond-<pid>-<start>`) or carries that pid in its name (network namespaces
-`vb-<pid>-<n>`, podman volumes labelled `virtbench.pid`). Helper processes get SIGKILL when
-virtbench dies (PR_SET_PDEATHSIG). So if a run is killed outright, the next one can tell what was
-left behind and whose it was, and remove it (`cleanup_stale`): mounts are detached, loop devices
-released, namespaces deleted; nothing belonging to a live process is touched.
+On this machine, everything a condition makes lives under one directory per virtbench process
+(hostdirs.base_dir) or carries that pid in its name (network namespaces `vb-<pid>-<n>`, podman
+volumes labelled `virtbench.pid`), and helper processes get SIGKILL when virtbench dies
+(`setpriv --pdeathsig`). So if a run is killed outright, the next one can tell what was left behind
+and whose it was, and remove it (`cleanup_stale`): mounts are detached, loop devices released,
+namespaces deleted; nothing belonging to a live process is touched. On a remote machine there is no
+parent process to tie helpers to: Applied.close() stops them, a run killed outright leaves them.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import ctypes
 import json
 import os
 import re
-import select
 import shutil
 import signal
-import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import procs
-from .base import ConditionUnavailable
+from .. import hostdirs
+from ..errors import ConditionUnavailable
+from ..hostdirs import PREFIX
+from ..machines import Machine, local
 
-PREFIX = "virtbench-cond-"
 _lock = threading.RLock()
-_base: Path | None = None
 _counter = 0
 _stale_checked = False
-
-try:
-    _libc = ctypes.CDLL(None, use_errno=True)
-except OSError:  # pragma: no cover - every Linux libc loads
-    _libc = None
+_root: dict[str, bool] = {}
 
 
 class HostCommandFailed(RuntimeError):
     pass
 
 
-def _start_ticks(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
 def base_dir() -> Path:
-    """This process's directory for condition files (created on first use)."""
-    global _base
-    with _lock:
-        if _base is None or not _base.exists():
-            cleanup_stale()
-            pid = os.getpid()
-            _base = Path(tempfile.gettempdir()) / f"{PREFIX}{pid}-{_start_ticks(pid) or 0}"
-            _base.mkdir(mode=0o755, exist_ok=True)
-            atexit.register(_remove_base)
-        return _base
-
-
-def _remove_base() -> None:
-    """At exit: this process's directory goes, unless something is still mounted in it."""
-    if _base is not None and _base.exists() and not mounts_under(_base):
-        shutil.rmtree(_base, ignore_errors=True)
+    """This process's directory for condition files on this machine (created on first use, after
+    removing what killed runs left)."""
+    cleanup_stale()
+    return hostdirs.base_dir()
 
 
 def new_dir(kind: str) -> Path:
-    """A fresh subdirectory of base_dir() for one target or helper."""
-    global _counter
-    with _lock:
-        _counter += 1
-        d = base_dir() / f"{kind}-{_counter}"
+    """A fresh subdirectory of base_dir() on this machine, for one target or helper."""
+    d = base_dir() / f"{kind}-{next_id()}"
     d.mkdir(mode=0o755)
     return d
 
 
-def owner_tag() -> str:
-    """'<pid>-<start ticks>': names with it can be told apart from those of a dead process."""
-    pid = os.getpid()
-    return f"{pid}-{_start_ticks(pid) or 0}"
+def machine_dir(machine: Machine, kind: str) -> str:
+    """A fresh directory on `machine` for one condition's files; the caller removes it (remove_tree)."""
+    if machine.is_local:
+        return str(new_dir(kind))
+    return run(machine, ["mktemp", "-d", "-t", f"{PREFIX}{kind}.XXXXXX"], timeout=60).strip()
 
 
 def next_id() -> int:
@@ -94,107 +68,124 @@ def next_id() -> int:
         return _counter
 
 
-def run(argv: Sequence[str], timeout: float = 60.0, check: bool = True, stdin: bytes | None = None) -> str:
-    """Run a host command; HostCommandFailed with its stderr when it fails and check is set."""
-    res = procs.run(list(argv), timeout=timeout, stdin=stdin)
+def run(machine: Machine, argv: Sequence[str], timeout: float = 60.0, check: bool = True,
+        stdin: bytes | None = None) -> str:
+    """Run a command on `machine`; HostCommandFailed with its stderr when it fails and check is set."""
+    res = machine.run(list(argv), timeout=timeout, stdin=stdin)
     if check and not res.ok:
-        raise HostCommandFailed(f"{' '.join(map(str, argv))}: {res.describe_failure()}")
+        where = "" if machine.is_local else f" on {machine.name}"
+        raise HostCommandFailed(f"{' '.join(map(str, argv))}{where}: {res.describe_failure()}")
     return res.stdout
 
 
-def is_root() -> bool:
-    return os.geteuid() == 0
+def is_root(machine: Machine) -> bool:
+    if machine.is_local:
+        return os.geteuid() == 0
+    if machine.name not in _root:
+        _root[machine.name] = machine.run(["id", "-u"], timeout=30).stdout.strip() == "0"
+    return _root[machine.name]
 
 
-def require_root(what: str) -> None:
-    if not is_root():
-        raise ConditionUnavailable(f"{what} needs root on the host (mounts, loop devices, namespaces)")
+def require_root(machine: Machine, what: str) -> None:
+    if not is_root(machine):
+        where = "the host" if machine.is_local else machine.name
+        raise ConditionUnavailable(f"{what} needs root on {where} (mounts, loop devices, namespaces)")
 
 
-def require_tools(what: str, tools: dict[str, str]) -> None:
+def require_tools(machine: Machine, what: str, tools: dict[str, str]) -> None:
     """tools: program -> Debian package. ConditionUnavailable naming what is missing."""
-    missing = {t: p for t, p in tools.items() if not shutil.which(t)}
+    if machine.is_local:
+        missing = {t: p for t, p in tools.items() if not shutil.which(t)}
+    else:
+        res = machine.run(["sh", "-c", 'for t; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done', "sh",
+                           *tools], timeout=30)
+        missing = {t: tools[t] for t in res.stdout.split() if t in tools}
     if missing:
         pkgs = " ".join(sorted(set(missing.values())))
-        raise ConditionUnavailable(f"{what} needs {', '.join(sorted(missing))} (apt-get install {pkgs})")
+        where = "" if machine.is_local else f" on {machine.name}"
+        raise ConditionUnavailable(f"{what} needs {', '.join(sorted(missing))}{where} (apt-get install {pkgs})")
+
+
+def read_file(machine: Machine, path: str | Path) -> str:
+    if machine.is_local:
+        with contextlib.suppress(OSError):
+            return Path(path).read_text(errors="replace")
+        return ""
+    return machine.run(["cat", "--", str(path)], timeout=30).stdout
 
 
 # -- helper processes ------------------------------------------------------------------------------
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if _libc is not None:
-        _libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 class Helper:
-    """A long-running helper process (server, proxy, FUSE client) we started and must stop."""
+    """A long-running helper process (server, proxy, FUSE client) started on a machine; we stop it.
+    Its stdout and stderr go to `log` there (a file of its own when not given, removed on stop)."""
 
-    def __init__(self, argv: Sequence[str], *, name: str, netns: str | None = None, log: Path | None = None):
-        self.name = name
+    def __init__(self, machine: Machine, argv: Sequence[str], *, name: str, netns: str | None = None,
+                 log: Path | str | None = None):
+        self.machine, self.name = machine, name
         argv = [str(a) for a in argv]
         if netns:
             argv = ["nsenter", f"--net=/run/netns/{netns}", "--", *argv]
+        if machine.is_local:
+            argv = ["setpriv", "--pdeathsig", "KILL", "--", *argv]  # dies with virtbench, even on SIGKILL
+        self._own_log = log is None
+        if log is None:
+            log = (f"{base_dir()}/helper-{next_id()}.log" if machine.is_local else
+                   run(machine, ["mktemp", "-t", f"{PREFIX}helper.XXXXXX"], timeout=60).strip())
+        self.log = str(log)
         self.argv = argv
-        self.log = log
-        err = open(log, "ab") if log else subprocess.DEVNULL
+        self._output: str | None = None
         try:
-            # own process group, so stop() reaches whatever it forks
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
-                                         preexec_fn=_die_with_parent, start_new_session=True)
-        except FileNotFoundError as exc:
-            raise HostCommandFailed(f"{name}: {exc.filename} not found") from None
-        finally:
-            if log:
-                err.close()
+            self.process = machine.spawn(argv, self.log)
+        except OSError as exc:
+            raise HostCommandFailed(f"{name}: {exc}") from None
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        return self.process.pgid
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        if self._output is not None:
+            return False
+        if self.machine.is_local:
+            return not self.machine.exited(self.pid)
+        return self.process.alive()
+
+    def output(self) -> str:
+        return read_file(self.machine, self.log)
 
     def log_tail(self, lines: int = 5) -> str:
-        if not self.log or not self.log.exists():
-            return ""
-        text = self.log.read_text(errors="replace").strip().splitlines()
+        text = (self._output if self._output is not None else self.output()).strip().splitlines()
         return " | ".join(text[-lines:])
 
-    def read_json_line(self, timeout: float = 10.0) -> dict:
-        """The first JSON line the helper prints (e.g. {"listening": "127.0.0.1:4242"})."""
+    def read_json_line(self, key: str, timeout: float = 10.0) -> dict:
+        """The first JSON line with `key` the helper prints (e.g. {"listening": "127.0.0.1:4242"})."""
         deadline = time.monotonic() + timeout
-        buf = b""
-        fd = self.proc.stdout.fileno()
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
+        interval = 0.01 if self.machine.is_local else 0.05
+        while True:
+            for line in self.output().splitlines():
+                with contextlib.suppress(ValueError):
+                    doc = json.loads(line)
+                    if isinstance(doc, dict) and key in doc:
+                        return doc
+            if time.monotonic() > deadline or not self.alive():
                 break
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            buf += chunk
-            if b"\n" in buf:
-                line = buf.split(b"\n", 1)[0]
-                return json.loads(line)
+            time.sleep(interval)
         self.stop()
         raise HostCommandFailed(f"{self.name} did not start: {self.log_tail() or 'no output'}")
 
     def stop(self, grace: float = 3.0) -> str:
-        """SIGTERM, then SIGKILL after `grace`; returns what it printed on stdout since."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-        out = b""
-        with contextlib.suppress(Exception):
-            out = self.proc.stdout.read() or b""
-            self.proc.stdout.close()
-        return out.decode(errors="replace")
+        """SIGTERM its process group, then SIGKILL after `grace`; returns all it printed. Safe to repeat."""
+        if self._output is None:
+            self.process.stop(grace)
+            self._output = self.output()
+            if self._own_log:
+                if self.machine.is_local:
+                    with contextlib.suppress(OSError):
+                        os.unlink(self.log)
+                else:
+                    self.machine.run(["rm", "-f", "--", self.log], timeout=30)
+        return self._output
 
 
 def wait_for(check, timeout: float, what: str, helper: Helper | None = None, interval: float = 0.05) -> None:
@@ -211,36 +202,27 @@ def wait_for(check, timeout: float, what: str, helper: Helper | None = None, int
 
 # -- mounts and loop devices -----------------------------------------------------------------------
 
-def _unescape(path: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
+def mounts_under(machine: Machine, root: Path | str) -> list[str]:
+    """Mount points at or below root on `machine` (its sessions' mount namespace), deepest first."""
+    if machine.is_local:
+        return hostdirs.mounts_under(root)
+    return hostdirs.parse_mounts(machine.run(["cat", "/proc/self/mountinfo"], timeout=30).stdout, root)
 
 
-def mounts_under(root: Path | str) -> list[str]:
-    """Mount points at or below root in this mount namespace, deepest first."""
-    root = str(root).rstrip("/")
-    out = []
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            mp = _unescape(line.split()[4])
-            if mp == root or mp.startswith(root + "/"):
-                out.append(mp)
-    return sorted(set(out), key=lambda p: -p.count("/"))
+def is_mounted(machine: Machine, path: Path | str) -> bool:
+    return str(path).rstrip("/") in mounts_under(machine, path)
 
 
-def is_mounted(path: Path | str) -> bool:
-    return str(path).rstrip("/") in mounts_under(path)
-
-
-def umount(path: Path | str) -> None:
+def umount(machine: Machine, path: Path | str) -> None:
     """Unmount; if busy (e.g. a copy held in another mount namespace), detach lazily."""
-    if not is_mounted(path):
+    if not is_mounted(machine, path):
         return
-    res = procs.run(["umount", str(path)], timeout=120)
-    if not res.ok and is_mounted(path):
-        run(["umount", "-l", str(path)], timeout=60)
+    res = machine.run(["umount", str(path)], timeout=120)
+    if not res.ok and is_mounted(machine, path):
+        run(machine, ["umount", "-l", str(path)], timeout=60)
 
 
-LOOP_LEDGER = "loop-devices"  # in base_dir(): loop devices attached and not yet detached
+LOOP_LEDGER = "loop-devices"  # in base_dir(): loop devices attached here and not yet detached
 
 
 def _ledger(path: Path, add: str | None = None, remove: str | None = None) -> list[str]:
@@ -255,24 +237,26 @@ def _ledger(path: Path, add: str | None = None, remove: str | None = None) -> li
         return items
 
 
-def loop_attach(backing: Path, direct_io: bool = True) -> str:
+def loop_attach(machine: Machine, backing: Path, direct_io: bool = True) -> str:
     argv = ["losetup", "--find", "--show"]
     if direct_io:
         argv.append("--direct-io=on")
-    dev = run([*argv, str(backing)], timeout=60).strip()
-    # Once its FUSE backing is gone a loop device shows just '/<name>' as its file: the ledger is
-    # how a later run still finds it if this one is killed.
-    _ledger(base_dir() / LOOP_LEDGER, add=f"{dev}:{backing.name}")
+    dev = run(machine, [*argv, str(backing)], timeout=60).strip()
+    if machine.is_local:
+        # Once its FUSE backing is gone a loop device shows just '/<name>' as its file: the ledger is
+        # how a later run still finds it if this one is killed.
+        _ledger(base_dir() / LOOP_LEDGER, add=f"{dev}:{backing.name}")
     return dev
 
 
-def loop_detach(dev: str) -> None:
-    res = procs.run(["losetup", "-d", dev], timeout=60)
-    if not res.ok and "No such device" not in res.stderr and "No such device or address" not in res.stderr:
+def loop_detach(machine: Machine, dev: str) -> None:
+    res = machine.run(["losetup", "-d", dev], timeout=60)
+    if not res.ok and "No such device" not in res.stderr:
         raise HostCommandFailed(f"losetup -d {dev}: {res.describe_failure()}")
-    for item in _ledger(base_dir() / LOOP_LEDGER):
-        if item.split(":")[0] == dev:
-            _ledger(base_dir() / LOOP_LEDGER, remove=item)
+    if machine.is_local:
+        for item in _ledger(base_dir() / LOOP_LEDGER):
+            if item.split(":")[0] == dev:
+                _ledger(base_dir() / LOOP_LEDGER, remove=item)
 
 
 def _loop_back_file(dev: str) -> str | None:
@@ -283,8 +267,9 @@ def _loop_back_file(dev: str) -> str | None:
 
 
 def loops_backed_under(root: Path | str) -> list[str]:
+    """Loop devices of this machine whose backing file is under root."""
     root = str(root).rstrip("/")
-    res = procs.run(["losetup", "--list", "--json", "--output", "NAME,BACK-FILE"], timeout=30)
+    res = local().run(["losetup", "--list", "--json", "--output", "NAME,BACK-FILE"], timeout=30)
     if not res.ok or not res.stdout.strip():
         return []
     out = []
@@ -295,19 +280,20 @@ def loops_backed_under(root: Path | str) -> list[str]:
     return out
 
 
-def remove_tree(path: Path | str) -> None:
+def remove_tree(machine: Machine, path: Path | str) -> None:
     """rm -r that never crosses into a mounted file system (a leftover mount keeps its contents)."""
-    path = Path(path)
-    if not path.exists():
-        return
-    if mounts_under(path):
-        raise HostCommandFailed(f"{path} still has mounts under it: {', '.join(mounts_under(path))}")
-    shutil.rmtree(path, ignore_errors=True)
+    if mounts := mounts_under(machine, path):
+        raise HostCommandFailed(f"{path} still has mounts under it: {', '.join(mounts)}")
+    if machine.is_local:
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        machine.run(["rm", "-rf", "--one-file-system", "--", str(path)], timeout=120)
 
 
-# -- free space --------------------------------------------------------------------------------------
+# -- sizes -------------------------------------------------------------------------------------------
 
 def free_bytes(path: Path | str) -> int:
+    """Free space of a file system of this machine."""
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
 
@@ -332,59 +318,58 @@ def human(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-# -- leftovers of killed runs -------------------------------------------------------------------------
+# -- leftovers of killed runs on this machine --------------------------------------------------------
 
 def _owner_alive(pid: int, start: str) -> bool:
-    now = _start_ticks(pid)
+    now = hostdirs.start_ticks(pid)
     return now is not None and (start in ("", "0") or now == start)
 
 
 def cleanup_stale() -> list[str]:
-    """Remove what dead virtbench processes left: mounts, loops, namespaces, volumes, files."""
+    """Remove what dead virtbench processes left here: mounts, loops, namespaces, volumes, files."""
     global _stale_checked
     with _lock:
         if _stale_checked:
             return []
         _stale_checked = True
+    here = local()
     removed: list[str] = []
-    tmp = Path(tempfile.gettempdir())
-    for d in sorted(tmp.glob(f"{PREFIX}*")):
+    root = os.geteuid() == 0
+    for d in sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}*")):
         m = re.fullmatch(rf"{PREFIX}(\d+)-(\d+)", d.name)
-        if not m or _owner_alive(int(m.group(1)), m.group(2)):
+        if not m or _owner_alive(int(m.group(1)), m.group(2)) or not root:
             continue
-        if not is_root():
-            continue
-        for mp in mounts_under(d):
-            if procs.run(["umount", "-l", mp], timeout=60).ok:
+        for mp in hostdirs.mounts_under(d):
+            if here.run(["umount", "-l", mp], timeout=60).ok:
                 removed.append(f"mount {mp}")
         ledger = [item.split(":", 1) for item in _ledger(d / LOOP_LEDGER)]
         for dev in loops_backed_under(d) + [dev for dev, name in ledger
                                             if (_loop_back_file(dev) or "").endswith(f"/{name}")]:
-            if procs.run(["losetup", "-d", dev], timeout=60).ok:
+            if here.run(["losetup", "-d", dev], timeout=60).ok:
                 removed.append(f"loop device {dev}")
-        if not mounts_under(d):
+        if not hostdirs.mounts_under(d):
             shutil.rmtree(d, ignore_errors=True)
             removed.append(str(d))
-    if is_root() and shutil.which("ip"):
-        for ns in procs.run(["ip", "netns", "list"], timeout=30).stdout.split("\n"):
+    if root and shutil.which("ip"):
+        for ns in here.run(["ip", "netns", "list"], timeout=30).stdout.split("\n"):
             name = ns.split(" ")[0]
             m = re.fullmatch(r"vb-(\d+)-(\d+)-\d+", name)
             if not m or _owner_alive(int(m.group(1)), m.group(2)):
                 continue
-            for pid in procs.run(["ip", "netns", "pids", name], timeout=30).stdout.split():
+            for pid in here.run(["ip", "netns", "pids", name], timeout=30).stdout.split():
                 with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(pid), signal.SIGKILL)
-            if procs.run(["ip", "netns", "del", name], timeout=30).ok:
+            if here.run(["ip", "netns", "del", name], timeout=30).ok:
                 removed.append(f"network namespace {name}")
     for cmd in ("podman", "docker"):
         if not shutil.which(cmd):
             continue
-        res = procs.run([cmd, "volume", "ls", "--filter", "label=virtbench.cond=1", "--format",
-                         "{{.Name}}"], timeout=60)
+        res = here.run([cmd, "volume", "ls", "--filter", "label=virtbench.cond=1", "--format", "{{.Name}}"],
+                       timeout=60)
         for name in res.stdout.split() if res.ok else []:
             m = re.fullmatch(r"vb-vol-(\d+)-(\d+)-\d+", name)
             if m and not _owner_alive(int(m.group(1)), m.group(2)):
-                if procs.run([cmd, "volume", "rm", "-f", name], timeout=60).ok:
+                if here.run([cmd, "volume", "rm", "-f", name], timeout=60).ok:
                     removed.append(f"{cmd} volume {name}")
         break
     return removed

@@ -3,13 +3,15 @@ between a client and its storage server or its peer.
 
 `delay_ms = D` adds D milliseconds in each direction (a round trip grows by 2 D), like a Dummynet
 pipe or netem on both ends of a link. Mechanisms, best first:
-- kernel: netem (delay) and tbf (rate) on both ends of the veth that leads to the server: the
-  link namespace of a remote storage target, or a container's eth0 and its host-side peer;
-- user space: `vb-delayproxy` in the path (always for host-to-host loopback traffic, and for
-  delay on kernels without netem, such as these machines).
+- kernel: netem (delay) and tbf (rate) on the path to the server, through the executor of the
+  machine each device is on: both ends of the veth of a remote storage target's link, a
+  container's eth0 and its peer, or, between two machines, the interface of each that leads to
+  the other (a qdisc already there is never replaced: the cell is skipped instead);
+- user space: `vb-delayproxy` in the path, on the machine of the server it stands in front of
+  (always for traffic over loopback, and for delay on kernels without netem, such as these).
 Every sample records which mechanism did it (`delay_mechanism`, `rate_mechanism`) and the delay
 really added: half the rise of the median TCP round trip to an echo server placed where the
-server is, measured through the same mechanism (`delay_measured_ms`).
+server is, measured from where its clients are, through the same mechanism (`delay_measured_ms`).
 
 A cell asking for delay or rate must have a network path: a remote storage target (storage =
 nbd, iscsi, nfs) or a workload with a server role (iperf, netrr). Otherwise it is skipped.
@@ -17,18 +19,32 @@ nbd, iscsi, nfs) or a workload with a server role (iperf, netrr). Otherwise it i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from ..drivers.base import Instance
+from ..machines import Machine, local
 from . import hostnet
-from .base import Applied, Condition, ConditionUnavailable
-from .hostres import base_dir, next_id
+from .base import Applied, Condition, ConditionUnavailable, Instance
 
 NET_KEYS = ("delay_ms", "rate_mbit")
 REMOTE_STORAGE = ("nbd", "iscsi", "nfs")
 PROBE_COUNT = 30
 
 _STATE: dict[int, _Path] = {}
+
+Devices = list[tuple[Machine, list[str], str]]  # (machine, command prefix, device) tc can shape
+
+
+@dataclass
+class _Place:
+    """Where the path to one destination can be impaired."""
+
+    machine: Machine      # where a proxy in front of the destination runs
+    listen: str           # the address that proxy listens on (one the clients reach)
+    origin: Machine       # where the clients are: round trips are measured from there
+    devs: Devices | None  # what tc can shape on the way; None: only a proxy can sit in this path
+    own: bool             # the devices are ours (a link's, a container's), not a machine's interface
+    echo: dict            # where an echo server stands in for the destination: host, netns or pid
 
 
 class _Path:
@@ -39,8 +55,9 @@ class _Path:
         self.keys = [k for k in NET_KEYS if k in condition]
         self.values: dict[str, float] = {}
         self.routes: dict[tuple[str, int], tuple[str, int]] = {}
-        self.prepared: dict[str, tuple[bool, bool]] = {}  # destination host -> (delay by tc, rate by tc)
+        self.prepared: dict[str, tuple[_Place, bool, bool]] = {}  # host -> (place, delay by tc, rate by tc)
         self.peers: dict[str, Instance] = {}
+        self.clients: list[Instance] = []
         self.measured = False
 
     @property
@@ -71,6 +88,7 @@ class _Path:
             raise ConditionUnavailable(
                 f"{asked} needs a network path, and this cell has none: storage '{storage}' is not remote "
                 f"(use {', '.join(REMOTE_STORAGE)}) and the workload has no server role")
+        self.clients = [i for role, pool in instances.items() if role != "server" for i in pool]
         self.applied.add_router(self.route)
         for inst in servers:
             if not inst.address:
@@ -83,39 +101,65 @@ class _Path:
         key = (host, port)
         if key in self.routes:
             return self.routes[key]
-        delay_tc, rate_tc = self._prepare(host)
+        place, delay_tc, rate_tc = self._prepare(host)
         delay, rate = (0.0 if delay_tc else self.delay), (0.0 if rate_tc else self.rate)
         if delay or rate:
-            proxy = hostnet.Proxy(hostnet.host_address_towards(host), key, delay, rate,
-                                  log=base_dir() / f"proxy-{next_id()}.log")
+            proxy = hostnet.Proxy(place.machine, place.listen, key, delay, rate)
             self.applied.defer(proxy.stop)
             self.routes[key] = proxy.address
         else:
             self.routes[key] = key
         return self.routes[key]
 
-    def _location(self, host: str) -> tuple[list | None, dict]:
-        """(devices tc can shape on the way to host, where an echo server stands in for it)."""
+    def _location(self, host: str) -> _Place:
         link = hostnet.link_for(host)
         if link is not None:
-            enter = ["nsenter", f"--net=/run/netns/{link.netns}", "--"]
-            return [([], link.host_if), (enter, link.ns_if)], {"netns": link.netns}
+            m, enter = link.machine, ["nsenter", f"--net=/run/netns/{link.netns}", "--"]
+            return _Place(m, link.host_addr, m, [(m, [], link.host_if), (m, enter, link.ns_if)], True,
+                          {"host": host, "netns": link.netns})
         inst = self.peers.get(host)
         if inst is not None and inst.env.driver == "container":
+            m = inst.machine
             pid, devs = hostnet.container_links(inst)
-            return devs, {"pid": pid}
+            return _Place(m, hostnet.host_address_towards(m, host), m, [(m, *d) for d in devs], True,
+                          {"host": host, "pid": pid})
+        if inst is not None and not inst.machine.is_local:
+            return self._between_machines(inst, host)
         if hostnet.is_loopback(host) or inst is None or inst.env.driver == "host":
-            return None, {}  # only a proxy can sit in this path
+            here = local()  # only a proxy can sit in this path
+            return _Place(here, hostnet.host_address_towards(here, host), here, None, True,
+                          {"host": host if hostnet.is_loopback(host) else "127.0.0.1"})
         raise ConditionUnavailable(f"cannot place a network condition in front of {inst.name} ({host}): "
                                    f"the {inst.env.driver} driver is not supported yet")
 
-    def _prepare(self, host: str) -> tuple[bool, bool]:
-        """Install tc on the path to `host` where the kernel can, and measure the delay once."""
+    def _between_machines(self, server: Instance, host: str) -> _Place:
+        """A server on a machine of its own: the proxy runs there, tc goes on the interface of each
+        machine that leads to the other, and round trips are measured from a client's machine."""
+        here = server.machine
+        clients = {c.machine.name: c for c in self.clients if c.machine.name != here.name}
+        if any(c.machine.name == here.name for c in self.clients) or not clients:
+            return _Place(here, host, here, None, False, {"host": host})  # over loopback: a proxy only
+        devs: dict[tuple[str, str], tuple[Machine, list[str], str]] = {}  # one qdisc per device
+        for c in clients.values():
+            if not c.address:
+                raise ConditionUnavailable(f"{c.name} has no network address to shape the path to {server.name} on")
+            for m, dest in ((here, c.address), (c.machine, host)):
+                dev = hostnet.device_towards(m, dest)
+                devs[(m.name, dev)] = (m, [], dev)
+        origin = next(iter(clients.values())).machine
+        return _Place(here, host, origin, list(devs.values()), False, {"host": host})
+
+    def _prepare(self, host: str) -> tuple[_Place, bool, bool]:
+        """Install tc on the path to `host` where the kernels can, and measure the delay once."""
         if host in self.prepared:
             return self.prepared[host]
-        devs, where = self._location(host)
-        delay_tc = bool(self.delay) and devs is not None and hostnet.tc_supports("netem")[0]
-        rate_tc = bool(self.rate) and devs is not None and hostnet.tc_supports("tbf")[0]
+        place = self._location(host)
+        devs = place.devs
+        machines = {m.name: m for m, _, _ in devs or []}.values()
+
+        def by_tc(kind: str, wanted: float) -> bool:
+            return bool(wanted) and devs is not None and all(hostnet.tc_supports(kind, m)[0] for m in machines)
+        delay_tc, rate_tc = by_tc("netem", self.delay), by_tc("tbf", self.rate)
         meta = self.applied.metadata
         if self.delay:
             meta["delay_mechanism"] = "netem" if delay_tc else "proxy"
@@ -124,25 +168,30 @@ class _Path:
 
         def install() -> None:
             if delay_tc or rate_tc:
-                self.applied.defer(lambda: hostnet.unshape(devs))
-                hostnet.shape(devs, self.delay if delay_tc else 0.0, self.rate if rate_tc else 0.0)
+                for m in machines:
+                    mine = [(prefix, dev) for dm, prefix, dev in devs if dm.name == m.name]
+                    hostnet.shape(m, mine, self.delay if delay_tc else 0.0, self.rate if rate_tc else 0.0,
+                                  own=place.own)
+                    self.applied.defer(lambda m=m, mine=mine: hostnet.unshape(m, mine))
 
         residual = (0.0 if delay_tc else self.delay, 0.0 if rate_tc else self.rate)
 
         def impaired(echo_addr: tuple[str, int]):
             install()
             if any(residual):
-                probe = hostnet.Proxy(hostnet.host_address_towards(echo_addr[0]), echo_addr, *residual)
+                probe = hostnet.Proxy(place.machine, hostnet.host_address_towards(place.machine, echo_addr[0]),
+                                      echo_addr, *residual)
                 return probe.address, probe.stop
             return echo_addr, lambda: None
 
         if self.delay and not self.measured:
-            echo_host = host if devs is not None or hostnet.is_loopback(host) else "127.0.0.1"
-            meta.update(hostnet.measure_delay(echo_host, impaired, count=PROBE_COUNT, **where))
+            echo = dict(place.echo)
+            meta.update(hostnet.measure_delay(place.origin, echo.pop("host"), impaired, echo_machine=place.machine,
+                                              count=PROBE_COUNT, **echo))
             self.measured = True
         else:
             install()
-        self.prepared[host] = (delay_tc, rate_tc)
+        self.prepared[host] = (place, delay_tc, rate_tc)
         return self.prepared[host]
 
 

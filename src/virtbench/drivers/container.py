@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import image, procs
-from ..conditions import hostmounts
+from .. import hostdirs
 from ..errors import MissingTool, UserError
 from ..machines import Machine, MachineUnreachable, local, ship
 from ..model import EnvSpec, ExecResult
@@ -331,9 +331,9 @@ class ContainerInstance(Instance):
         if shape.memory_mb:
             argv += ["--memory", f"{shape.memory_mb}m", "--memory-swap", f"{shape.memory_mb}m"]
         # Storage conditions on remote machines come with the conditions' move to the executor.
-        self.host_mount_dir = hostmounts.prepare(self.name) if self.machine.is_local else None
+        self.host_mount_dir = hostdirs.prepare(self.name) if self.machine.is_local else None
         if self.host_mount_dir:
-            argv += ["--mount", f"type=bind,src={self.host_mount_dir},dst={hostmounts.GUEST_DIR},"
+            argv += ["--mount", f"type=bind,src={self.host_mount_dir},dst={hostdirs.GUEST_DIR},"
                                 "bind-propagation=rslave"]
         argv += ["--network", "bridge", self.image.tag, "sleep", "infinity"]
         self.mark("requested")
@@ -453,7 +453,7 @@ class ContainerInstance(Instance):
 
     def _destroy(self) -> None:
         _remove(self.machine, self.engine.cli(), self.engine.cmd, self.name)
-        hostmounts.release(self.host_mount_dir)
+        hostdirs.release(self.host_mount_dir)
         with _lock:
             _names.discard(self.name)
 

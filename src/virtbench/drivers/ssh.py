@@ -23,11 +23,15 @@ from ..model import EnvSpec, ExecResult
 from .base import Driver, Instance, OptionSpec, Problem
 
 
+MARK = "VIRTBENCH_INSTANCE"
+
+
 class SshInstance(Instance):
     def __init__(self, name: str, env: EnvSpec, role: str, index: int, machine: Machine, scratch: str,
                  shipped: ship.Shipped, address: str | None, release=None):
         super().__init__(name, env, role, index)
         self._release = release
+        self._mark = scratch.rstrip("/").rsplit("/", 1)[-1]  # run id and instance name: unique
         self.machine = machine
         self.shipped = shipped
         self._scratch = scratch
@@ -40,7 +44,9 @@ class SshInstance(Instance):
             from time import time
             now = time()
             return ExecResult(argv, 125, "", f"instance {self.name} was torn down", now, now)
-        return self.machine.run(argv, timeout=timeout, stdin=stdin, env=env)
+        # Everything the instance starts carries its marker, so teardown finds it (an MPI cluster's
+        # sshd, a server a workload left behind) without touching anything else on the host.
+        return self.machine.run(argv, timeout=timeout, stdin=stdin, env={**(env or {}), MARK: self._mark})
 
     def copy_in(self, src: Path, dest: str) -> None:
         self.machine.put(src, dest)
@@ -69,6 +75,7 @@ class SshInstance(Instance):
         # A host that went away cannot be cleaned now; its scratch directory (under virtbench's own
         # directory there) is all that stays, and the teardown of the other instances goes on.
         try:
+            self.machine.kill_marked(f"{MARK}={self._mark}")
             self.machine.run(["rm", "-rf", "--", self._scratch], timeout=120)
         finally:
             if self._release:

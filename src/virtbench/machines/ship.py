@@ -19,9 +19,7 @@ import json
 import os
 import re
 import secrets
-import shlex
 import tarfile
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,14 +90,16 @@ def _tar(files: dict[str, Path], prefix: str) -> bytes:
 # Any failure removes both the tar and the partial directory.
 _INSTALL = r'''
 set -u
-base=$1; name=$2; tarsum=$3; tarfile=$4; sums=$5
-tmp="$base/.incoming-$name-$$"
-fail() { rm -rf "$tmp" "$tarfile" "$sums"; echo "$1" >&2; exit 1; }
+base=$1; name=$2; tarsum=$3; sums=$4
+tmp="$base/.incoming-$name-$$"; tarfile="$tmp.tar"
+fail() { rm -rf "$tmp" "$tarfile"; echo "$1" >&2; exit 1; }
+mkdir -p "$base" || fail "cannot make $base"
+cat > "$tarfile" || fail "writing $tarfile failed"
 echo "$tarsum  $tarfile" | sha256sum -c --status - || fail "the transferred archive does not match its SHA-256"
 mkdir -p "$tmp" || fail "cannot make $tmp"
-tar -xf "$tarfile" -C "$tmp" 2>&1 >&2 || fail "unpacking failed"
-(cd "$tmp" && sha256sum -c --status "$sums") || fail "a file does not match its SHA-256 after unpacking"
-rm -f "$tarfile" "$sums"
+tar -xf "$tarfile" -C "$tmp" >&2 || fail "unpacking failed"
+(cd "$tmp" && printf '%s' "$sums" | sha256sum -c --status -) || fail "a file does not match its SHA-256 after unpacking"
+rm -f "$tarfile"
 if [ -d "$base/$name" ]; then rm -rf "$tmp"; else mv "$tmp" "$base/$name" || fail "cannot rename $tmp"; fi
 touch "$base/$name/.complete"
 '''
@@ -107,29 +107,14 @@ touch "$base/$name/.complete"
 
 def _install(machine: Machine, base: str, name: str, files: dict[str, Path], prefix: str,
              what: str) -> None:
+    """One round trip: the tar goes in on stdin, the script checks and places it."""
     data = _tar(files, prefix)
     sums = "".join(f"{_sha256(files[n])}  {prefix}{n}\n" for n in sorted(files))
-    res = machine.run(["mkdir", "-p", base], timeout=60)
-    if not res.ok:
-        raise UserError(f"cannot make {base} on {machine.name}: {res.describe_failure()}",
-                        "check the host's virtbench_dir and its permissions")
-    token = hashlib.sha1(data).hexdigest()[:12]
-    tar_remote, sums_remote = f"{base}/.{name}-{token}.tar", f"{base}/.{name}-{token}.sha256"
-    with tempfile.TemporaryDirectory(prefix="vb-ship-") as tmp:
-        (Path(tmp) / "a.tar").write_bytes(data)
-        (Path(tmp) / "a.sum").write_text(sums)
-        try:
-            machine.put(Path(tmp) / "a.tar", tar_remote)
-            machine.put(Path(tmp) / "a.sum", sums_remote)
-        except OSError as exc:
-            machine.run(["rm", "-f", tar_remote, sums_remote], timeout=60)
-            raise UserError(f"shipping {what} to {machine.name} failed: {exc}",
-                            _space_hint(str(exc), base)) from None
-    res = machine.run(["sh", "-c", _INSTALL, "vb", base, name, hashlib.sha256(data).hexdigest(), tar_remote,
-                       sums_remote], timeout=600)
+    res = machine.run(["sh", "-c", _INSTALL, "vb", base, name, hashlib.sha256(data).hexdigest(), sums],
+                      stdin=data, timeout=600)
     if not res.ok:
         text = res.stderr.strip() or res.describe_failure()
-        raise UserError(f"installing {what} on {machine.name} failed: {text}", _space_hint(text, base))
+        raise UserError(f"shipping {what} to {machine.name} failed: {text}", _space_hint(text, base))
 
 
 def _space_hint(text: str, base: str) -> str:
@@ -151,15 +136,22 @@ def ensure_native(machine: Machine) -> Shipped:
             return _done[key]
     base = f"{remote_dir(machine)}/native"
     bin_dir = f"{base}/{h}/bin"
+    # One round trip when cached: present (10 if not) and runnable there (11 if not).
+    check = ["sh", "-c", '[ -f "$1/.complete" ] || exit 10; "$1/bin/vb-system" list >/dev/null 2>&1 || exit 11',
+             "vb", f"{base}/{h}"]
+    res = machine.run(check, timeout=60)
     how = "cached"
-    if not machine.run(["test", "-f", f"{base}/{h}/.complete"], timeout=60).ok:
+    if res.returncode == 10:
         files = {n: paths.native_bin_dir() / n for n in manifest}
         _install(machine, base, h, files, "bin/", "the native kernels")
         how = "shipped"
+        res = machine.run(check, timeout=60)
     shipped = Shipped(bin_dir, h, how)
-    probe = machine.run([f"{bin_dir}/vb-system", "list"], timeout=60)
-    if not probe.ok:
-        shipped = _build_there(machine, probe.describe_failure())
+    if res.returncode == 11:
+        shipped = _build_there(machine, "the shipped vb-system does not run there")
+    elif not res.ok:
+        raise UserError(f"checking the native kernels on {machine.name} failed: {res.describe_failure()}",
+                        "check the connection and the host's virtbench_dir")
     with _lock:
         _done[key] = shipped
     return shipped
@@ -265,6 +257,3 @@ def reset_cache() -> None:
     with _lock:
         _done.clear()
 
-
-def quote(argv: list[str]) -> str:
-    return shlex.join(argv)

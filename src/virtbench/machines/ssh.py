@@ -14,9 +14,9 @@ whole group on the remote machine, not only the local ssh client.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
-import re
 import secrets
 import shlex
 import shutil
@@ -36,19 +36,33 @@ from .inventory import HostSpec
 
 CONNECT_TIMEOUT = 10
 PERSIST = 600  # seconds the master outlives its last use if virtbench dies without closing it
-_PGID = re.compile(r"^vb-pgid (\d+)\n", re.M)
 
-# Runs every command: report the process group, change directory, then exec the command under
-# `timeout`, which makes itself the leader of a new process group (kill -- -PGID reaches all of it).
-_WRAPPER = ('d=$1; t=$2; shift 2; echo "vb-pgid $$" >&2; '
-            'if [ -n "$d" ]; then cd "$d" || exit 126; fi; exec timeout -k 5 "$t" env "$@"')
+# Runs every command with builtins only (each exec costs the remote ~1 ms): change directory, export
+# the caller's variables and a token naming this command, then exec it, under coreutils `timeout`
+# when it has one. On Ctrl-C (or a local timeout) the processes carrying the token are killed there
+# (_KILL_MARKED), so nothing of an interrupted command goes on running on the remote machine.
+_WRAPPER = ('d=$1; t=$2; export VIRTBENCH_EXEC="$3"; n=$4; shift 4; '
+            'while [ "$n" -gt 0 ]; do export "$1"; shift; n=$((n - 1)); done; '
+            'if [ -n "$d" ]; then cd "$d" || exit 126; fi; '
+            'if [ "$t" = 0 ]; then exec "$@"; fi; exec timeout -k 5 "$t" "$@"')
+_KILL_MARKED = r"""
+tok=$1
+find() { grep -lzx "$tok" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/||; s|/environ$||'; }
+pids=$(find); [ -n "$pids" ] || exit 0
+kill -TERM $pids 2>/dev/null; sleep 0.3
+pids=$(find); [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+exit 0
+"""
 _SPAWN = ('d=$1; log=$2; shift 2; if [ -n "$d" ]; then cd "$d" || exit 126; fi; '
           'setsid env "$@" >"$log" 2>&1 </dev/null & echo $!')
 _KILL = ('g=$1; n=$2; kill -TERM "-$g" 2>/dev/null || exit 0; i=0; '
-         'while kill -0 "-$g" 2>/dev/null && [ "$i" -lt "$n" ]; do sleep 0.1; i=$((i+1)); done; '
-         'kill -KILL "-$g" 2>/dev/null; sleep 0.1; exit 0')
+         # alive = a process of the group that is not a zombie (init may reap late)
+         'alive() { ps -e -o pgid=,stat= | awk -v g="$g" \'$1 == g && $2 !~ /^Z/ {f = 1} END {exit !f}\'; }; '
+         'while alive && [ "$i" -lt "$n" ]; do sleep 0.1; i=$((i+1)); done; '
+         'alive && kill -KILL "-$g" 2>/dev/null; exit 0')
 
 
+@functools.lru_cache(maxsize=None)
 def _ssh_binary(name: str = "ssh") -> str:
     path = shutil.which(name)
     if not path:
@@ -185,9 +199,10 @@ class SshMachine(Machine):
         except MachineUnreachable as exc:
             return ExecResult(argv, 255, "", f"ssh: cannot reach {self.name}: {exc.reason}", started, time.time())
         limit = "0" if timeout is None else f"{timeout:.3f}".rstrip("0").rstrip(".")
-        remote = shlex.join(["sh", "-c", _WRAPPER, "vb", cwd or "", limit,
-                             *(f"{k}={v}" for k, v in (env or {}).items()), *argv])
-        res = self._call(remote, stdin=stdin, timeout=None if timeout is None else timeout + 15)
+        token = secrets.token_hex(8)
+        pairs = [f"{k}={v}" for k, v in (env or {}).items()]
+        remote = shlex.join(["sh", "-c", _WRAPPER, "vb", cwd or "", limit, token, str(len(pairs)), *pairs, *argv])
+        res = self._call(remote, stdin=stdin, timeout=None if timeout is None else timeout + 15, token=token)
         res.argv = argv
         res.started = started
         # timeout(1) exits 124 when the command timed out (137 after the follow-up SIGKILL).
@@ -196,48 +211,38 @@ class SshMachine(Machine):
         return res
 
     def _call(self, remote: str, *, stdin: bytes | None = None, stdin_file=None, stdout_file=None,
-              timeout: float | None = None) -> ExecResult:
-        """One command string over the master; on interruption the remote process group is killed.
-        Output is drained by threads, not communicate(): a multiplexed client hands its pipes to the
-        master, so after the client is killed they stay open until the remote command ends."""
+              timeout: float | None = None, token: str | None = None) -> ExecResult:
+        """One command string over the master. On a local timeout or an interruption the remote
+        processes carrying `token` are killed first: a multiplexed client hands its pipes to the
+        master, so they stay open (and the command runs on) until the remote side ends."""
         argv = [*self.ssh_argv(), remote]
         started = time.time()
         proc = subprocess.Popen(argv, stdin=stdin_file if stdin_file is not None else
                                 (subprocess.PIPE if stdin is not None else subprocess.DEVNULL),
                                 stdout=stdout_file if stdout_file is not None else subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
-        out: list[bytes] = []
-        err: list[bytes] = []
-        threads = [threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True)]
-        if stdout_file is None:
-            threads.append(threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True))
-        if stdin is not None:
-            threads.append(threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True))
-        for t in threads:
-            t.start()
         timed_out = False
         try:
-            proc.wait(timeout=timeout)
-            for t in threads:
-                t.join()
+            out, err = proc.communicate(stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            self._abort(proc, err, threads)
-        except BaseException:
-            self._abort(proc, err, threads)
-            raise
-        err_text = _PGID.sub("", b"".join(err).decode(errors="replace"), count=1)
-        return ExecResult(argv, proc.returncode if proc.returncode is not None else -9,
-                          b"".join(out).decode(errors="replace"), err_text, started, time.time(), timed_out)
-
-    def _abort(self, proc: subprocess.Popen, err: list[bytes], threads: list[threading.Thread]) -> None:
-        """Kill the remote process group the command reported, then the local client."""
-        m = _PGID.search(b"".join(err).decode(errors="replace"))
-        if m:
+            self._abort(proc, token)
             try:
-                self.kill_group(int(m.group(1)), grace=1.0)
-            except Exception:  # the connection itself may be what failed
-                pass
+                out, err = proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                out, err = b"", b""
+        except BaseException:
+            self._abort(proc, token)
+            raise
+        return ExecResult(argv, proc.returncode if proc.returncode is not None else -9,
+                          (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace"),
+                          started, time.time(), timed_out)
+
+    def _abort(self, proc: subprocess.Popen, token: str | None) -> None:
+        """Kill the remote command (by its token), then the local client."""
+        if token:
+            with contextlib.suppress(Exception):  # the connection itself may be what failed
+                self.kill_marked(f"VIRTBENCH_EXEC={token}")
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(proc.pid, sig)
@@ -248,8 +253,10 @@ class SshMachine(Machine):
                 break
             except subprocess.TimeoutExpired:
                 continue
-        for t in threads:
-            t.join(timeout=2)
+        for stream in (proc.stdout, proc.stderr, proc.stdin):
+            if stream:
+                with contextlib.suppress(OSError):
+                    stream.close()
 
     def put(self, src: Path, dest: str, mode: int | None = None) -> None:
         script = 'cat > "$1"' + (' && chmod "$2" "$1"' if mode is not None else "")
@@ -278,6 +285,11 @@ class SshMachine(Machine):
         if not res.ok or not pid.isdigit():
             raise OSError(f"starting {argv[0]} on {self.name} failed: {_ssh_error(res)}")
         return Process(self, int(pid), log, argv)
+
+    def kill_marked(self, assignment: str) -> None:
+        """Kill every process there whose environment holds `assignment` (NAME=value): what one
+        command, or one instance, started, daemons included."""
+        self._call(shlex.join(["sh", "-c", _KILL_MARKED, "vb", assignment]), timeout=20)
 
     def kill_group(self, pgid: int, grace: float = 2.0) -> None:
         self._call(shlex.join(["sh", "-c", _KILL, "vb", str(pgid), str(max(1, int(grace * 10)))]),
@@ -330,20 +342,6 @@ def _free_local_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _drain(stream, chunks: list[bytes]) -> None:
-    for chunk in iter(lambda: stream.read1(65536), b""):
-        chunks.append(chunk)
-    stream.close()
-
-
-def _feed(stream, data: bytes) -> None:
-    try:
-        stream.write(data)
-        stream.close()
-    except (BrokenPipeError, OSError):
-        pass
 
 
 def _run(argv: list[str], timeout: float, stdin: bytes | None = None) -> ExecResult:
