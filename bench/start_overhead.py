@@ -38,6 +38,7 @@ from virtbench import image, procs, stats  # noqa: E402
 from virtbench.drivers import container as ctr  # noqa: E402
 from virtbench.drivers.base import DriverContext  # noqa: E402
 from virtbench.drivers.vm import SCRATCH, VmDriver  # noqa: E402
+from virtbench.machines import local  # noqa: E402
 from virtbench.model import EnvSpec, Shape  # noqa: E402
 from virtbench.vm import disk, qemu, ssh  # noqa: E402
 
@@ -121,8 +122,8 @@ def vm_by_hand(driver: VmDriver, env: EnvSpec, workdir: Path) -> float:
                           str(overlay)], timeout=60).ok
         # Borrow the driver's command line: an instance object that is never started.
         inst = driver._new(env, "hand", 0, base, settings)
-        inst.disk_path, inst.disk_format, inst.port = overlay, "qcow2", qemu.free_port()
-        argv = inst.qemu_config().argv(qmp_fd=0)
+        inst.disk_path, inst.disk_format, inst.port = overlay, "qcow2", qemu.free_port(local())
+        argv = inst.qemu_config().argv(str(d / "qmp.sock"), str(d / "console.sock"))
         driver._live.discard(inst)  # never started: nothing to tear down
         # Drop -S and QMP; the console goes nowhere.
         out, skip = [], 0
@@ -157,7 +158,7 @@ def vm_by_hand(driver: VmDriver, env: EnvSpec, workdir: Path) -> float:
         raise RuntimeError("the hand-started VM never answered")
     finally:
         if proc is not None:
-            qemu.kill_group(proc)
+            procs.kill_group(proc)
         shutil.rmtree(d, ignore_errors=True)
 
 

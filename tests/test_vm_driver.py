@@ -134,7 +134,7 @@ def test_reboot_changes_boot_id(booted):
 
 def test_teardown_leaves_nothing(booted):
     driver, inst = booted
-    pid, workdir, run_dir = inst.proc.pid, inst.dir, driver._run_dir
+    pid, workdir, run_dir = inst.proc.pgid, inst.dir, driver._run_dir
     inst.teardown()
     inst.teardown()  # idempotent
     assert not _qemu_alive(pid)

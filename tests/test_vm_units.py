@@ -174,16 +174,17 @@ def test_guest_scripts_are_valid_shell():
 # -- QEMU command line ----------------------------------------------------------------------------
 
 def _machine(**kw):
-    base = dict(name="t", accel="tcg", machine="pc", vcpus=2, memory_mb=512, kernel=Path("/k"), initrd=Path("/i"),
-                append="console=ttyS0", disk=Path("/d/a,b.raw"), ssh_port=2222)
+    base = dict(name="t", accel="tcg", machine="pc", vcpus=2, memory_mb=512, kernel="/k", initrd="/i",
+                append="console=ttyS0", disk="/d/a,b.raw", ssh_port=2222)
     return qemu.Machine(**{**base, **kw})
 
 
 def test_qemu_argv_paravirt():
-    argv = _machine().argv(qmp_fd=7, pidfile=Path("/p"))
+    argv = _machine().argv("/r/qmp.sock", "/r/con,1.sock", pidfile="/p")
     text = " ".join(argv)
     assert "-S" in argv and "-nodefaults" in argv and "-no-user-config" in argv
-    assert "socket,id=qmp,fd=7,server=on,wait=off" in argv
+    assert "socket,id=qmp,path=/r/qmp.sock,server=on,wait=off" in argv
+    assert "socket,id=con,path=/r/con,,1.sock,server=on,wait=off" in argv
     assert "file=/d/a,,b.raw," in text  # a comma in a path is doubled for QEMU
     assert "virtio-blk-pci,drive=root" in argv and "virtio-net-pci,netdev=net0" in argv
     netdev = argv[argv.index("-netdev") + 1]
@@ -192,7 +193,7 @@ def test_qemu_argv_paravirt():
 
 
 def test_qemu_argv_emulated():
-    argv = _machine(disk_model="ide", nic_model="e1000").argv(qmp_fd=3)
+    argv = _machine(disk_model="ide", nic_model="e1000").argv("/q", "/c")
     assert "ide-hd,drive=root,bus=ide.0" in argv and "e1000,netdev=net0" in argv
 
 

@@ -145,6 +145,7 @@ class Runner:
                 for name in made[env.driver].cleanup_stale():
                     self.events.note(f"removed a leftover of an earlier run: {name}")
                 problems += [f"{env.name}: {p.what} (fix: {p.fix})" for p in made[env.driver].check()]
+            problems += [f"{env.name}: {p.what} (fix: {p.fix})" for p in made[env.driver].check_env(env)]
             states[env.name] = _EnvState(env, made[env.driver])
         if problems:
             raise UserError("cannot run these environments:\n  " + "\n  ".join(problems),

@@ -139,6 +139,10 @@ class Driver(ABC):
     def provision(self, env: EnvSpec, count: int = 1, role: str = "main") -> list[Instance]:
         """Start `count` instances of env; all or none (tear down what started if one fails)."""
 
+    def check_env(self, env: EnvSpec) -> list[Problem]:
+        """Problems with one environment's options that can be told before anything starts."""
+        return []
+
     def cleanup_stale(self) -> list[str]:
         """Remove leftovers of earlier, killed runs (e.g. containers labelled as virtbench's)."""
         return []

@@ -100,6 +100,14 @@ class SshDriver(Driver):
         return [] if shutil.which("ssh") else [Problem("the ssh client is not installed",
                                                        "apt-get install openssh-client")]
 
+    def check_env(self, env: EnvSpec) -> list[Problem]:
+        try:
+            hosts = self.context.machines.select(env.options.get("hosts") or "all")
+        except UserError as exc:
+            return [Problem(f"hosts '{env.options.get('hosts') or 'all'}': {exc.message}", exc.hint or
+                            "pass --inventory FILE")]
+        return [] if hosts else [Problem(f"hosts '{env.options.get('hosts')}' names no host", "check the inventory")]
+
     def _pick(self, hosts: list[HostSpec], count: int, env: EnvSpec) -> list[HostSpec]:
         """The least busy hosts, in inventory order: a server and its client land on two hosts."""
         if count > len(hosts):

@@ -49,7 +49,7 @@ class Pool:
                 raise UserError("the ssh environment needs hosts, and no inventory was given",
                                 "pass --inventory FILE (an Ansible-style inventory, e.g. from "
                                 "'virtbench testbed up'), set inventory under [suite], or name hosts = \"a,b\"")
-            return [HostSpec(n.strip()) for n in pattern.split(",") if n.strip()]
+            return [_ssh_destination(n.strip()) for n in pattern.split(",") if n.strip()]
         return self.inventory.select(pattern)
 
     def opened(self) -> list[Machine]:
@@ -64,6 +64,24 @@ class Pool:
                 m.close()
             except Exception:  # closing is best effort: the master dies by ControlPersist anyway
                 pass
+
+
+def _ssh_destination(name: str) -> HostSpec:
+    """A host named without an inventory: a concrete Host of ~/.ssh/config, or a resolvable name
+    (ssh then applies the user's config when it connects)."""
+    import socket
+
+    from .inventory import ssh_config_hosts
+
+    user_host = name.rpartition("@")[2]
+    if name not in ssh_config_hosts():
+        try:
+            socket.getaddrinfo(user_host, None)
+        except OSError:
+            raise UserError(f"'{name}' is neither a Host in ~/.ssh/config nor a name that resolves",
+                            "pass --inventory FILE (an Ansible-style inventory; 'virtbench testbed up 2 "
+                            "--inventory FILE' makes one to try), or add the host to ~/.ssh/config") from None
+    return HostSpec(name)
 
 
 def pool_for(inventory_path: str | None) -> Pool:

@@ -6,6 +6,9 @@ by size: `disk-auto.raw` (the image plus 512 MiB free) or `disk-<bytes>.raw`, an
 that many bytes whose filesystem is filled with real, incompressible (seeded pseudo-random) data
 up to a small reserve, so copying it costs what copying an image of that size costs.
 
+On a remote machine the base disk is built there (`site.py`); instance disks, blank disks and
+snapshots are made on the VM's machine through its executor.
+
 Instance disks are made from a base disk in one of three modes:
 - copy: a full copy of the base disk (what Eucalyptus did; time grows with the image size);
 - overlay: a qcow2 file backed by the base disk (copy-on-write; constant time);
@@ -20,14 +23,14 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import paths, procs
+from .. import paths
 from ..conditions.base import ConditionUnavailable
 from ..errors import MissingTool, UserError
+from ..machines import Machine, local
 from . import guest, initrd
 
 MODES = ("copy", "overlay", "reflink")
@@ -99,7 +102,7 @@ class BootFiles:
 
 @dataclass(frozen=True)
 class BaseDisk:
-    path: Path
+    path: Path  # on the VM's machine
     size: int  # bytes of the disk image
     requested: int | None  # the size asked for (None: auto)
     pad_bytes: int
@@ -125,8 +128,8 @@ def _lock(path: Path):
         yield
 
 
-def _run(argv: list[str], what: str, timeout: float = BUILD_TIMEOUT) -> str:
-    res = procs.run(argv, timeout=timeout)
+def _run(argv: list[str], what: str, timeout: float = BUILD_TIMEOUT, machine: Machine | None = None) -> str:
+    res = (machine or local()).run(argv, timeout=timeout)
     if not res.ok:
         raise UserError(f"{what} failed: {res.describe_failure()}")
     return res.stdout
@@ -174,23 +177,28 @@ class _Stage:
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
         _run(["tar", "-C", str(self.dir), "--numeric-owner", "-xpf", str(self.tarball)], "unpacking the guest image")
-        glue = self.dir / guest.GLUE_DIR.lstrip("/")
-        glue.mkdir(parents=True, exist_ok=True)
-        (glue / "init").write_text(guest.ROOT_INIT)
-        os.chmod(glue / "init", 0o755)
-        (glue / "sshd_config").write_text(guest.SSHD_CONFIG)
-        shutil.copyfile(host_key, glue / "ssh_host_ed25519_key")
-        os.chmod(glue / "ssh_host_ed25519_key", 0o600)
-        inittab = self.dir / guest.INITTAB_PATH.lstrip("/")
-        if inittab.exists():
+        if (self.dir / guest.INITTAB_PATH.lstrip("/")).exists():
             raise UserError(f"the guest image has its own {guest.INITTAB_PATH}; the vm driver would overwrite it")
-        inittab.write_text(guest.INITTAB)
+        for rel, (data, mode) in glue_files(host_key).items():
+            path = self.dir / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            os.chmod(path, mode)
         (self.dir / PAD_PATH.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         self.ready = True
         return self.dir
 
     def __exit__(self, *exc) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def glue_files(host_key: Path) -> dict[str, tuple[bytes, int]]:
+    """What the driver adds to the unpacked image: path in the root -> (content, mode)."""
+    glue = guest.GLUE_DIR.lstrip("/")
+    return {f"{glue}/init": (guest.ROOT_INIT.encode(), 0o755),
+            f"{glue}/sshd_config": (guest.SSHD_CONFIG.encode(), 0o644),
+            f"{glue}/ssh_host_ed25519_key": (host_key.read_bytes(), 0o600),
+            guest.INITTAB_PATH.lstrip("/"): (guest.INITTAB.encode(), 0o644)}
 
 
 def _fs_facts(image: Path) -> dict[str, int]:
@@ -292,6 +300,11 @@ def min_size(boot: BootFiles) -> int:
     return int(-(-need // ALIGN) * ALIGN)
 
 
+def auto_total(boot: BootFiles, free: int) -> int:
+    """Bytes of an unpadded disk of this image with `free` bytes free."""
+    return int(-(-(boot.used_bytes * 1.04 + free) // ALIGN) * ALIGN)
+
+
 def _disk_name(size: int | None, free: int = AUTO_FREE) -> str:
     if size is None:
         return "disk-auto.raw" if free == AUTO_FREE else f"disk-auto-free{free}.raw"
@@ -323,7 +336,7 @@ def ensure_base(info, size: int | None, log=None, free: int | None = None) -> Ba
             tmp = d / f"{out.name}.partial-{os.getpid()}"
             try:
                 if size is None:
-                    total = int(-(-(boot.used_bytes * 1.04 + free) // ALIGN) * ALIGN)
+                    total = auto_total(boot, free)
                     facts = _mke2fs(root, tmp, total)
                     pad = 0
                 else:
@@ -343,7 +356,7 @@ def ensure_base(info, size: int | None, log=None, free: int | None = None) -> Ba
                             padfile.unlink()
                 free = facts["Free blocks"] * facts["Block size"]
                 record = {"size": total, "requested": size, "pad_bytes": pad, "free_bytes": free}
-                _fsync(tmp)
+                _fsync(local(), tmp)
                 os.replace(tmp, out)
                 meta.write_text(json.dumps(record))
                 return BaseDisk(out, **record)
@@ -354,66 +367,69 @@ def ensure_base(info, size: int | None, log=None, free: int | None = None) -> Ba
 
 # -- instance disks -----------------------------------------------------------------------------
 
-_reflink_cache: dict[tuple[int, int], str | None] = {}
+_reflink_cache: dict[tuple[str, str, str], str | None] = {}
+
+# $1, $2: probe files in the two directories. Prints why a reflink copy fails there.
+_REFLINK_PROBE = r"""
+head -c 65536 /dev/urandom > "$1" || exit 1
+cp --reflink=always "$1" "$2" 2>&1 >/dev/null | tail -n 1
+rm -f "$1" "$2"
+"""
 
 
-def reflink_problem(src_dir: Path, dest_dir: Path) -> str | None:
-    """None if `cp --reflink=always` works from src_dir to dest_dir, else why not."""
-    key = (os.stat(src_dir).st_dev, os.stat(dest_dir).st_dev)
+def reflink_problem(src_dir: Path, dest_dir: Path, machine: Machine | None = None) -> str | None:
+    """None if `cp --reflink=always` works from src_dir to dest_dir (on `machine`), else why not."""
+    machine = machine or local()
+    key = (machine.name, str(src_dir), str(dest_dir.parent))  # instance dirs of a run share a filesystem
     if key in _reflink_cache:
         return _reflink_cache[key]
-    src = src_dir / f".reflink-probe-{os.getpid()}"
-    dest = dest_dir / f".reflink-probe-{os.getpid()}"
-    try:
-        src.write_bytes(os.urandom(65536))
-        res = procs.run(["cp", "--reflink=always", str(src), str(dest)], timeout=60)
-        problem = None if res.ok else (res.stderr.strip().splitlines() or ["cp failed"])[-1]
-    finally:
-        for p in (src, dest):
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
+    tag = f".reflink-probe-{os.getpid()}"
+    res = machine.run(["sh", "-c", _REFLINK_PROBE, "vb", f"{src_dir}/{tag}", f"{dest_dir}/{tag}"], timeout=60)
+    problem = res.stdout.strip() or (None if res.ok else res.describe_failure())
     if problem:
-        fs = _fs_type(dest_dir)
+        fs = machine.run(["stat", "-f", "-c", "%T", str(dest_dir)], timeout=30).stdout.strip() or "unknown"
         problem = f"reflink copies are not supported on this filesystem ({fs}): {problem}"
     _reflink_cache[key] = problem
     return problem
 
 
-def _fs_type(path: Path) -> str:
-    res = procs.run(["stat", "-f", "-c", "%T", str(path)], timeout=30)
-    return res.stdout.strip() or "unknown"
-
-
-def make_instance_disk(base: BaseDisk, dest_dir: Path, mode: str) -> tuple[Path, str, float]:
-    """(path, qemu format, seconds it took) of a new instance disk from `base`."""
+def make_instance_disk(base: BaseDisk, dest_dir: Path, mode: str,
+                       machine: Machine | None = None) -> tuple[Path, str, float]:
+    """(path, qemu format, seconds it took) of a new instance disk from `base`, on `machine`."""
+    machine = machine or local()
     t0 = time.monotonic()
     if mode == "copy":
         dest = dest_dir / "disk.raw"
         # --reflink=never: a real copy of every block, even where the filesystem could share them.
-        _run(["cp", "--reflink=never", "--sparse=always", str(base.path), str(dest)], "copying the base disk")
-        _fsync(dest)  # the copy is done when it is on disk, not when it sits in the page cache
+        _run(["cp", "--reflink=never", "--sparse=always", str(base.path), str(dest)], "copying the base disk",
+             machine=machine)
+        _fsync(machine, dest)  # the copy is done when it is on disk, not when it sits in the page cache
         fmt = "raw"
     elif mode == "overlay":
-        if not shutil.which("qemu-img"):
+        if machine.is_local and not shutil.which("qemu-img"):
             raise MissingTool("qemu-img", "qemu-utils", "overlay disks are qcow2 files made by it")
         dest = dest_dir / "disk.qcow2"
         _run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(base.path), str(dest)],
-             "qemu-img create of the overlay")
+             "qemu-img create of the overlay", machine=machine)
         fmt = "qcow2"
     elif mode == "reflink":
-        problem = reflink_problem(base.path.parent, dest_dir)
+        problem = reflink_problem(base.path.parent, dest_dir, machine)
         if problem:
             raise ModeUnavailable(problem)
         dest = dest_dir / "disk.raw"
-        _run(["cp", "--reflink=always", str(base.path), str(dest)], "reflink copy of the base disk")
-        _fsync(dest)
+        _run(["cp", "--reflink=always", str(base.path), str(dest)], "reflink copy of the base disk", machine=machine)
+        _fsync(machine, dest)
         fmt = "raw"
     else:
         raise UserError(f"unknown image mode {mode!r}", "use one of: " + ", ".join(MODES))
     return dest, fmt, time.monotonic() - t0
 
 
-def _fsync(path: Path) -> None:
+def _fsync(machine: Machine, path: Path) -> None:
+    """fsync a file here, or `sync FILE` (which fsyncs it) on a remote machine."""
+    if not machine.is_local:
+        _run(["sync", str(path)], f"sync of {path}", machine=machine)
+        return
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -421,13 +437,21 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def make_blank_disk(path: Path, size: int, fmt: str = "qcow2") -> None:
-    _run(["qemu-img", "create", "-q", "-f", fmt, str(path), str(size)], "qemu-img create")
+def make_blank_disk(path: Path, size: int, fmt: str = "qcow2", machine: Machine | None = None) -> None:
+    _run(["qemu-img", "create", "-q", "-f", fmt, str(path), str(size)], "qemu-img create", machine=machine)
 
 
-def snapshot(src: Path, src_format: str, dest: Path) -> None:
-    """A standalone copy of a disk (all layers flattened) as a raw file."""
-    _run(["qemu-img", "convert", "-U", "-f", src_format, "-O", "raw", str(src), str(dest)], "qemu-img convert")
+def snapshot(src: Path, src_format: str, dest: Path, machine: Machine | None = None) -> None:
+    """A standalone copy of a disk (all layers flattened) as a raw file, on `machine`."""
+    _run(["qemu-img", "convert", "-U", "-f", src_format, "-O", "raw", str(src), str(dest)], "qemu-img convert",
+         machine=machine)
+
+
+def file_size(path: Path, machine: Machine | None = None) -> int:
+    machine = machine or local()
+    if machine.is_local:
+        return path.stat().st_size
+    return int(_run(["stat", "-c", "%s", str(path)], f"stat of {path}", timeout=60, machine=machine).strip())
 
 
 def cached() -> list[dict]:
@@ -459,7 +483,6 @@ def prune(keep_images: set[str]) -> list[str]:
     return removed
 
 
-def qemu_img_info(path: Path) -> dict:
-    res = subprocess.run(["qemu-img", "info", "-U", "--output=json", str(path)], capture_output=True, text=True,
-                         timeout=60)
-    return json.loads(res.stdout) if res.returncode == 0 else {}
+def qemu_img_info(path: Path, machine: Machine | None = None) -> dict:
+    res = (machine or local()).run(["qemu-img", "info", "-U", "--output=json", str(path)], timeout=60)
+    return json.loads(res.stdout) if res.ok else {}

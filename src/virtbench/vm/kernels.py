@@ -5,7 +5,7 @@ and cloud devices only: no e1000, no rtl8139, no AHCI. The emulated device model
 (IDE disk + e1000 NIC) needs the generic kernel (linux-image-<abi>-amd64). Its package holds 400 MB
 of modules, so it is not in the guest image: it is fetched with `apt-get download` when a VM first
 asks for it, and only its vmlinuz and the dozen modules the initramfs loads are kept, beside the
-cloud kernel's boot files. The initramfs is the cloud one with the modules swapped (same busybox,
+cloud kernel's boot files (on this machine: a VM elsewhere gets them shipped, `site.py`). The initramfs is the cloud one with the modules swapped (same busybox,
 same init), and the root disk is the same, so only the kernel differs between the two flavours.
 After switch_root the generic kernel finds no /lib/modules of its own: every driver a VM needs is
 loaded in the initramfs, before that.
@@ -20,8 +20,8 @@ import shutil
 import time
 from pathlib import Path
 
-from .. import procs
 from ..errors import MissingTool, UserError
+from ..machines import local
 from . import disk, guest, initrd
 
 FLAVOURS = ("cloud", "generic")
@@ -76,7 +76,7 @@ def _build(d: Path, cloud: disk.BootFiles, kver: str, log) -> None:
     work.mkdir(parents=True)
     try:
         log(f"fetching {package} (Debian's generic kernel, for emulated devices)")
-        res = procs.run(["apt-get", "download", package], timeout=600, cwd=str(work))
+        res = local().run(["apt-get", "download", package], timeout=600, cwd=str(work))
         debs = list(work.glob(f"{package}_*.deb"))
         if not res.ok or not debs:
             raise UserError(f"could not download {package} for the emulated device model: "
@@ -86,7 +86,7 @@ def _build(d: Path, cloud: disk.BootFiles, kver: str, log) -> None:
         tree = work / "x"
         for argv, what in ((["dpkg-deb", "-x", str(debs[0]), str(tree)], "dpkg-deb -x"),
                            (["depmod", "-b", str(tree), kver], "depmod")):
-            r = procs.run(argv, timeout=600)
+            r = local().run(argv, timeout=600)
             if not r.ok:
                 raise UserError(f"{what} of {package} failed: {r.describe_failure()}")
         moddir = tree / "lib" / "modules" / kver

@@ -4,85 +4,54 @@
 can hang in early boot, and `-cpu host` can abort QEMU. So the probe boots the image's kernel
 without a root filesystem and waits for the kernel's own "VFS ... unable to mount root" panic on
 the serial console: a kernel that gets there ran its whole early boot. The result is cached per
-(host boot, QEMU version, kernel), so one process per host boot pays for it.
+(machine, its boot, QEMU version, kernel), so one process per host boot pays for it. It runs on the
+VM's machine through its executor: a remote KVM host gives KVM.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import threading
 import time
 from pathlib import Path
 
+from ..machines import Machine
 from . import qemu
 
 KVM_TIMEOUT = 20.0  # a working KVM reaches the panic in well under a second
 TCG_TIMEOUT = 90.0
 # (accelerator, -cpu) in order of preference.
 CANDIDATES = (("kvm", "host"), ("kvm", None), ("tcg", None))
+ROOT_PANIC = ("Unable to mount root", "Cannot open root")
 
 _lock = threading.Lock()
 
 
-def _host_boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "unknown"
-
-
-def try_boot(accel: str, cpu: str | None, kernel: Path, timeout: float) -> tuple[bool, str, float]:
-    """(reached the kernel's root-mount panic, what happened, seconds)."""
+def try_boot(machine: Machine, accel: str, cpu: str | None, kernel: str, timeout: float) -> tuple[bool, str, float]:
+    """(reached the kernel's root-mount panic, what happened, seconds). With panic=-1 and -no-reboot
+    QEMU exits by itself right after the panic; a guest stuck in early boot is killed at `timeout`."""
     argv = [qemu.QEMU, "-machine", "pc", "-accel", accel, "-m", "256", "-smp", "1", "-nodefaults",
-            "-no-user-config", "-display", "none", "-no-reboot", "-serial", "stdio", "-kernel", str(kernel),
+            "-no-user-config", "-display", "none", "-no-reboot", "-serial", "stdio", "-kernel", kernel,
             "-append", "console=ttyS0 quiet panic=-1 root=/dev/virtbench-probe-none"]
     if cpu:
         argv += ["-cpu", cpu]
-    t0 = time.monotonic()
-    try:
-        proc = qemu.spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    except OSError as exc:
-        return False, f"cannot start QEMU: {exc}", 0.0
-    seen: list[str] = []
-    found = threading.Event()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for raw in iter(proc.stdout.readline, b""):
-            line = raw.decode(errors="replace").strip()
-            seen.append(line)
-            if qemu.PANIC_RE.search(line) or "Unable to mount root" in line or "Cannot open root" in line:
-                found.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    deadline = t0 + timeout
-    ok = False
-    while time.monotonic() < deadline:
-        if found.wait(0.05):
-            ok = True
-            break
-        if proc.poll() is not None:  # QEMU gave up (e.g. aborted on an MSR): no need to wait
-            reader.join(2)
-            ok = found.is_set()
-            break
-    seconds = time.monotonic() - t0
-    qemu.kill_group(proc, grace=0.5)
-    reader.join(2)
-    if ok:
-        return True, f"kernel reached user-space hand-off in {seconds:.2f} s", seconds
-    tail = " | ".join(x for x in seen[-3:] if x)
-    if proc.returncode not in (None, 0, -9, -15) and seconds < timeout:
-        return False, f"QEMU exited with status {proc.returncode}: {tail}", seconds
-    return False, f"guest kernel did not finish booting within {timeout:.0f} s" + (f" ({tail})" if tail else ""), seconds
+    res = machine.run(argv, timeout=timeout)
+    lines = [ln.strip() for ln in (res.stdout + "\n" + res.stderr).splitlines() if ln.strip()]
+    if any(qemu.PANIC_RE.search(ln) or any(p in ln for p in ROOT_PANIC) for ln in lines):
+        return True, f"kernel reached user-space hand-off in {res.seconds:.2f} s", res.seconds
+    tail = " | ".join(lines[-3:])
+    if not res.timed_out and res.returncode not in (0, -9, -15):
+        return False, f"QEMU exited with status {res.returncode}: {tail}", res.seconds
+    return False, f"guest kernel did not finish booting within {timeout:.0f} s" + (f" ({tail})" if tail else ""), \
+        res.seconds
 
 
-def detect(kernel: Path, kernel_version: str, cache_dir: Path, want: str = "auto") -> dict:
-    """{'accel': 'kvm'|'tcg', 'cpu': ..., 'tried': [...], 'note': ...}; cached per host boot."""
-    key = {"boot_id": _host_boot_id(), "qemu": qemu.version(), "kernel": kernel_version}
-    cache = cache_dir / "accel.json"
+def detect(machine: Machine, kernel: str, kernel_version: str, cache: Path, want: str = "auto") -> dict:
+    """{'accel': 'kvm'|'tcg', 'cpu': ..., 'tried': [...], 'kvm_problem': ...} for `machine`, booting
+    `kernel` (a path there); cached in the local file `cache` per (machine boot, QEMU version, kernel)."""
+    boot_id = machine.run(["cat", "/proc/sys/kernel/random/boot_id"], timeout=30).stdout.strip() or "unknown"
+    key = {"machine": machine.name, "boot_id": boot_id, "qemu": qemu.version(machine), "kernel": kernel_version}
     with _lock:
         try:
             data = json.loads(cache.read_text())
@@ -92,22 +61,33 @@ def detect(kernel: Path, kernel_version: str, cache_dir: Path, want: str = "auto
             pass
         tried = []
         result = None
-        kvm_usable = os.access("/dev/kvm", os.R_OK | os.W_OK)
+        kvm_usable = machine.run(["sh", "-c", "test -r /dev/kvm && test -w /dev/kvm"], timeout=30).ok
         for accel, cpu in CANDIDATES:
             if accel == "kvm" and not kvm_usable:
                 tried.append({"accel": "kvm", "cpu": cpu, "ok": False, "detail": "/dev/kvm missing or not writable"})
                 continue
-            ok, detail, seconds = try_boot(accel, cpu, kernel, KVM_TIMEOUT if accel == "kvm" else TCG_TIMEOUT)
+            ok, detail, seconds = try_boot(machine, accel, cpu, kernel, KVM_TIMEOUT if accel == "kvm" else TCG_TIMEOUT)
             tried.append({"accel": accel, "cpu": cpu, "ok": ok, "detail": detail, "seconds": round(seconds, 3)})
             if ok:
                 result = {"accel": accel, "cpu": cpu}
                 break
         data = {"key": key, "tried": tried, **(result or {"accel": None, "cpu": None}), "at": time.time()}
         if result:
-            tmp = cache.with_name(f"accel.json.partial-{os.getpid()}")
+            tmp = cache.with_name(f"{cache.name}.partial-{os.getpid()}")
             tmp.write_text(json.dumps(data, indent=1))
             os.replace(tmp, cache)
         return _for(data, want)
+
+
+def accelerator_of(machine: Machine, want: str = "auto") -> dict:
+    """Which accelerator really boots a guest on `machine` (the image's kernel, shipped there when
+    remote): the same probe the vm driver runs; what `virtbench hosts` reports."""
+    from .. import image
+    from .site import Site
+
+    site = Site(machine)
+    boot = site.boot_files(site.local_boot(image.require()))
+    return site.accelerator(boot, want)
 
 
 def _for(data: dict, want: str) -> dict:

@@ -1,13 +1,14 @@
-"""QEMU processes: command lines, a QMP client, the serial console reader, and safe spawning.
+"""QEMU processes: command lines, a QMP client, the serial console reader, and spawning on a machine.
 
-Every QEMU this module starts
-- is spawned by one long-lived thread through `setpriv --pdeathsig KILL`, so it dies with virtbench
-  even on SIGKILL (the kernel delivers the parent-death signal when the spawning *thread* exits);
-- runs in its own process group, so teardown can kill the group;
-- starts paused (-S) with QMP on a socket virtbench created and passed in by file descriptor, so
-  the QMP greeting marks the moment the process exists (event, not polling), and `cont` marks the
-  moment the vCPUs run;
-- writes the guest's serial console to a pipe read by a thread that timestamps each line.
+Every QEMU is started through the executor of its machine (`Machine.spawn`), in a process group of
+its own, paused (-S), with QMP and the serial console on UNIX sockets in its directory there (a
+forwarded path when the machine is remote). The QMP greeting marks the moment the process is set
+up, `cont` the moment the vCPUs run, and the console reader timestamps each line as it arrives;
+end of file on the console means QEMU is gone.
+
+On this machine a QEMU also dies with virtbench, even on SIGKILL: it is spawned from one long-lived
+thread through `setpriv --pdeathsig KILL` (the kernel sends the parent-death signal when the
+spawning *thread* exits). A remote QEMU is stopped by teardown.
 """
 
 from __future__ import annotations
@@ -15,13 +16,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
-import os
 import queue
 import re
+import secrets
 import shutil
-import signal
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,14 +28,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from .. import machines
+
 QEMU = "qemu-system-x86_64"
+# The vm driver's devices option -> (disk model, NIC model); NIC model -> QEMU device.
+DEVICE_MODELS = {
+    "paravirt": ("virtio", "virtio"),
+    "emulated-disk": ("ide", "virtio"),
+    "emulated": ("ide", "e1000"),
+}
+NIC_DEVICES = {"virtio": "virtio-net-pci", "e1000": "e1000", "rtl8139": "rtl8139"}
 PANIC_RE = re.compile(r"Kernel panic - not syncing|end Kernel panic")
 
 
 # -- spawning -----------------------------------------------------------------------------------
 
 class _Spawner:
-    """Runs Popen on one daemon thread that lives as long as the process (see module docstring)."""
+    """Runs calls on one daemon thread that lives as long as the process (see module docstring)."""
 
     def __init__(self) -> None:
         self._q: queue.Queue = queue.Queue()
@@ -45,21 +53,21 @@ class _Spawner:
 
     def _loop(self) -> None:
         while True:
-            argv, kwargs, box, done = self._q.get()
+            fn, box, done = self._q.get()
             try:
-                box.append(subprocess.Popen(argv, **kwargs))
+                box.append(fn())
             except BaseException as exc:  # noqa: BLE001 - handed back to the caller
                 box.append(exc)
             done.set()
 
-    def popen(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
+    def call(self, fn: Callable[[], Any]) -> Any:
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="virtbench-vm-spawner", daemon=True)
                 self._thread.start()
         box: list = []
         done = threading.Event()
-        self._q.put((list(argv), kwargs, box, done))
+        self._q.put((fn, box, done))
         done.wait()
         if isinstance(box[0], BaseException):
             raise box[0]
@@ -75,27 +83,11 @@ def pdeathsig_prefix() -> list[str]:
     return [exe, "--pdeathsig", "KILL", "--"] if exe else []
 
 
-def spawn(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
-    kwargs.setdefault("start_new_session", True)
-    kwargs.setdefault("stdin", subprocess.DEVNULL)
-    return _spawner.popen([*pdeathsig_prefix(), *argv], **kwargs)
-
-
-def kill_group(proc: subprocess.Popen, grace: float = 2.0) -> None:
-    """SIGTERM the process group, SIGKILL after `grace` seconds, and reap."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        if proc.poll() is not None:
-            break
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    # The group may hold helpers even after the leader died.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+def spawn(machine: machines.Machine, argv: Sequence[str], log: str) -> machines.Process:
+    """Start argv in the background on `machine`, output to `log` there; tied to this process when local."""
+    if machine.is_local:
+        return _spawner.call(lambda: machine.spawn([*pdeathsig_prefix(), *argv], log))
+    return machine.spawn(argv, log)
 
 
 # -- QMP ----------------------------------------------------------------------------------------
@@ -248,10 +240,10 @@ class Machine:
     machine: str  # pc | q35
     vcpus: int
     memory_mb: int
-    kernel: Path
-    initrd: Path
+    kernel: str  # paths on the VM's machine
+    initrd: str
     append: str
-    disk: Path | None
+    disk: str | None
     disk_format: str = "raw"
     disk_model: str = "virtio"  # virtio | ide
     disk_cache: str = "none"
@@ -261,12 +253,15 @@ class Machine:
     rng: bool = True
     extra: list[str] = field(default_factory=list)
 
-    def argv(self, qmp_fd: int, pidfile: Path | None = None) -> list[str]:
+    def argv(self, qmp: str, console: str, pidfile: str | None = None) -> list[str]:
+        """QMP and the serial console listen on the UNIX socket paths `qmp` and `console`; output
+        before a client connects to the console is lost, so connect before `cont`."""
         argv = [QEMU, "-name", f"{self.name},debug-threads=on", "-machine", self.machine, "-accel", self.accel,
                 "-smp", str(self.vcpus), "-m", str(self.memory_mb), "-nodefaults", "-no-user-config",
                 "-display", "none", "-S",
-                "-chardev", f"socket,id=qmp,fd={qmp_fd},server=on,wait=off", "-mon", "chardev=qmp,mode=control",
-                "-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
+                "-chardev", f"socket,id=qmp,path={_escape(qmp)},server=on,wait=off",
+                "-mon", "chardev=qmp,mode=control",
+                "-chardev", f"socket,id=con,path={_escape(console)},server=on,wait=off", "-serial", "chardev:con",
                 "-kernel", str(self.kernel), "-initrd", str(self.initrd), "-append", self.append]
         if self.cpu:
             argv += ["-cpu", self.cpu]
@@ -299,33 +294,55 @@ def _escape(value: str) -> str:
     return value.replace(",", ",,")
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now (the caller retries if QEMU loses the race)."""
+def free_port(machine: machines.Machine) -> int:
+    """A TCP port on the machine's 127.0.0.1 for QEMU to listen on; the caller retries when QEMU
+    cannot bind it. Here: one free right now; elsewhere: a random one (a collision is rare and retried)."""
+    if not machine.is_local:
+        return 20000 + secrets.randbelow(40000)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def qmp_listener(path: Path) -> socket.socket:
-    """A listening UNIX socket for QEMU to accept QMP on (passed by fd)."""
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+def unix_connect(path: str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(str(path))
-    sock.listen(1)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        raise
     return sock
 
 
-def connect(path: Path) -> Qmp:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(str(path))
-    return Qmp(sock)
+def await_qmp(path: str, gone: Callable[[], bool], timeout: float) -> Qmp:
+    """Connect to QMP at `path` once QEMU listens there, and read its greeting. Retried every few
+    ms: before QEMU is up the socket is missing, or (forwarded) the connection closes at once.
+    `gone()` says QEMU exited (checked now and then: it may cost a command)."""
+    deadline = time.monotonic() + timeout
+    next_check = time.monotonic() + 0.5
+    while True:
+        try:
+            qmp = Qmp(unix_connect(path))
+            try:
+                qmp.handshake(timeout=max(1.0, deadline - time.monotonic()))
+                return qmp
+            except (QmpError, OSError, ValueError):
+                qmp.close()
+        except OSError:
+            pass
+        now = time.monotonic()
+        if now > deadline:
+            raise QmpError(f"QMP did not answer within {timeout:.0f} s")
+        if now > next_check:
+            if gone():
+                raise QmpError("QEMU exited before it was up")
+            next_check = now + 0.5
+        time.sleep(0.003)
 
 
-def version() -> str:
-    exe = shutil.which(QEMU)
-    if not exe:
+def version(machine: machines.Machine) -> str:
+    res = machine.run([QEMU, "--version"], timeout=30)
+    if not res.ok:
         return ""
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
-    m = re.search(r"version (\S+)", out)
-    return m.group(1) if m else out.strip().splitlines()[0] if out.strip() else ""
+    m = re.search(r"version (\S+)", res.stdout)
+    return m.group(1) if m else res.stdout.strip().splitlines()[0] if res.stdout.strip() else ""

@@ -1,7 +1,10 @@
-"""The command channel into a VM: OpenSSH with a per-run key, over a port QEMU forwards on 127.0.0.1.
+"""The command channel into a VM: OpenSSH with a per-run key, over a port QEMU forwards on 127.0.0.1
+(of this machine, or of the VM's machine and then forwarded here over its SSH connection).
 
-One master connection per instance (ssh -M, a child of virtbench that dies with it) carries every
-command as a multiplexed session, so a command costs a session, not a key exchange. The guest's
+The ssh client always runs on this machine, through its executor (`machines.local()`). One master
+connection per instance (ssh -M -f, in the background once it is up; it ends when the guest's
+connection does, e.g. when QEMU is gone) carries every command as a multiplexed session, so a
+command costs a session, not a key exchange. The guest's
 host key is pinned (known_hosts with a fixed alias), never trusted on first use.
 
 Commands are argument lists. ssh hands the remote side one string for the login shell, so every
@@ -16,15 +19,14 @@ import re
 import shlex
 import shutil
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import procs
 from ..errors import MissingTool, UserError
+from ..machines import local
 from ..model import ExecResult
-from . import qemu
 
 HOST_ALIAS = "virtbench-guest"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -46,7 +48,7 @@ def make_keypair(directory: Path, comment: str = "virtbench") -> KeyPair:
     if not shutil.which("ssh-keygen"):
         raise MissingTool("ssh-keygen", "openssh-client", "the vm driver makes a key per run with it")
     key = directory / "id_ed25519"
-    res = procs.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)], timeout=60)
+    res = local().run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)], timeout=60)
     if not res.ok:
         raise UserError(f"ssh-keygen failed: {res.describe_failure()}")
     return KeyPair(key, Path(f"{key}.pub").read_text().strip())
@@ -70,7 +72,7 @@ def remote_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
 
 
 class Channel:
-    """SSH to one guest through 127.0.0.1:port."""
+    """SSH to one guest through 127.0.0.1:port of this machine."""
 
     def __init__(self, port: int, key: KeyPair, host_key_pub: str, workdir: Path):
         if not shutil.which("ssh"):
@@ -80,8 +82,7 @@ class Channel:
         self.control = workdir / "ssh.sock"
         self.known_hosts = workdir / "known_hosts"
         self.known_hosts.write_text(f"{HOST_ALIAS} {' '.join(host_key_pub.split()[:2])}\n")
-        self.log = workdir / "ssh-master.log"
-        self.master: subprocess.Popen | None = None
+        self.opened = False
 
     def options(self) -> list[str]:
         return ["-F", "/dev/null", "-p", str(self.port), "-i", str(self.key.private),
@@ -97,38 +98,25 @@ class Channel:
     def open(self, timeout: float = 30.0) -> str | None:
         """Start the master connection; None when it is up, else why it failed (caller retries)."""
         self.close()
-        with contextlib.suppress(FileNotFoundError):
-            self.control.unlink()
-        with open(self.log, "ab") as log:
-            self.master = qemu.spawn(["ssh", *self.options(), "-M", "-N", "-T", "-o", "ControlPersist=no",
-                                      "root@127.0.0.1"], stdout=subprocess.DEVNULL, stderr=log)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.control.exists():
-                return None
-            if self.master.poll() is not None:
-                return self._log_tail() or f"ssh exited with status {self.master.returncode}"
-            time.sleep(0.005)
-        self.close()
-        return f"no SSH connection within {timeout:.0f} s"
-
-    def _log_tail(self) -> str:
-        with contextlib.suppress(OSError):
-            lines = [ln for ln in self.log.read_text(errors="replace").splitlines() if ln.strip()]
-            return lines[-1] if lines else ""
-        return ""
+        # -f: ssh returns once the connection is up and the control socket listens (or with the error).
+        res = local().run(["ssh", *self.options(), "-M", "-f", "-N", "-T", "-o", "ControlPersist=no",
+                           "root@127.0.0.1"], timeout=timeout)
+        if res.ok and self.control.exists():
+            self.opened = True
+            return None
+        if res.timed_out:
+            return f"no SSH connection within {timeout:.0f} s"
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        return lines[-1] if lines else f"ssh exited with status {res.returncode}"
 
     def is_open(self) -> bool:
-        return self.master is not None and self.master.poll() is None and self.control.exists()
+        # The master removes its socket when it ends (the guest's connection closed).
+        return self.opened and self.control.exists()
 
     def close(self) -> None:
-        if self.master is not None:
-            if self.master.poll() is None:
-                with contextlib.suppress(Exception):
-                    subprocess.run(["ssh", *self.options(), "-O", "exit", "root@127.0.0.1"],
-                                   capture_output=True, timeout=5)
-                qemu.kill_group(self.master, grace=1.0)
-            self.master = None
+        if self.opened and self.control.exists():
+            local().run(["ssh", *self.options(), "-O", "exit", "root@127.0.0.1"], timeout=5)
+        self.opened = False
         with contextlib.suppress(FileNotFoundError):
             self.control.unlink()
 
@@ -141,7 +129,7 @@ class Channel:
              env: Mapping[str, str] | None = None) -> ExecResult:
         argv = [str(a) for a in argv]
         cmd = remote_command(argv, env, timeout)
-        res = procs.run(self._argv(cmd), timeout=None if timeout is None else timeout + 15, stdin=stdin)
+        res = local().run(self._argv(cmd), timeout=None if timeout is None else timeout + 15, stdin=stdin)
         timed_out = res.timed_out or (timeout is not None and res.seconds >= timeout
                                       and res.returncode in (124, 137))
         return ExecResult(argv, res.returncode, res.stdout, res.stderr, res.started, res.ended, timed_out)
@@ -163,6 +151,7 @@ class Channel:
                 tmp.unlink()
 
     def _stream(self, command: str, *, stdin, stdout, timeout: float, what: str) -> None:
+        # A pipe to and from files, not Machine.run: that holds output as text, and whole files in memory.
         proc = subprocess.Popen(self._argv(command), stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
                                 start_new_session=True)
         try:

@@ -1,0 +1,71 @@
+"""Run directories of the vm driver on this machine, and what killed runs left behind.
+
+Each driver's run directory holds `owner.json` (pid and its start time); a directory whose owner is
+gone is removed, after killing the QEMU its instances' pidfiles still name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+
+def process_start(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def make_run_dir(root: Path, run_id: str) -> Path:
+    """A new directory under `root`, owned by this process."""
+    root.mkdir(parents=True, exist_ok=True)
+    d = root / secrets.token_hex(4)
+    d.mkdir()
+    pid = os.getpid()
+    (d / "owner.json").write_text(json.dumps({"pid": pid, "pidstart": process_start(pid), "run_id": run_id,
+                                              "at": time.time()}))
+    return d
+
+
+def cleanup(roots: list[Path], keep: Path | None = None) -> list[str]:
+    """Kill QEMUs and remove run directories under `roots` whose owning process is gone."""
+    removed = []
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for d in root.iterdir():
+            if not d.is_dir() or d == keep:
+                continue
+            try:
+                owner = json.loads((d / "owner.json").read_text())
+            except (OSError, ValueError):
+                owner = {}
+            pid = owner.get("pid")
+            if isinstance(pid, int) and process_start(pid) is not None and \
+                    (owner.get("pidstart") in (None, process_start(pid))):
+                continue  # its owner still runs
+            if not owner and time.time() - d.stat().st_mtime < 60:
+                continue  # being created right now
+            for pidfile in d.glob("i*/qemu.pid"):
+                kill_qemu(pidfile)
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(f"vm work directory {d}")
+    return removed
+
+
+def kill_qemu(pidfile: Path) -> None:
+    """Kill the QEMU whose -pidfile this is, if that pid still is that QEMU."""
+    try:
+        pid = int(pidfile.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return
+    if str(pidfile).encode() in cmdline:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, 9)
