@@ -59,7 +59,8 @@ def test_mpirun_options_for_an_ssh_cluster():
                  "btl_vader_single_copy_mechanism none"):
         assert part in text, part
     rsh = argv[argv.index("plm_rsh_args") + 1]
-    assert rsh.startswith(f"-p {cluster.SSH_PORT} -i /tmp/vb-scratch/vb-mpi/id") and "StrictHostKeyChecking=no" in rsh
+    assert rsh.startswith(f"-p {cluster.SSH_PORT} -i /tmp/vb-scratch/vb-mpi/id") and "StrictHostKeyChecking=yes" in rsh
+    assert "UserKnownHostsFile=/tmp/vb-scratch/vb-mpi/known_hosts" in rsh
     # the hostfile went to the launcher once: one line per instance with its slots
     (write,) = [cmd for cmd in a.commands if cmd[:2] == ["sh", "-c"]]
     assert write[-1].startswith("/tmp/vb-scratch/vb-mpi/hostfile-")
@@ -138,7 +139,7 @@ def test_two_container_cluster_pingpong_and_npb(driver):
         assert c.mode == "ssh" and c.subnet and cluster.get(nodes) is c  # set up once, then cached
         # passwordless SSH both ways (the key is on every instance)
         back = nodes[1].exec(["ssh", "-p", str(cluster.SSH_PORT), "-i", "/tmp/vb-scratch/vb-mpi/id",
-                              *cluster.SSH_OPTIONS, nodes[0].address, "hostname"], timeout=60)
+                              *cluster.ssh_options(nodes[1]), nodes[0].address, "hostname"], timeout=60)
         assert back.ok and back.stdout.strip() == nodes[0].name[:63], back
 
         wl = workloads.get("mpi")

@@ -56,7 +56,7 @@ def test_two_vm_cluster_runs_pingpong_across_the_segment(vms):
     assert c.network["mechanism"].startswith("qemu socket netdev") and c.network["group"].startswith("239.")
     # Names from /etc/hosts, and SSH both ways over the segment.
     back = nodes[1].exec(["ssh", "-p", str(cluster.SSH_PORT), "-i", f"{nodes[1].scratch_dir()}/vb-mpi/id",
-                          *cluster.SSH_OPTIONS, nodes[0].hostname, "hostname"], timeout=60)
+                          *cluster.ssh_options(nodes[1]), nodes[0].hostname, "hostname"], timeout=60)
     assert back.ok and back.stdout.strip() == nodes[0].hostname, back
 
     wl = workloads.get("mpi")

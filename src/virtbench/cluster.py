@@ -43,8 +43,10 @@ from .errors import MissingTool, WorkloadFailed
 from .model import ExecResult
 
 SSH_PORT = 2222
-SSH_OPTIONS = ("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-               "-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
+# Between a cluster's instances host keys are checked too: each sshd's key (made inside its instance)
+# is read back and pinned in a known_hosts file next to the launcher's key.
+SSH_OPTIONS = ("-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
+               "-o", "ConnectTimeout=10")
 SETUP_TIMEOUT = 120.0
 # Ranks x threads per instance above this many times its vCPUs is refused as absurd (Workload.validate
 # and capacity checks); above 1x the run is marked oversubscribed and warned about.
@@ -65,10 +67,16 @@ mkdir -p /run/sshd
 chmod 700 "$dir"; chmod 600 "$dir/id" "$dir/authorized_keys"
 [ -f "$dir/host_key" ] || ssh-keygen -q -t ed25519 -N '' -C virtbench-host -f "$dir/host_key"
 if [ -f "$dir/sshd.pid" ] && kill -0 "$(cat "$dir/sshd.pid")" 2>/dev/null; then exit 0; fi
-exec /usr/sbin/sshd -p "$port" -h "$dir/host_key" -o "AuthorizedKeysFile=$dir/authorized_keys" \
+rm -f "$dir/sshd.pid"
+/usr/sbin/sshd -p "$port" -h "$dir/host_key" -o "AuthorizedKeysFile=$dir/authorized_keys" \
   -o "PidFile=$dir/sshd.pid" -o StrictModes=no -o PermitRootLogin=prohibit-password \
   -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no -o UsePAM=no -o UseDNS=no \
   -o MaxStartups=100:30:200 -E "$dir/sshd.log"
+# sshd detaches before it binds: its pid file appears only once it listens.
+i=0; while [ ! -s "$dir/sshd.pid" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+[ -s "$dir/sshd.pid" ] && exit 0
+echo "sshd did not start on port $port (is the port taken by another process?):" >&2
+tail -n 3 "$dir/sshd.log" >&2; exit 1
 """
 
 # Open MPI resolves "localhost" and the node's own name; a guest without /etc/hosts entries for them
@@ -153,7 +161,7 @@ class Cluster:
         if self.mode == "ssh":
             key = f"{_ssh_dir(self.launcher)}/id"
             cmd += ["--mca", "plm_rsh_agent", "ssh",
-                    "--mca", "plm_rsh_args", " ".join(("-p", str(SSH_PORT), "-i", key, *SSH_OPTIONS)),
+                    "--mca", "plm_rsh_args", " ".join(("-p", str(SSH_PORT), "-i", key, *ssh_options(self.launcher))),
                     "--mca", "plm_rsh_no_tree_spawn", "1",
                     "--mca", "oob_tcp_if_include", self.subnet, "--mca", "btl_tcp_if_include", self.subnet]
         if self.launcher.env.driver != "host":
@@ -319,6 +327,7 @@ def _build(instances: list[Instance]) -> Cluster:
                              "use instances = 1 in this environment")
     for inst in instances:
         _setup_ssh(inst)
+    _pin_host_keys(instances)
     cluster = Cluster(instances, "ssh", _subnet(instances[0]), vcpus)
     cluster.network = network or {"mechanism": f"{instances[0].env.driver} network (the driver's own addresses)",
                                   "subnet": cluster.subnet}
@@ -389,9 +398,29 @@ def _setup_ssh(inst: Instance) -> None:
     inst._vb_sshd = True
 
 
+def ssh_options(inst: Instance) -> tuple[str, ...]:
+    """ssh options from one instance of a cluster to the others (their host keys pinned)."""
+    return (*SSH_OPTIONS, "-o", f"UserKnownHostsFile={_ssh_dir(inst)}/known_hosts")
+
+
+def _pin_host_keys(instances: list[Instance]) -> None:
+    """known_hosts in every instance: each peer's sshd host key, under its address and host name."""
+    lines = []
+    for inst in instances:
+        res = inst.exec(["cat", f"{_ssh_dir(inst)}/host_key.pub"], timeout=60)
+        _check(res, f"reading the sshd host key of {inst.name}")
+        kind, key = res.stdout.split()[:2]
+        names = dict.fromkeys(n for n in (inst.address, getattr(inst, "hostname", None)) if n)
+        lines.append(",".join(f"[{n}]:{SSH_PORT}" for n in names) + f" {kind} {key}\n")
+    for inst in instances:
+        res = inst.exec(["sh", "-c", 'cat > "$1"', "sh", f"{_ssh_dir(inst)}/known_hosts"],
+                        stdin="".join(lines).encode(), timeout=60)
+        _check(res, f"writing known_hosts in {inst.name}")
+
+
 def _probe(launcher: Instance, peer: Instance) -> None:
     """Passwordless SSH from the launcher to the peer works (a few tries while sshd comes up)."""
-    argv = ["ssh", "-p", str(SSH_PORT), "-i", f"{_ssh_dir(launcher)}/id", *SSH_OPTIONS, peer.address, "true"]
+    argv = ["ssh", "-p", str(SSH_PORT), "-i", f"{_ssh_dir(launcher)}/id", *ssh_options(launcher), peer.address, "true"]
     res = None
     for _ in range(5):
         res = launcher.exec(argv, timeout=30)

@@ -75,7 +75,7 @@ class SshInstance(Instance):
         # A host that went away cannot be cleaned now; its scratch directory (under virtbench's own
         # directory there) is all that stays, and the teardown of the other instances goes on.
         try:
-            self.machine.kill_marked(f"{MARK}={self._mark}")
+            self.machine.kill_matching([f"{MARK}={self._mark}", self._scratch])
             self.machine.run(["rm", "-rf", "--", self._scratch], timeout=120)
         finally:
             if self._release:

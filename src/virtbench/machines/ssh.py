@@ -40,14 +40,18 @@ PERSIST = 600  # seconds the master outlives its last use if virtbench dies with
 # Runs every command with builtins only (each exec costs the remote ~1 ms): change directory, export
 # the caller's variables and a token naming this command, then exec it, under coreutils `timeout`
 # when it has one. On Ctrl-C (or a local timeout) the processes carrying the token are killed there
-# (_KILL_MARKED), so nothing of an interrupted command goes on running on the remote machine.
+# (_KILL_MATCHING), so nothing of an interrupted command goes on running on the remote machine.
 _WRAPPER = ('d=$1; t=$2; export VIRTBENCH_EXEC="$3"; n=$4; shift 4; '
             'while [ "$n" -gt 0 ]; do export "$1"; shift; n=$((n - 1)); done; '
             'if [ -n "$d" ]; then cd "$d" || exit 126; fi; '
             'if [ "$t" = 0 ]; then exec "$@"; fi; exec timeout -k 5 "$t" "$@"')
-_KILL_MARKED = r"""
-tok=$1
-find() { grep -lzx "$tok" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/||; s|/environ$||'; }
+# Kills the processes whose environment or command line holds one of the strings read on stdin
+# (never from arguments: this script's own command line must not match). Command lines count
+# because some daemons (sshd) overwrite their environment with their process title.
+_KILL_MATCHING = r"""
+pats=$(cat)
+find() { printf '%s\n' "$pats" | grep -lzF -f - /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null |
+  sed 's|^/proc/||; s|/.*$||' | sort -u | grep -vx "$$"; }
 pids=$(find); [ -n "$pids" ] || exit 0
 kill -TERM $pids 2>/dev/null; sleep 0.3
 pids=$(find); [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
@@ -242,7 +246,7 @@ class SshMachine(Machine):
         """Kill the remote command (by its token), then the local client."""
         if token:
             with contextlib.suppress(Exception):  # the connection itself may be what failed
-                self.kill_marked(f"VIRTBENCH_EXEC={token}")
+                self.kill_matching([f"VIRTBENCH_EXEC={token}"])
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(proc.pid, sig)
@@ -286,10 +290,10 @@ class SshMachine(Machine):
             raise OSError(f"starting {argv[0]} on {self.name} failed: {_ssh_error(res)}")
         return Process(self, int(pid), log, argv)
 
-    def kill_marked(self, assignment: str) -> None:
-        """Kill every process there whose environment holds `assignment` (NAME=value): what one
-        command, or one instance, started, daemons included."""
-        self._call(shlex.join(["sh", "-c", _KILL_MARKED, "vb", assignment]), timeout=20)
+    def kill_matching(self, patterns: list[str]) -> None:
+        """Kill every process there whose environment or command line contains one of `patterns`:
+        what one command, or one instance, started, daemons included."""
+        self._call(shlex.join(["sh", "-c", _KILL_MATCHING]), stdin="\n".join(patterns).encode(), timeout=20)
 
     def kill_group(self, pgid: int, grace: float = 2.0) -> None:
         self._call(shlex.join(["sh", "-c", _KILL, "vb", str(pgid), str(max(1, int(grace * 10)))]),
