@@ -446,21 +446,24 @@ def check_cmd(driver, count, shape, options, inventory, as_json) -> None:
               help="an Ansible inventory file (YAML or INI)")
 @click.option("--group", "-g", "pattern", default="all", show_default=True,
               help="a group, a host, or a comma list of them")
+@click.option("--boot-probe", is_flag=True,
+              help="boot a guest on each host (the vm driver's probe: KVM, else TCG) to say whether KVM really works")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object per host, as a list")
-def hosts_cmd(inventory, pattern, as_json) -> None:
+def hosts_cmd(inventory, pattern, boot_probe, as_json) -> None:
     """Probe an inventory's hosts over SSH: reachable or why not, kernel, CPU, memory, /dev/kvm,
-    podman, docker, Open MPI and python3. Exits 1 when a host is unreachable."""
+    podman, docker, Open MPI and python3; with --boot-probe, whether KVM really boots a guest
+    there. Exits 1 when a host is unreachable."""
     from .machines import inventory as inventory_mod
     from .machines.probe import probe_hosts
     from .machines.ssh import SshMachine
 
     specs = inventory_mod.load(inventory).select(pattern)
     if as_json:
-        rows = probe_hosts(specs, SshMachine, resolve=inventory_mod.ssh_config_address)
+        rows = probe_hosts(specs, SshMachine, resolve=inventory_mod.ssh_config_address, boot=boot_probe)
         _emit_json(rows)
     else:
         with err.status(f"probing {len(specs)} host(s)"):
-            rows = probe_hosts(specs, SshMachine, resolve=inventory_mod.ssh_config_address)
+            rows = probe_hosts(specs, SshMachine, resolve=inventory_mod.ssh_config_address, boot=boot_probe)
         render.hosts_table(out, rows)
     if not all(r["reachable"] for r in rows):
         sys.exit(1)
