@@ -15,6 +15,7 @@ from virtbench import analysis, suite
 from virtbench.machines import testbed
 from virtbench.runner import Events, Runner
 from virtbench.store import Store
+from vbnetns import commands as ns_commands, strays
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,22 +30,6 @@ def _run(inv: Path, db: Path, workload: str, envs: list[str], repeat: int | None
     store = Store(db)
     runner = Runner(store, matrix, events=events)
     return store, runner, runner.start()
-
-
-def _ns_commands(ns: str) -> list[str]:
-    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-    out = []
-    for pid in pids:
-        try:
-            out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip())
-        except OSError:
-            pass
-    return out
-
-
-def _strays(ns: str) -> list[str]:
-    """Processes in a testbed host other than its sshd (listener and the sessions it serves)."""
-    return [c for c in _ns_commands(ns) if c and not c.startswith(("/usr/sbin/sshd", "sshd:"))]
 
 
 def test_system_on_ssh_hosts_records_machines_and_no_secrets(testbed2, tmp_path):
@@ -63,7 +48,7 @@ def test_system_on_ssh_hosts_records_machines_and_no_secrets(testbed2, tmp_path)
         if subprocess.run(["which", "sqlite3"], capture_output=True).returncode == 0 else \
         (tmp_path / "r.sqlite").read_bytes().decode(errors="replace")
     assert "id_ed25519" not in dump and "PRIVATE KEY" not in dump and "ansible_user" not in dump
-    assert not _strays("vbts-1") and not _strays("vbts-2")
+    assert not strays("vbts-1") and not strays("vbts-2")
     left = subprocess.run(["ip", "netns", "exec", "vbts-1", "sh", "-c", "ls /var/lib/virtbench-host/*/scratch"],
                           capture_output=True, text=True).stdout.split()
     assert left == []  # scratch directories removed at teardown
@@ -79,7 +64,7 @@ def test_npb_cg_across_two_hosts_is_verified(testbed2, tmp_path):
     assert {p["address"] for p in meta[0]["placement"]} == {"10.216.0.11", "10.216.0.12"}
     assert meta[0]["cluster_mode"] == "ssh"
     # The cluster's own sshd on each host went with the instances.
-    assert not _strays("vbts-1") and not _strays("vbts-2")
+    assert not strays("vbts-1") and not strays("vbts-2")
 
 
 def test_unreachable_host_fails_its_environment_only(testbed2, tmp_path):
@@ -148,7 +133,7 @@ def test_ctrl_c_leaves_nothing_on_any_host(testbed2, tmp_path):
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # wait until a kernel runs on a host
-        if any("vb-system" in c for ns in ("vbts-1", "vbts-2") for c in _ns_commands(ns)):
+        if any("vb-system" in c for ns in ("vbts-1", "vbts-2") for c in ns_commands(ns)):
             break
         time.sleep(0.1)
     else:
@@ -160,7 +145,7 @@ def test_ctrl_c_leaves_nothing_on_any_host(testbed2, tmp_path):
     assert "--resume" in err
     time.sleep(0.5)
     for ns in ("vbts-1", "vbts-2"):
-        assert _strays(ns) == [], ns
+        assert strays(ns) == [], ns
         left = subprocess.run(["ip", "netns", "exec", ns, "sh", "-c", "ls /var/lib/virtbench-host/*/scratch"],
                               capture_output=True, text=True).stdout.split()
         assert left == [], (ns, left)

@@ -14,6 +14,7 @@ from virtbench.machines import Pool, inventory, ship, testbed
 from virtbench.machines.base import MachineUnreachable
 from virtbench.machines.inventory import HostSpec
 from virtbench.machines.ssh import SshMachine
+from vbnetns import commands as ns_commands
 
 pytestmark = pytest.mark.slow
 
@@ -23,17 +24,6 @@ def pool(testbed2):
     p = Pool(inventory.load(testbed2))
     yield p
     p.close()
-
-
-def _netns_commands(ns: str) -> list[str]:
-    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-    out = []
-    for pid in pids:
-        try:
-            out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip())
-        except OSError:
-            pass
-    return out
 
 
 def test_argument_lists_env_cwd_stdin_and_exit_codes(pool):
@@ -62,7 +52,7 @@ def test_timeout_kills_the_whole_remote_process_group(pool):
     assert res.timed_out and "never" not in res.stdout
     assert 1 <= res.seconds < 10
     time.sleep(0.3)
-    assert not [c for c in _netns_commands("vbts-1") if c.startswith("sleep 7")]
+    assert not [c for c in ns_commands("vbts-1") if c.startswith("sleep 7")]
 
 
 def test_ctrl_c_kills_the_remote_command(pool):
@@ -72,7 +62,7 @@ def test_ctrl_c_kills_the_remote_command(pool):
     with pytest.raises(KeyboardInterrupt):
         m.run(["sh", "-c", "sleep 73 & sleep 74"], timeout=60)
     time.sleep(0.3)
-    assert not [c for c in _netns_commands("vbts-1") if c.startswith("sleep 7")]
+    assert not [c for c in ns_commands("vbts-1") if c.startswith("sleep 7")]
 
 
 def test_one_connection_for_many_commands(pool):
@@ -98,7 +88,7 @@ def test_put_get_and_spawn(pool, tmp_path):
     assert proc.alive() and m.run(["cat", "/tmp/vb-spawn.log"]).stdout == "started\n"
     proc.stop()
     assert not proc.alive()
-    assert not [c for c in _netns_commands("vbts-1") if "sleep 75" in c]
+    assert not [c for c in ns_commands("vbts-1") if "sleep 75" in c]
 
 
 def test_host_keys_are_checked(testbed2, tmp_path):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from . import paths, procs
+from . import kernels, paths, procs
 from .errors import MissingTool, UserError
 
 # Bump when the build recipe changes in a way the other inputs do not show.
@@ -113,7 +113,8 @@ def _arch() -> str:
     return res.stdout.strip() if res.ok else os.uname().machine
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    """SHA-256 of a file, read in 1 MiB chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -126,7 +127,8 @@ def native_files() -> dict[str, Path]:
     bindir = paths.native_bin_dir()
     files = {p.name: p for p in sorted(bindir.iterdir()) if p.is_file()} if bindir.is_dir() else {}
     if "vb-system" not in files:
-        raise UserError(f"native kernels are not built (no vb-system in {bindir})", hint="run: make native")
+        raise UserError(f"native kernels are not built (no vb-system in {bindir})",
+                        hint=f"run: {kernels.advice()}")
     return files
 
 
@@ -143,7 +145,7 @@ def inputs() -> dict:
         "mmdebstrap": _mmdebstrap_version(_mmdebstrap()),
         "hook": CUSTOMIZE_HOOK,
         "guest_paths": [GUEST_BIN_DIR, GUEST_MANIFEST],
-        "native": {name: _sha256(path) for name, path in native_files().items()},
+        "native": {name: sha256_of(path) for name, path in native_files().items()},
     }
 
 
@@ -230,7 +232,7 @@ def _build_into(exe: str, inp: dict, h: str, d: Path, log: Callable[[str], None]
         for name, src in native_files().items():
             shutil.copyfile(src, stage / name)
             os.chmod(stage / name, 0o755)
-            if _sha256(stage / name) != inp["native"].get(name):
+            if sha256_of(stage / name) != inp["native"].get(name):
                 raise UserError(f"native kernel {name} changed during the image build", hint="run it again")
         hook = CUSTOMIZE_HOOK.format(stage=shlex.quote(str(stage)), pkgout=shlex.quote(str(pkgout)),
                                      bindir=GUEST_BIN_DIR, manifest=GUEST_MANIFEST)
@@ -249,7 +251,7 @@ def _build_into(exe: str, inp: dict, h: str, d: Path, log: Callable[[str], None]
             "hash": h, "inputs": inp, "packages": packages,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
             "built_at_epoch": started, "build_seconds": round(seconds, 1),
-            "size_bytes": size, "tarball_sha256": _sha256(tmp_tar),
+            "size_bytes": size, "tarball_sha256": sha256_of(tmp_tar),
         }
         tmp_manifest.write_text(json.dumps(manifest, indent=2, sort_keys=True))
         # The manifest is renamed last: a directory with both files is a complete image.

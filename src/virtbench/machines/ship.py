@@ -24,8 +24,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import paths
+from .. import kernels, paths
 from ..errors import UserError
+from ..image import sha256_of
 from .base import Machine
 
 DEFAULT_DIR = ".cache/virtbench"  # relative to the remote user's home
@@ -51,21 +52,14 @@ def remote_dir(machine: Machine) -> str:
     return base if base.startswith("/") else f"{machine.facts()['home'].rstrip('/')}/{base}"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def native_manifest() -> dict[str, str]:
     """name -> SHA-256 of every built kernel."""
     bindir = paths.native_bin_dir()
     files = sorted(p for p in bindir.iterdir() if p.is_file()) if bindir.is_dir() else []
     if not any(p.name == "vb-system" for p in files):
-        raise UserError(f"native kernels are not built (no vb-system in {bindir})", hint="run: make -C native")
-    return {p.name: _sha256(p) for p in files}
+        raise UserError(f"native kernels are not built (no vb-system in {bindir})",
+                        hint=f"run: {kernels.advice()}")
+    return {p.name: sha256_of(p) for p in files}
 
 
 def manifest_hash(manifest: dict[str, str]) -> str:
@@ -109,7 +103,7 @@ def _install(machine: Machine, base: str, name: str, files: dict[str, Path], pre
              what: str) -> None:
     """One round trip: the tar goes in on stdin, the script checks and places it."""
     data = _tar(files, prefix)
-    sums = "".join(f"{_sha256(files[n])}  {prefix}{n}\n" for n in sorted(files))
+    sums = "".join(f"{sha256_of(files[n])}  {prefix}{n}\n" for n in sorted(files))
     res = machine.run(["sh", "-c", _INSTALL, "vb", base, name, hashlib.sha256(data).hexdigest(), sums],
                       stdin=data, timeout=600)
     if not res.ok:
@@ -158,16 +152,14 @@ def ensure_native(machine: Machine) -> Shipped:
 
 
 def source_files() -> dict[str, Path]:
-    """The kernels' sources (native/ without its build output)."""
-    root = paths.PROJECT_ROOT / "native"
-    return {str(p.relative_to(root)): p for p in sorted(root.rglob("*"))
-            if p.is_file() and "build" not in p.relative_to(root).parts and p.suffix != ".o"}
+    """The kernels' sources (a clone's native/, or the installed package's copy)."""
+    return kernels.source_files()
 
 
 def _build_there(machine: Machine, why: str) -> Shipped:
     """The shipped binaries do not run there: build the same sources on the machine."""
     files = source_files()
-    h = hashlib.sha256(json.dumps({n: _sha256(p) for n, p in files.items()}, sort_keys=True).encode()).hexdigest()[:16]
+    h = kernels.sources_hash(files)
     base = f"{remote_dir(machine)}/native-src"
     name = f"src-{h}"
     if not machine.run(["test", "-f", f"{base}/{name}/.complete"], timeout=60).ok:
@@ -194,7 +186,7 @@ def file_sha256(path: Path) -> str:
             cached = side.read_text().split()[0]
             if re.fullmatch(r"[0-9a-f]{64}", cached):
                 return cached
-    digest = _sha256(path)
+    digest = sha256_of(path)
     tmp = side.with_name(f".{side.name}.{os.getpid()}")
     try:
         tmp.write_text(f"{digest}  {path.name}\n")
