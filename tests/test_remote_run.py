@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from virtbench import analysis, suite
-from virtbench.machines import testbed
+from virtbench.machines import Pool, testbed
+from virtbench.machines import inventory as inventory_mod
 from virtbench.runner import Events, Runner
 from virtbench.store import Store
 from vbnetns import commands as ns_commands, strays
@@ -125,16 +126,32 @@ def test_host_dying_mid_run_is_data_and_resume_completes(tmp_path):
     assert testbed.leftovers(prefix) == []
 
 
-def test_ctrl_c_leaves_nothing_on_any_host(testbed2, tmp_path):
-    env = {**os.environ, "VIRTBENCH_DATA": str(tmp_path)}
+def _containers_on(inventory: Path, host: str) -> list[str]:
+    """The containers virtbench made on a testbed host, asked there (each host has its own engine)."""
+    pool = Pool(inventory_mod.load(inventory))
+    try:
+        res = pool.get(host).run(["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "ps", "-a",
+                                  "--filter", "label=virtbench=1", "--format", "{{.Names}}"], timeout=60)
+        assert res.ok, res.stderr
+        return res.stdout.split()
+    finally:
+        pool.close()
+
+
+def test_ctrl_c_leaves_nothing_on_any_host(testbed2, tmp_path, guest_image):
+    """Ctrl-C while kernels run on an SSH host and in a container on another: per host, no process
+    of ours, no scratch directory, no container; no master connection here."""
     proc = subprocess.Popen([sys.executable, "-m", "virtbench.cli", "run", "--workload", "system", "--param",
-                             "test=dhrystone", "--param", "duration=5", "--envs", "ssh,ssh@vbtsh2", "-r", "3",
+                             "test=dhrystone", "--param", "duration=5", "--param", "copies=1",
+                             "--envs", "ssh@vbtsh1,container@vbtsh2", "-r", "3",
                              "--inventory", str(testbed2), "--db", str(tmp_path / "r.sqlite")],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # wait until a kernel runs on a host
-        if any("vb-system" in c for ns in ("vbts-1", "vbts-2") for c in ns_commands(ns)):
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:  # wait until a kernel runs on a host and the container exists
+        if any("vb-system" in c for c in ns_commands("vbts-1")) and _containers_on(testbed2, "vbtsh2"):
             break
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended early: {proc.communicate()[1][-2000:]}")
         time.sleep(0.1)
     else:
         proc.kill()
@@ -152,3 +169,4 @@ def test_ctrl_c_leaves_nothing_on_any_host(testbed2, tmp_path):
     # The multiplexed master connections were closed too: no ssh client of ours is left here.
     masters = subprocess.run(["pgrep", "-af", "ControlPersist"], capture_output=True, text=True).stdout
     assert "vbts" not in masters and "10.216.0." not in masters
+    assert _containers_on(testbed2, "vbtsh2") == []

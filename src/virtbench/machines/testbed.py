@@ -149,7 +149,7 @@ def _reap(prefix: str) -> None:
 def down(prefix: str = "vbtb") -> list[str]:
     """Remove testbed `prefix`: processes, namespaces, links, state dir. Idempotent."""
     _check_prefix(prefix)
-    removed = []
+    removed = [f"containers on {h}" for h in _remove_containers(prefix)]
     pids = _pids(prefix)
     if pids:
         removed.append(f"{len(pids)} process(es)")
@@ -184,6 +184,23 @@ def down(prefix: str = "vbtb") -> list[str]:
     return removed
 
 
+def _remove_containers(prefix: str) -> list[str]:
+    """`podman rm -af` inside each running host (its own engine state): containers run in network
+    namespaces of their own, so killing the host's processes would not reach them."""
+    if not shutil.which("podman"):
+        return []
+    hosts = []
+    for pidfile in sorted(state_dir(prefix).glob("hosts/h*/sshd.pid")):
+        pid = pidfile.read_text().strip()
+        if not pid.isdigit() or not _alive(int(pid)):
+            continue
+        res = procs.run(["nsenter", f"--target={pid}", "--mount", "--net", "podman", "--runtime", "runc",
+                         "--cgroup-manager", "cgroupfs", "rm", "-af", "-t", "0"], timeout=120)
+        if res.ok and res.stdout.strip():
+            hosts.append(pidfile.parent.name)
+    return hosts
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
@@ -194,6 +211,8 @@ def _alive(pid: int) -> bool:
 
 # -- up ---------------------------------------------------------------------------------------------
 
+# Where podman keeps its state (rootful): each testbed host gets its own copy of these.
+ENGINE_DIRS = ("/var/lib/containers", "/run/containers", "/run/libpod", "/var/lib/cni", "/run/cni", "/run/netns")
 SSHD_ADDRESS = re.compile(r"^ListenAddress (\S+)", re.M)
 SSHD_CONFIG = """\
 # virtbench testbed host {name}: written by virtbench, removed by `virtbench testbed down`
@@ -261,7 +280,10 @@ def _start_sshd(hdir: Path, ns: str, disk_size: str | None) -> subprocess.Popen:
         first = f"mount -t tmpfs -o size={disk_size},mode=0755 virtbench-host {HOST_DIR}"
     else:
         first = f"mount --bind {data} {HOST_DIR}"
-    script = (f"set -e; {first}; mount --bind {tmp} /tmp; mount --bind {home} /root; "
+    # Its own container engine state too: a container a host starts is that host's alone (its network
+    # namespace file under /run/netns exists only in this mount namespace).
+    engine = "; ".join(f"mount --bind {hdir / 'engine' / d.strip('/').replace('/', '-')} {d}" for d in ENGINE_DIRS)
+    script = (f"set -e; {first}; mount --bind {tmp} /tmp; mount --bind {home} /root; {engine}; "
               f"exec {SSHD} -D -f {hdir}/sshd_config -E {hdir}/sshd.log")
     with open(hdir / "start.log", "wb") as log:
         # nsenter, not `ip netns exec`: the latter mounts a fresh /sys without the cgroup hierarchies,
@@ -314,7 +336,8 @@ def up(count: int, inventory_path, *, prefix: str = "vbtb", subnet: str = "10.21
         user_pub = _keygen(state / "id_ed25519", f"virtbench-testbed-{prefix}")
         (state / "authorized_keys").write_text(user_pub + "\n")
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # Debian's sshd privilege separation dir
-        Path(HOST_DIR).mkdir(parents=True, exist_ok=True)   # mount point for each host's own dir
+        for d in (HOST_DIR, *ENGINE_DIRS):  # mount points for each host's own directories
+            Path(d).mkdir(parents=True, exist_ok=True)
 
         bridge = f"{prefix}0"
         _run(["ip", "link", "add", bridge, "type", "bridge"])
@@ -325,7 +348,8 @@ def up(count: int, inventory_path, *, prefix: str = "vbtb", subnet: str = "10.21
         _children[prefix] = children
         for k, addr in enumerate(addrs, 1):
             ns, veth, hdir = f"{prefix}-{k}", f"{prefix}-h{k}", state / "hosts" / f"h{k}"
-            for d in (hdir / "data", hdir / "tmp", hdir / "home"):
+            for d in (hdir / "data", hdir / "tmp", hdir / "home",
+                      *(hdir / "engine" / e.strip("/").replace("/", "-") for e in ENGINE_DIRS)):
                 d.mkdir(parents=True)
             (hdir / "home").chmod(0o700)
             (hdir / "tmp").chmod(0o1777)
