@@ -67,7 +67,7 @@ def test_missing_native_kernels(tmp_path, monkeypatch, make_dir):
     with pytest.raises(UserError) as err:
         image.inputs()
     assert "native kernels are not built" in err.value.message
-    assert err.value.hint == "run: make native"
+    assert err.value.hint == "run: build the kernels into $VIRTBENCH_BIN, or unset it"
 
 
 def test_require_without_a_built_image(fake_env):

@@ -63,10 +63,17 @@ class _ProgressEvents(Events):
         self.progress.console.print(f"[yellow]{message}[/yellow]", highlight=False)
 
 
+def _print_version(ctx: click.Context, _param, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"virtbench {__version__} ({paths.install_description()})")
+        ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="virtbench")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and the git revision (clone) or package version, and exit.")
 def cli() -> None:
-    """Measure what a platform (bare host, container, VM) costs a workload.
+    """Measure what a platform (bare host, container, VM, remote machine) costs a workload.
 
     Runs the same workloads from the same binaries on each environment, repeats them until the
     numbers are stable, stores every sample, and reports each environment as a ratio to a
@@ -78,11 +85,17 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print the checks as JSON")
 @click.option("--inventory", "-i", "inventory", type=click.Path(dir_okay=False),
               help="Ansible-style inventory (YAML or INI) of SSH hosts: ssh environments and machine=HOST use it")
-def doctor(as_json: bool, inventory: str | None) -> None:
+@click.option("--fix", is_flag=True, help="first build the native kernels if they are not built")
+def doctor(as_json: bool, inventory: str | None, fix: bool) -> None:
     """Check what this machine can run, and say how to fix what it cannot; with --inventory, also
     whether each host of the inventory answers over SSH and what it has."""
     from .doctor import checks, host_checks
 
+    if fix:
+        try:
+            _ensure_kernels()
+        except UserError as exc:  # the checks below say what is missing
+            err.print(f"[red]cannot build the native kernels:[/red] {escape(exc.message)}", highlight=False)
     results = checks()
     if inventory:
         results += host_checks(_inventory_path(inventory))
@@ -96,6 +109,30 @@ def doctor(as_json: bool, inventory: str | None) -> None:
             out.print(f"       fix: {c['fix']}", highlight=False)
 
 
+def _ensure_kernels() -> None:
+    """Build the native kernels on first use (installed package) or when missing (clone)."""
+    from . import kernels
+
+    kernels.ensure(log=_log_line)
+
+
+def _log_line(line: str) -> None:
+    err.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+@cli.command("build")
+@click.option("--force", is_flag=True, help="build again even if built for these sources and compilers")
+def build_cmd(force: bool) -> None:
+    """Build virtbench's native kernels: in a clone with make -C native, in an installed package
+    into a directory named by the hash of sources, compilers and flags (also done on first use)."""
+    from . import kernels
+
+    # A clone always runs make (incremental); a package builds when its hash directory is missing.
+    bindir = kernels.ensure(log=_log_line, force=force or paths.is_clone())
+    names = sorted(p.name for p in bindir.glob("vb-*"))
+    out.print(f"native kernels in {bindir}: {', '.join(names) or 'none'}", highlight=False)
+
+
 @cli.group()
 def image() -> None:
     """The guest image: one Debian root filesystem with the tools and virtbench's kernels."""
@@ -107,6 +144,7 @@ def image_build(force: bool) -> None:
     """Build (or find, cached by content hash) the guest image."""
     from . import image as image_mod
 
+    _ensure_kernels()
     info = image_mod.build(force=force, log=lambda line: err.print(line, highlight=False, markup=False))
     out.print(f"guest image {info.hash}: {info.tarball}")
 
@@ -157,6 +195,7 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
     """Run a SUITE file (e.g. suites/quick.toml), or one --workload, and print the comparison."""
     from . import suite as suite_mod
 
+    _ensure_kernels()
     store = _store(db)
     env_list = [e.strip() for e in envs.split(",") if e.strip()] if envs else None
     command = "virtbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -370,7 +409,9 @@ def boot_cmd(driver, concurrency, image_size, image_mode, shape, repeat, options
             grid.repeat = repeat
     else:
         grid = boot_mod.grid_from_args(driver, concurrency, image_size, image_mode, shape, repeat, opts)
-    if grid.driver == "vm":
+    from . import drivers as drivers_mod
+
+    if "ready_timeout" in drivers_mod.driver_class(grid.driver).options:  # vm, cloud
         grid.options.setdefault("ready_timeout", timeout)
     store = _store(db)
     command = "virtbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -410,7 +451,7 @@ def boot_cmd(driver, concurrency, image_size, image_mode, shape, repeat, options
 
 
 @cli.command("check")
-@click.option("--driver", "driver", default="vm", show_default=True, help="vm or container")
+@click.option("--driver", "driver", default="vm", show_default=True, help="vm, container or cloud")
 @click.option("--count", "-n", type=click.IntRange(2, 64), default=4, show_default=True,
               help="instances started at once in the first check")
 @click.option("--shape", default="m1.small", show_default=True, help="instance shape")
@@ -430,6 +471,8 @@ def check_cmd(driver, count, shape, options, inventory, as_json) -> None:
         _emit_json(data)
     else:
         head = f"lifecycle checks, driver {data['driver']}"
+        if data.get("backend"):
+            head += f", backend {data['backend']}"
         if data.get("accelerator"):
             head += f", accelerator {data['accelerator']}"
         out.print(head, highlight=False)
@@ -439,6 +482,47 @@ def check_cmd(driver, count, shape, options, inventory, as_json) -> None:
             out.print(f"{mark} {c['name']} ({c['seconds']:.1f} s): {c['detail']}", highlight=False)
     if not data["passed"]:
         sys.exit(1)
+
+
+@cli.command("cleanup")
+@click.option("--run", "run_id", metavar="RUN_ID", help="remove the cloud resources tagged with this run id")
+@click.option("--all-of-mine", is_flag=True, help="remove every cloud resource tagged as made by this user on this host")
+@click.option("--suite", help="a suite file whose cloud environment names the API [default: the stored run's]")
+@click.option("--provider", help="cloud API (ec2)")
+@click.option("--region", help="region, e.g. us-east-1")
+@click.option("--endpoint", help="EC2 API URL of an EC2-compatible cloud (or moto)")
+@click.option("--profile", help="profile of ~/.aws/credentials")
+@click.option("--dry-run", is_flag=True, help="list what would be removed, remove nothing")
+@click.option("--db", help=DB_HELP)
+@click.option("--json", "as_json", is_flag=True, help="print what was found and removed as JSON")
+def cleanup_cmd(run_id, all_of_mine, suite, provider, region, endpoint, profile, dry_run, db, as_json) -> None:
+    """Remove cloud instances, volumes and snapshots that a killed run left behind (found by the
+    virtbench:run and virtbench:owner tags every resource carries from its creation)."""
+    from .cloud import cleanup as cleanup_mod
+
+    if bool(run_id) == bool(all_of_mine):
+        raise UserError("give --run RUN_ID or --all-of-mine")
+    stored = []
+    if run_id and not suite:
+        try:
+            rec = _store(db).run(run_id)
+            run_id, stored = rec["id"], rec["spec"].get("environments", [])
+        except UserError:
+            pass  # not in this store (another machine's run): flags name the API
+    flags = {"provider": provider, "region": region, "endpoint": endpoint, "profile": profile}
+    results = [cleanup_mod.cleanup(t, run_id, all_of_mine, dry_run)
+               for t in cleanup_mod.targets(flags, suite, stored)]
+    if as_json:
+        _emit_json(results)
+        return
+    for r in results:
+        where = f"{r['backend']} ({r['region']})"
+        if dry_run:
+            found = [f"{kind[:-1]} {i}" for kind, ids in r["found"].items() for i in ids]
+            out.print(f"{where}: would remove {len(found)}: " + (", ".join(found) or "nothing"), highlight=False)
+        else:
+            out.print(f"{where}: removed {len(r['removed'])}" + "".join(f"\n  {x}" for x in r["removed"]),
+                      highlight=False)
 
 
 @cli.command("hosts")
@@ -499,7 +583,7 @@ def testbed() -> None:
 @testbed.command("up")
 @click.argument("count", type=click.IntRange(1, 200))
 @click.option("--inventory", "-i", "inventory", required=True, type=click.Path(dir_okay=False),
-              help="inventory file to write (Ansible-style YAML), for --hosts and the like")
+              help="inventory file to write (Ansible-style YAML), which run, hosts, boot, check and doctor take as --inventory")
 @click.option("--name", "prefix", default="vbtb", show_default=True,
               help="testbed name: prefix of its namespaces and links; several testbeds can coexist")
 @click.option("--subnet", default="10.214.0.0/24", show_default=True, help="the testbed's private subnet")

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import drivers, paths
+from . import drivers, kernels, paths
 from .drivers.base import DriverContext
 
 # Programs the set-up needs, with the Debian package that brings each.
@@ -16,7 +16,7 @@ TOOLS = {
     "make": ("make", "builds the native kernels"),
     "mmdebstrap": ("mmdebstrap", "builds the guest image"),
     "podman": ("podman runc", "runs the container environment"),
-    "mpicc": ("libopenmpi-dev", "builds the MPI kernels"),
+    "mpicc": ("libopenmpi-dev openmpi-bin", "builds the MPI kernels"),
     "mpirun": ("openmpi-bin", "runs MPI workloads"),
     "qemu-system-x86_64": ("qemu-system-x86", "runs the vm environment"),
     "qemu-img": ("qemu-utils", "makes the vm environment's instance disks"),
@@ -30,10 +30,7 @@ def checks() -> list[dict[str, Any]]:
         where = shutil.which(tool)
         out.append({"name": f"tool {tool}", "ok": bool(where), "detail": where or f"missing ({why})",
                     "fix": f"apt-get install {package}"})
-    bin_dir = paths.native_bin_dir()
-    built = sorted(p.name for p in bin_dir.glob("vb-*")) if bin_dir.exists() else []
-    out.append({"name": "native kernels", "ok": "vb-system" in built,
-                "detail": f"{bin_dir}: {', '.join(built) or 'none built'}", "fix": "make native"})
+    out.append(_kernels_check())
     out.append(_image_check())
     out.append(_db_check())
     with tempfile.TemporaryDirectory(prefix="virtbench-doctor-") as tmp:
@@ -85,12 +82,26 @@ def _condition_checks() -> list[dict[str, Any]]:
             elif proxy:
                 detail, fix = f"user-space proxy ({why})", ""
             else:
-                detail, fix = f"neither tc {kind} ({why}) nor the proxy", "make -C native"
+                detail, fix = f"neither tc {kind} ({why}) nor the proxy", kernels.advice()
             out.append({"name": f"condition {key}", "ok": ok or proxy, "detail": detail, "fix": fix})
     except Exception as exc:  # a broken check must not hide the others
         out.append({"name": "conditions", "ok": False, "detail": f"{type(exc).__name__}: {exc}",
                     "fix": "report this as a bug"})
     return out
+
+
+def _kernels_check() -> dict[str, Any]:
+    """Built or not, and what builds them for the way virtbench was installed (clone or package)."""
+    bin_dir = paths.native_bin_dir()
+    built = sorted(p.name for p in bin_dir.glob("vb-*")) if bin_dir.exists() else []
+    kind = "clone" if paths.is_clone() else "installed package"
+    detail = f"{bin_dir} ({kind}): {', '.join(built) or 'none built'}"
+    packages = kernels.missing_packages()
+    fix = (f"apt-get install {' '.join(packages)} && " if packages else "") + kernels.advice()
+    lacking = [k for k in kernels.MPI_KERNELS if k not in built]
+    if "vb-system" in built and lacking:  # ok for the other workloads; say what the MPI ones need
+        detail += f"; no {', '.join(lacking)} (MPI workloads): {fix}"
+    return {"name": "native kernels", "ok": "vb-system" in built, "detail": detail, "fix": fix}
 
 
 def _image_check() -> dict[str, Any]:
@@ -99,7 +110,8 @@ def _image_check() -> dict[str, Any]:
 
         info = image.find()
     except Exception as exc:
-        return {"name": "guest image", "ok": False, "detail": str(exc), "fix": "make native && virtbench image build"}
+        return {"name": "guest image", "ok": False, "detail": getattr(exc, "message", str(exc)),
+                "fix": f"{kernels.advice()} && virtbench image build"}
     if info is None:
         return {"name": "guest image", "ok": False, "detail": "not built for the current kernels and packages",
                 "fix": "virtbench image build"}

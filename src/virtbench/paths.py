@@ -9,6 +9,13 @@ import platformdirs
 
 # The checkout root when installed editable (src layout): src/virtbench/paths.py -> ../../..
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# The installed package; a wheel carries the kernel sources and suites inside it (see setup.py).
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def is_clone() -> bool:
+    """Running from a checkout (src layout, native/ beside it), not from an installed package."""
+    return PACKAGE_DIR.parent.name == "src" and (PROJECT_ROOT / "native" / "Makefile").is_file()
 
 
 def data_dir() -> Path:
@@ -23,11 +30,39 @@ def default_db() -> Path:
     return data_dir() / "virtbench.sqlite"
 
 
+def native_src_dir() -> Path:
+    """The kernels' sources: native/ in a clone, virtbench/native in an installed package."""
+    return PROJECT_ROOT / "native" if is_clone() else PACKAGE_DIR / "native"
+
+
 def native_bin_dir() -> Path:
-    """Directory holding virtbench's own compiled kernels (the same files go into the guest image)."""
+    """Directory holding virtbench's own compiled kernels (the same files go into the guest image):
+    native/build/bin in a clone (`make -C native`); in an installed package a directory under the
+    data directory named by the hash of sources, compilers and flags (`virtbench build`)."""
     override = os.environ.get("VIRTBENCH_BIN")
-    return Path(override) if override else PROJECT_ROOT / "native" / "build" / "bin"
+    if override:
+        return Path(override)
+    if is_clone():
+        return PROJECT_ROOT / "native" / "build" / "bin"
+    from . import kernels
+
+    return kernels.package_bin_dir()
 
 
 def suites_dir() -> Path:
-    return PROJECT_ROOT / "suites"
+    return PROJECT_ROOT / "suites" if is_clone() else PACKAGE_DIR / "suites"
+
+
+def install_description() -> str:
+    """How this virtbench was installed: a clone's git revision, or the installed package's version."""
+    if is_clone():
+        from . import procs
+
+        res = procs.run(["git", "-C", PROJECT_ROOT, "describe", "--always", "--dirty"], timeout=10)
+        return f"git {res.stdout.strip() if res.ok else 'revision unknown'}, clone at {PROJECT_ROOT}"
+    from importlib import metadata
+
+    try:
+        return f"package {metadata.version('virtbench')} at {PACKAGE_DIR}"
+    except metadata.PackageNotFoundError:
+        return f"not installed, at {PACKAGE_DIR}"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import conditions, drivers, shapes, workloads
+from . import conditions, drivers, paths, shapes, workloads
 from .errors import SuiteError, UserError
 from .model import EnvSpec, Shape
 from .store import canonical
@@ -97,8 +97,10 @@ def load(path: str | Path, *, envs: list[str] | None = None, repeat: int | None 
     """Read and validate a suite file; the overrides are the CLI's quick-try flags."""
     path = Path(path)
     if not path.exists():
-        candidate = Path(__file__).resolve().parents[2] / "suites" / f"{path.name}.toml"
-        if path.suffix == "" and candidate.exists():
+        # A shipped suite by name (quick) or as the README writes it (suites/quick.toml), also
+        # from an installed package outside a clone.
+        candidate = paths.suites_dir() / (path.name if path.suffix else f"{path.name}.toml")
+        if (path.suffix == "" or path.parent == Path("suites")) and candidate.exists():
             path = candidate
         else:
             raise UserError(f"suite file {path} does not exist", "pass a path such as suites/quick.toml")

@@ -40,7 +40,9 @@ def proxy_bin(machine: Machine) -> str:
         return f"{ship.ensure_native(machine).bin_dir}/{PROXY_BIN}"
     path = paths.native_bin_dir() / PROXY_BIN
     if not path.exists():
-        raise ConditionUnavailable(f"{PROXY_BIN} is not built in {path.parent} (run: make -C native)")
+        from ..kernels import advice
+
+        raise ConditionUnavailable(f"{PROXY_BIN} is not built in {path.parent} (run: {advice()})")
     return str(path)
 
 

@@ -54,8 +54,10 @@ class HostDriver(Driver):
     def check(self) -> list[Problem]:
         problems = []
         if not (paths.native_bin_dir() / "vb-system").exists():
+            from ..kernels import advice
+
             problems.append(Problem(f"native kernels not built in {paths.native_bin_dir()}",
-                                    "run: make native"))
+                                    f"run: {advice()}"))
         return problems
 
     def provision(self, env: EnvSpec, count: int = 1, role: str = "main") -> list[Instance]:

@@ -38,7 +38,7 @@ START_TIMEOUT = 30.0
 STOP_WAIT = 5.0
 LIFETIME_MARGIN = 120.0
 # Drivers whose instances share the host's kernel but not its accounting: sample their cgroup.
-CGROUP_DRIVERS = ("container", "k8s")
+CGROUP_DRIVERS = ("container", "pods")
 
 
 class MonitorUnavailable(Exception):
@@ -115,7 +115,9 @@ def _machine_sampler(machine: Machine, directory: Path, interval: float, lifetim
     if machine.is_local:
         exe = host_binary()
         if not exe.exists():
-            raise MonitorUnavailable(f"{exe} is not built (run: make -C native)")
+            from ..kernels import advice
+
+            raise MonitorUnavailable(f"{exe} is not built (run: {advice()})")
         return _Sampler(machine.run, HOST, HOST, str(exe), str(directory), "host", interval, lifetime, token,
                         extra=("--watch-pid", str(os.getpid())))
     from ..machines import ship
