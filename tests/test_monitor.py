@@ -245,10 +245,10 @@ def test_summaries_do_not_keep_the_run_going(tmp_path, monkeypatch):
     monkeypatch.setattr(series, "summarize", noisy)
     store = Store(tmp_path / "r.sqlite")
     m = suite.adhoc("system", {"test": "dhrystone", "copies": "1", "duration": "0.3"}, ["host"])
-    m.policy.warmup, m.policy.min_repetitions, m.policy.max_repetitions = 0, 2, 6
+    m.policy.warmup, m.policy.min_repetitions, m.policy.max_repetitions = 0, 6, 9
     m.policy.ci_target, m.policy.monitor_interval = 10.0, 0.1
     rid = Runner(store, m).start()
-    assert len([s for s in store.samples(rid) if s["metric"] == "dhrystone"]) == 2
+    assert len([s for s in store.samples(rid) if s["metric"] == "dhrystone"]) == 6
 
 
 # -- store and suite ----------------------------------------------------------------------------

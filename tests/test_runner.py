@@ -11,7 +11,7 @@ import time
 import pytest
 
 from virtbench import analysis, monitor, suite
-from virtbench.runner import Runner
+from virtbench.runner import Events, Runner
 from virtbench.store import Store
 
 def _measured(samples):
@@ -55,13 +55,36 @@ def test_short_real_run_end_to_end(tmp_path):
 def test_adaptive_stop_and_max(tmp_path):
     store = Store(tmp_path / "r.sqlite")
     m = suite.adhoc("system", {"test": "dhrystone", "copies": "1", "duration": "0.05"}, ["host"])
-    m.policy.warmup, m.policy.min_repetitions, m.policy.max_repetitions = 0, 2, 6
+    m.policy.warmup, m.policy.min_repetitions, m.policy.max_repetitions = 0, 6, 8
     m.policy.ci_target = 10.0  # any CI is tight enough: stop at the minimum
     rid = Runner(store, m).start()
-    assert len(_measured(store.samples(rid))) == 2
+    assert len(_measured(store.samples(rid))) == 6
     m.policy.ci_target = 1e-9  # never tight enough: run to the maximum
     rid = Runner(store, m).start()
+    assert len(_measured(store.samples(rid))) == 8
+
+
+def test_adaptive_run_takes_what_a_verdict_needs(tmp_path):
+    """min_repetitions below what a 95 % median CI needs (6) is raised, and the runner says so;
+    a fixed count (--repeat) is kept."""
+    store = Store(tmp_path / "r.sqlite")
+    notes = []
+
+    class Ev(Events):
+        def note(self, message):
+            notes.append(message)
+
+    m = suite.adhoc("system", {"test": "dhrystone", "copies": "1", "duration": "0.05"}, ["host"])
+    m.policy.warmup, m.policy.min_repetitions, m.policy.max_repetitions, m.policy.ci_target = 0, 3, 10, 10.0
+    rid = Runner(store, m, events=Ev()).start()
     assert len(_measured(store.samples(rid))) == 6
+    assert any("min_repetitions raised from 3 to 6" in n for n in notes)
+    fixed = suite.adhoc("system", {"test": "dhrystone", "copies": "1", "duration": "0.05"}, ["host"], repeat=3)
+    fixed.policy.warmup = 0
+    rid = Runner(store, fixed).start()
+    assert len(_measured(store.samples(rid))) == 3
+    meta = json.loads(store.samples(rid)[0]["metadata_json"])
+    assert isinstance(meta["load_1m"], float) and meta["cores_here"] >= 1
 
 
 def _root_can_mount():

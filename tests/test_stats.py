@@ -88,7 +88,8 @@ def test_confidence_level_widens_interval():
 def test_deterministic_with_same_seed():
     x = np.random.default_rng(11).normal(10, 1, 15)
     assert summarize(x, seed=5) == summarize(x, seed=5)
-    assert summarize(x, seed=5) != summarize(x, seed=6)
+    # the median's CI is exact (order statistics): no random draw, so no seed dependence
+    assert summarize(x, seed=5) == summarize(x, seed=6)
     assert ratio(x, x + 1, seed=3) == ratio(x, x + 1, seed=3)
 
 
@@ -183,7 +184,9 @@ def test_relative_ci_halfwidth():
     s = summarize(x)
     assert relative_ci_halfwidth(x) == pytest.approx((s.ci_high - s.ci_low) / 2 / s.median)
     assert 0 < relative_ci_halfwidth(x) < 0.05
-    assert relative_ci_halfwidth([5.0] * 4) == 0.0
+    assert relative_ci_halfwidth([5.0] * 6) == 0.0
+    # 4 values cannot give a 95 % interval of the median ([min, max] is 87.5 %): keep repeating
+    assert relative_ci_halfwidth([5.0] * 4) == math.inf
     assert relative_ci_halfwidth([]) == math.inf
     assert relative_ci_halfwidth([3.0]) == math.inf
     assert relative_ci_halfwidth([-1.0, 0.0, 1.0]) == math.inf  # median 0

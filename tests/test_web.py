@@ -204,10 +204,10 @@ def test_container_vs_vm_suite_loads():
     assert all(p["file_size"] == 600 for p in web_cells)
     assert {c["params"]["test"] for c in m.cells if c["workload"] == "system"} >= {"dhrystone", "syscall"}
     envs = [e.name for e in m.environments]
-    assert envs == ["host", "container", "vm"]
+    assert envs == ["host", "container", "pods", "vm"]
     where = {(c["params"]["balancer"], c["params"].get("replicas")): suite.cell_environments(c, envs)
              for c in m.cells if c["workload"] == "web"}
-    assert all(w == ["host", "container"] for (b, _), w in where.items() if b == "nginx")  # replica sweep
+    assert all(w == ["host", "container", "pods"] for (b, _), w in where.items() if b == "nginx")  # replica sweep
     assert all(w == ["host", "vm"] for (b, _), w in where.items() if b == "none")  # worker sweep
     assert all(suite.cell_environments(c, envs) == envs for c in m.cells if c["workload"] == "system")
     narrowed = suite.load(Path(__file__).parents[1] / "suites" / "container-vs-vm.toml", envs=["host", "container"])

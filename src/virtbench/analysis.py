@@ -18,11 +18,11 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from . import scaling, stats, workloads
+from . import monitor, scaling, stats, workloads
 from .store import Store, canonical
 
 # Sample metadata that differs per repetition; not lifted into a result's metadata.
-_PER_SAMPLE = {"repetition", "measured_seconds", "count", "index", "instance", "condition", "warnings"}
+_PER_SAMPLE = {"repetition", "measured_seconds", "count", "index", "instance", "condition", "warnings", "load_1m"}
 
 
 def _series_key(workload: str) -> str | None:
@@ -52,9 +52,13 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
 
     series_keys = {c["workload"]: _series_key(c["workload"]) for c in cells.values()}
     groups: dict[tuple[str, str, Any], dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    loads: dict[tuple, dict] = {}
     for s in store.samples(run_id):
         series = _series_of(s, series_keys.get(s["workload"]))
         groups[(s["cell_key"], s["metric"], series)][s["environment"]].append(s)
+        if '"load_1m"' in s["metadata_json"]:
+            m = json.loads(s["metadata_json"])
+            loads[(s["cell_key"], s["environment"], m.get("repetition"))] = m
     failures: dict[tuple[str, str], int] = defaultdict(int)
     reasons: dict[tuple[str, str], list[str]] = defaultdict(list)
     skipped: dict[tuple[str, str], str] = {}
@@ -98,6 +102,8 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
             row["skipped"] = reason
             row["warnings"] = [f"skipped: {reason}"]
             rows.append(row)
+    _verdicts(rows, values, lambda r: _family(r, cells.get(r["cell_key"].split("/")[0])),
+              lambda r: ((r["cell_key"], r["metric"], r["environment"]), (r["cell_key"], r["metric"], baseline)))
     rows += _index_rows(rows, groups, cells, env_order, baseline, seed)
     order = {k: i for i, k in enumerate(cells)}
 
@@ -113,6 +119,32 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
     scaled = scaling.analyse(rows, values, baseline, seed=seed)
     if scaled:
         out["scaling"] = scaled
+    load = machine_load(list(loads.values()))
+    if load:
+        out["machine_load"] = load
+    return out
+
+
+def machine_load(metas: list[dict]) -> dict[str, Any] | None:
+    """Was the machine busy? From the 1-minute load average recorded before the run and at the start
+    of each repetition (sample metadata). Busy before: load >= half the cores with nothing of ours
+    running yet. Busy during: the median load exceeds the cores + 0.5, i.e. runnable tasks waited
+    for a CPU even counting one copy of ours per core."""
+    during = sorted(m["load_1m"] for m in metas if isinstance(m.get("load_1m"), (int, float)))
+    if not during:
+        return None
+    cores = next((m["cores_here"] for m in metas if m.get("cores_here")), None) or 1
+    before = next((m["load_before_run"] for m in metas if isinstance(m.get("load_before_run"), (int, float))), None)
+    median = float(statistics.median(during))
+    busy_before = before is not None and before >= 0.5 * cores
+    busy_during = median > cores + 0.5
+    out = {"cores": cores, "before_run": before, "during_median": median, "during_max": during[-1],
+           "busy": busy_before or busy_during, "note": None}
+    if out["busy"]:
+        what = [f"load average {before:.2f} before the run"] if busy_before else []
+        what += [f"median {median:.2f} (max {during[-1]:.2f}) during it"] if busy_during else []
+        out["note"] = (f"busy machine: {' and '.join(what)}, on {cores} cores: other programs competed for the CPU, "
+                       "so intervals are wider and ratios may be shifted; rerun on a quiet machine to confirm")
     return out
 
 
@@ -121,6 +153,63 @@ def _cell_envs(cell: dict, env_order: list[str]) -> list[str]:
     only = cell.get("environments")
     return [e for e in env_order if not only or e in only]
 
+
+
+#: False discovery rate of the correction across one table's comparisons (Benjamini-Hochberg).
+FDR = 0.05
+
+
+def _family(row: dict, cell: dict | None) -> str:
+    """The comparisons corrected together: those of one table (workload, parameters except the one
+    enumerating indexed tests, requested condition), the monitor's resource metrics apart."""
+    wl = workloads.get(row["workload"])
+    params = {k: v for k, v in row["params"].items() if k != wl.index_param}
+    return json.dumps([row["workload"], params, (cell or {}).get("condition", row["condition"]),
+                       bool(row["metadata"].get("monitor"))], sort_keys=True, default=str)
+
+
+def _verdicts(rows: list[dict], values: dict, family, value_key) -> None:
+    """Benjamini-Hochberg across each family of ratio rows, and each ratio's CI at the matching
+    Benjamini-Yekutieli level (1 - R q / m), so `significant` is read from the interval printed:
+    it excludes 1 exactly when the comparison is a BH discovery (without ties). A comparison whose
+    group sizes cannot reach that level gets verdict "n too small" and its widest interval, with
+    the lower level it has. Rows without a ratio (baseline, missing data) get verdict None."""
+    fams: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        if r.get("_compared"):
+            fams[family(r)].append(r)
+    for members in fams.values():
+        threshold, tested, _ = stats.bh_level([r["p_value"] for r in members],
+                                              [r.pop("_min_p") for r in members], FDR)
+        adjusted = _bh_adjusted([r["p_value"] for r in members], tested)
+        for r, p_adj in zip(members, adjusted):
+            del r["_compared"]
+            cand_key, base_key = value_key(r)
+            rr = stats.ratio(values[cand_key], values[base_key], confidence=1.0 - threshold,
+                             alpha=threshold, seed=r.pop("_seed", 0))
+            reachable = math.isfinite(rr.min_p) and rr.min_p <= threshold + 1e-12
+            excludes = rr.ci_low > 1.0 or rr.ci_high < 1.0
+            r.update(ratio_ci_low=rr.ci_low, ratio_ci_high=rr.ci_high, ratio_ci_level=rr.ci_level,
+                     ratio_ci_method=rr.method, significant=bool(reachable and excludes), p_adjusted=p_adj,
+                     p_threshold=threshold, comparisons=tested,
+                     verdict=("n too small" if not reachable else
+                              "significant" if excludes else "not significant"))
+    for r in rows:  # rows that never had a ratio
+        for k in ("_compared", "_min_p", "_seed"):
+            r.pop(k, None)
+
+
+def _bh_adjusted(ps: list[float], tested: int) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values (q-values) over `tested` comparisons; NaN stays NaN."""
+    order = sorted((p, i) for i, p in enumerate(ps) if math.isfinite(p))
+    out = [math.nan] * len(ps)
+    m = max(tested, len(order))
+    running = 1.0
+    for rank in range(len(order), 0, -1):
+        p, i = order[rank - 1]
+        running = min(running, p * m / rank)
+        out[i] = running
+    return out
 
 
 def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reasons, seed) -> dict[str, Any]:
@@ -150,13 +239,19 @@ def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reason
     warnings += _sample_warnings(metas)
     if failures:
         warnings.append(f"{failures} failed repetition(s): {_top(reasons)}")
-    return {"cell_key": cell["key"], "workload": cell["workload"], "params": cell["params"],
-            "condition": condition, "metric": metric, "unit": samples_[0]["unit"] if samples_ else "",
-            "environment": env, "n": summary.n, "median": summary.median, "mean": summary.mean,
-            "stdev": summary.stdev, "ci_low": summary.ci_low, "ci_high": summary.ci_high, "cv": summary.cv,
-            "outliers": summary.outliers, "ratio": r.ratio, "ratio_ci_low": r.ci_low,
-            "ratio_ci_high": r.ci_high, "p_value": r.p_value, "significant": r.significant,
-            "higher_is_better": hib, "failures": failures, "metadata": meta, "warnings": warnings}
+    row = {"cell_key": cell["key"], "workload": cell["workload"], "params": cell["params"],
+           "condition": condition, "metric": metric, "unit": samples_[0]["unit"] if samples_ else "",
+           "environment": env, "n": summary.n, "median": summary.median, "mean": summary.mean,
+           "stdev": summary.stdev, "ci_low": summary.ci_low, "ci_high": summary.ci_high, "cv": summary.cv,
+           "outliers": summary.outliers, "ratio": r.ratio, "ratio_ci_low": r.ci_low,
+           "ratio_ci_high": r.ci_high, "p_value": r.p_value, "significant": r.significant,
+           "higher_is_better": hib, "failures": failures, "metadata": meta, "warnings": warnings,
+           "ci_level": summary.ci_level, "ratio_ci_level": r.ci_level, "ratio_ci_method": r.method,
+           "verdict": None, "p_adjusted": math.nan, "p_threshold": math.nan, "comparisons": 0}
+    if not is_baseline and math.isfinite(r.ratio) and math.isfinite(r.min_p):
+        # picked up by _verdicts, which corrects across the table and removes these keys
+        row.update(_compared=True, _min_p=r.min_p, _seed=seed)
+    return row
 
 
 def _failed_row(cell, env, failures, reasons) -> dict[str, Any]:
@@ -201,7 +296,15 @@ def _index_rows(rows, groups, cells, env_order, baseline, seed) -> list[dict[str
                         "stdev": math.nan, "ci_low": lo, "ci_high": hi, "cv": math.nan, "outliers": 0,
                         "ratio": r.ratio, "ratio_ci_low": r.ci_low, "ratio_ci_high": r.ci_high,
                         "p_value": r.p_value, "significant": r.significant, "higher_is_better": True,
-                        "failures": 0, "metadata": {"tests": tests, "index_of": len(tests)}, "warnings": []})
+                        "failures": 0, "metadata": {"tests": tests, "index_of": len(tests)}, "warnings": [],
+                        # an index summarizes the table's tests, so it is not one more comparison in
+                        # their correction; its CI's level is its weakest test's
+                        "ci_level": min(stats.median_ci(v)[2] for v in per_test) if math.isfinite(lo) else math.nan,
+                        "ratio_ci_level": 0.95 if math.isfinite(r.ci_low) and env != baseline else math.nan,
+                        "ratio_ci_method": "bootstrap" if env != baseline else "",
+                        "verdict": None if env == baseline or not math.isfinite(r.ratio) else
+                        ("significant" if r.significant else "not significant"),
+                        "p_adjusted": math.nan, "p_threshold": math.nan, "comparisons": 0})
     return out
 
 
@@ -273,20 +376,35 @@ def compare(store: Store, run_a: str, run_b: str, *, seed: int = 0) -> dict[str,
         return out
 
     ga, gb = grouped(a), grouped(b)
-    rows = []
+    rows, values = [], {}
     for key in [k for k in ga if k in gb]:
         va, vb = [s["value"] for s in ga[key]], [s["value"] for s in gb[key]]
+        values[("a", key)], values[("b", key)] = va, vb
         hib = bool(ga[key][0]["higher_is_better"])
         sa_, sb_ = stats.summarize(va, seed=seed), stats.summarize(vb, seed=seed)
         r = stats.ratio(vb, va, higher_is_better=hib, seed=seed)
         workload, params, condition, metric, env = key
-        rows.append(_clean({
+        row = {
             "workload": workload, "params": json.loads(params), "condition": json.loads(condition),
             "metric": metric, "unit": ga[key][0]["unit"], "environment": env, "higher_is_better": hib,
             "n_a": sa_.n, "median_a": sa_.median, "ci_low_a": sa_.ci_low, "ci_high_a": sa_.ci_high,
             "n_b": sb_.n, "median_b": sb_.median, "ci_low_b": sb_.ci_low, "ci_high_b": sb_.ci_high,
             "ratio": r.ratio, "ratio_ci_low": r.ci_low, "ratio_ci_high": r.ci_high, "p_value": r.p_value,
-            "significant": r.significant}))
+            "significant": r.significant, "ci_level_a": sa_.ci_level, "ci_level_b": sb_.ci_level,
+            "ratio_ci_level": r.ci_level, "ratio_ci_method": r.method, "verdict": None,
+            "p_adjusted": math.nan, "p_threshold": math.nan, "comparisons": 0, "_key": key}
+        if math.isfinite(r.ratio) and math.isfinite(r.min_p):
+            row.update(_compared=True, _min_p=r.min_p, _seed=seed)
+        rows.append(row)
+
+    def family(r: dict) -> str:
+        index_param = workloads.get(r["workload"]).index_param if r["workload"] in workloads.names() else None
+        params = {k: v for k, v in r["params"].items() if k != index_param}
+        return json.dumps([r["workload"], params, r["condition"], monitor.is_monitor_metric(r["metric"])],
+                          sort_keys=True, default=str)
+
+    _verdicts(rows, values, family, lambda r: (("b", r["_key"]), ("a", r["_key"])))
+    rows = [_clean({k: v for k, v in r.items() if k != "_key"}) for r in rows]
     only_a = sorted({k[3] + "@" + k[4] for k in ga if k not in gb})
     only_b = sorted({k[3] + "@" + k[4] for k in gb if k not in ga})
     return {"run_a": a, "run_b": b, "results": rows, "only_in_a": only_a, "only_in_b": only_b}

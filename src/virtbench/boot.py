@@ -46,7 +46,7 @@ from .model import EnvSpec, Sample
 from .store import Store, canonical
 from .workloads.base import MetricSpec, Param, Workload
 
-PHASES = ("created", "running", "init", "ready")
+PHASES = ("created", "running", "init", "ssh_ready", "ready")  # ssh_ready: cloud instances
 METRICS = PHASES + ("teardown",)
 STATS = ("min", "median", "p90", "p95", "max", "mean")
 DEFAULT_SHAPE = "m1.small"
@@ -245,6 +245,16 @@ def _env_for(g: Grid, params: dict, driver) -> EnvSpec:
     return EnvSpec(g.driver, g.driver, shape, opts)
 
 
+def _cloud_unavailable(driver, params: dict, env: EnvSpec) -> str | None:
+    if params["image_mode"] != "overlay":
+        return "image modes do not apply to cloud instances: the cloud makes each disk from its image"
+    try:
+        driver.settings(env)  # an image for this size (option images), an instance type for the shape
+    except UserError as exc:
+        return exc.message
+    return None
+
+
 def _container_unavailable(params: dict) -> str | None:
     if params["image_mode"] != "overlay":
         return (f"image mode {params['image_mode']} does not apply to containers: every container starts "
@@ -292,9 +302,13 @@ class BootRunner:
             for name in self.driver.cleanup_stale():
                 self.events.note(f"removed a leftover of an earlier run: {name}")
             problems = self.driver.check()
+            if not problems and g.driver == "cloud":  # credentials, endpoint, image ids: before any start
+                problems = self.driver.check_env(_env_for(g, g.cells()[0]["params"], self.driver))
             if problems:
                 raise UserError("the {} driver cannot run here:\n  ".format(g.driver)
                                 + "\n  ".join(f"{p.what} (fix: {p.fix})" for p in problems))
+            for line in self.driver.plan(_env_for(g, g.cells()[0]["params"], self.driver), max(g.concurrency)):
+                self.events.note(line)  # what it will create, before it does (a cloud's cost guard)
             cells = g.cells()
             skipped = self._prepare(cells)
             self.events.planned(len([c for c in cells if c["key"] not in skipped]) * g.repeat)
@@ -352,6 +366,8 @@ class BootRunner:
                                                 lambda m: self.events.note(m))
                     except ConditionUnavailable as exc:
                         reason = str(exc)
+            elif self.grid.driver == "cloud":
+                reason = _cloud_unavailable(self.driver, p, _env_for(self.grid, p, self.driver))
             if reason:
                 skipped[cell["key"]] = reason
                 self.store.record_attempt(self.run_id, cell, self.grid.driver, 0, warmup=False, status="skipped",
@@ -434,7 +450,7 @@ class BootRunner:
         started = lc.get("requested", out.get("t0", time.time()))
         # The raw observation of a start is its lifecycle: kept for failed starts too (how far it got).
         raw = json.dumps({"instance": out.get("name"), "round": rep, "slot": slot, "lifecycle": lc,
-                          "accelerator": meta.get("accelerator")}, sort_keys=True)
+                          "accelerator": meta.get("accelerator"), "backend": meta.get("backend")}, sort_keys=True)
         self.store.record_attempt(self.run_id, cell, self.grid.driver, rep * conc + slot, warmup=False,
                                   status=status, started=started, ended=time.time(),
                                   reason=reason.splitlines()[0][:500] if reason else None,
@@ -554,7 +570,7 @@ def results(store: Store, run_id: str) -> dict[str, Any]:
                              "phases": {}, "succeeded": 0, "failed": 0, "failures": [], "skipped": None,
                              "instances": []}
     values: dict[str, dict[str, list[float]]] = {k: {m: [] for m in METRICS} for k in by_cell}
-    accels = set()
+    accels, backends = set(), set()
     for s in samples:
         values[s["cell_key"]][s["metric"]].append(s["value"])
     for a in attempts:
@@ -572,6 +588,8 @@ def results(store: Store, run_id: str) -> dict[str, Any]:
             cell["succeeded"] += 1
             if raw.get("accelerator"):
                 accels.add(raw["accelerator"])
+            if raw.get("backend"):
+                backends.add(raw["backend"])
         else:
             cell["failed"] += 1
             cell["failures"].append(a["reason"] or "unknown")
@@ -590,6 +608,8 @@ def results(store: Store, run_id: str) -> dict[str, Any]:
             from .drivers.vm import TCG_NOTE
 
             out["accelerator_note"] = TCG_NOTE
+    if backends:  # which backend produced the figures (cloud: the API's endpoint host, or moto)
+        out["backend"] = ",".join(sorted(backends))
     if b.get("published"):
         out["published"] = b["published"]
     return out
@@ -603,12 +623,16 @@ def render(console, data: dict[str, Any]) -> None:
     head = f"boot run [bold]{data['run_id']}[/bold] ({data['status']}), driver {data['driver']}"
     if data.get("accelerator"):
         head += f", accelerator [bold]{data['accelerator']}[/bold]"
+    if data.get("backend"):
+        head += f", backend [bold]{data['backend']}[/bold]"
     console.print(head, highlight=False)
     if data.get("accelerator_note"):
         console.print(f"[yellow]{data['accelerator_note']}[/yellow]", highlight=False)
     table = Table(title=f"seconds from request, {data['repeat']} round(s) per cell; "
                         "median \\[min-max] p90 p95", title_justify="left", header_style="bold")
-    for col in ("shape", "size", "mode", "conc", "ok", "failed", "created", "running", "init", "ready",
+    # cloud instances have no observable init but a first SSH answer: show the phases that were seen
+    middle = "ssh_ready" if any(c["phases"]["ssh_ready"]["n"] for c in data["cells"]) else "init"
+    for col in ("shape", "size", "mode", "conc", "ok", "failed", "created", "running", middle, "ready",
                 "ready p90 / p95", "teardown"):
         table.add_column(col, justify="right" if col not in ("shape", "mode", "size") else "left")
     for c in data["cells"]:
@@ -625,7 +649,7 @@ def render(console, data: dict[str, Any]) -> None:
         ready = ph["ready"]
         table.add_row(c["shape"], c["image_size"], c["image_mode"], str(c["concurrency"]), str(c["succeeded"]),
                       f"[red]{c['failed']}[/red]" if c["failed"] else "0", med("created"), med("running"),
-                      med("init"), med("ready"),
+                      med(middle), med("ready"),
                       "-" if ready["n"] == 0 else f"{num(ready['p90'], 3)} / {num(ready['p95'], 3)}",
                       "-" if ph["teardown"]["n"] == 0 else num(ph["teardown"]["median"], 3))
     console.print(table)

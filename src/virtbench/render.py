@@ -11,9 +11,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-LEGEND = ("median [95% bootstrap CI]; ratio = environment / baseline, medians, with its CI; "
-          "* = significant (Mann-Whitney p < 0.05, or CI excluding 1 for an index); ~ = not distinguishable "
-          "from noise")
+LEGEND = ("median [95% CI: order statistics, distribution-free; a lower level is printed where n is too small "
+          "for 95%]; ratio = environment / baseline, medians, with the CI of the Mann-Whitney test inverted (Hodges-"
+          "Lehmann), at the level printed in its column: 95% raised for a Benjamini-Hochberg correction across the "
+          "table (false discovery rate 5%); * = significant: the CI excludes 1; ~ = not significant: the CI "
+          "includes 1; 'n too small' = these repetitions cannot reach that level, no verdict; index: CI from its "
+          "tests' order-statistic bounds, index ratio: bootstrap 95% CI, * when it excludes 1")
 
 
 def num(value: float | None, digits: int = 4) -> str:
@@ -79,6 +82,9 @@ def results_tables(console: Console, data: dict[str, Any]) -> None:
             continue
         hide = {"test"} if "test" in row["params"] else set()
         groups[_group_title(row, hide)].append(row)
+    load = data.get("machine_load") or {}
+    if load.get("busy"):
+        console.print(f"[yellow]{load['note']}[/yellow]", highlight=False)
     for title, rows in groups.items():
         table = Table(title=title, title_justify="left", header_style="bold",
                       caption=_measured_caption(rows, envs) or None, caption_justify="left")
@@ -86,9 +92,10 @@ def results_tables(console: Console, data: dict[str, Any]) -> None:
         table.add_column("unit")
         for env in envs:
             table.add_column(f"{env}{' (baseline)' if env == baseline else ''}", justify="right")
+        level = _table_level(rows)
         for env in envs:
             if env != baseline:
-                table.add_column(f"{env} / {baseline}", justify="right")
+                table.add_column(f"{env} / {baseline}" + (f" ({_pct(level)} CI)" if level else ""), justify="right")
         by_metric: dict[str, dict[str, dict]] = defaultdict(dict)
         for row in rows:
             by_metric[row["metric"]][row["environment"]] = row
@@ -100,7 +107,7 @@ def results_tables(console: Console, data: dict[str, Any]) -> None:
             for env in envs:
                 if env == baseline:
                     continue
-                line.append(_ratio_cell(cells.get(env)))
+                line.append(_ratio_cell(cells.get(env), level))
             table.add_row(*line, style="bold" if metric == "index" else None)
         console.print(table)
     console.print(f"[dim]{LEGEND}[/dim]")
@@ -118,6 +125,8 @@ def _value_cell(r: dict | None) -> str:
             return "[yellow]skipped[/yellow]"
         return f"[red]failed ({r['failures']})[/red]" if r and r["failures"] else "-"
     text = f"{num(r['median'])} {_ci(r['ci_low'], r['ci_high'])}"
+    if r.get("ci_level") is not None and r["ci_level"] < 0.95 - 1e-9:
+        text += f" {_pct(r['ci_level'])}"  # n too small for 95 %: say which level this is
     index = r["metadata"].get("index")
     if index is not None:
         text += f" (idx {num(index, 4)})"
@@ -126,11 +135,31 @@ def _value_cell(r: dict | None) -> str:
     return text + f" n={r['n']}"
 
 
-def _ratio_cell(r: dict | None) -> str:
+def _pct(level: float) -> str:
+    return f"{level * 100:.3g}%"
+
+
+def _table_level(rows: list[dict]) -> float | None:
+    """The corrected level of a table's ratio CIs (1 - the Benjamini-Hochberg threshold)."""
+    levels = {round(1 - r["p_threshold"], 6) for r in rows if r.get("p_threshold") is not None}
+    return levels.pop() if len(levels) == 1 else None
+
+
+def _ratio_cell(r: dict | None, level: float | None = None) -> str:
     if r is None or r["ratio"] is None:
         return "-"
-    mark = "*" if r["significant"] else "~"
-    return f"{r['ratio']:.3f} {_ci(r['ratio_ci_low'], r['ratio_ci_high'], 3)} {mark}"
+    text = f"{r['ratio']:.3f} {_ci(r['ratio_ci_low'], r['ratio_ci_high'], 3)}"
+    own = r.get("ratio_ci_level")
+    if own is not None and r.get("p_threshold") is not None and own < (level or 0.95) - 5e-4:
+        text += f" {_pct(own)}"
+    return text + " " + mark(r)
+
+
+def mark(r: dict) -> str:
+    """'*' significant, '~' not, 'n too small' when the repetitions cannot reach the table's level."""
+    if r.get("verdict") == "n too small":
+        return "n too small"
+    return "*" if r["significant"] else "~"
 
 
 _CV = re.compile(r"coefficient of variation ([0-9.]+%)")
@@ -178,11 +207,10 @@ def compare_table(console: Console, data: dict[str, Any]) -> None:
     for col in ("workload", "params", "metric", "env", "A median", "B median", "B / A", ""):
         table.add_column(col, justify="right" if "median" in col or col == "B / A" else "left")
     for r in data["results"]:
-        mark = "*" if r["significant"] else "~"
         table.add_row(r["workload"], json.dumps(r["params"], sort_keys=True), r["metric"], r["environment"],
                       f"{num(r['median_a'])} {_ci(r['ci_low_a'], r['ci_high_a'])}",
                       f"{num(r['median_b'])} {_ci(r['ci_low_b'], r['ci_high_b'])}",
-                      f"{num(r['ratio'], 3)} {_ci(r['ratio_ci_low'], r['ratio_ci_high'], 3)}", mark)
+                      f"{num(r['ratio'], 3)} {_ci(r['ratio_ci_low'], r['ratio_ci_high'], 3)}", mark(r))
     console.print(table)
     console.print(f"[dim]{LEGEND}[/dim]")
     for side in ("only_in_a", "only_in_b"):

@@ -7,6 +7,7 @@ happens: on success, on errors, on Ctrl-C and on SIGTERM. An interrupted run res
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import tempfile
@@ -150,12 +151,31 @@ class Runner:
         if problems:
             raise UserError("cannot run these environments:\n  " + "\n  ".join(problems),
                             "fix the problems above, or leave those environments out with --envs")
+        for env in self.matrix.environments:  # what each will create, before anything is (cost guard)
+            for line in made[env.driver].plan(env, self._peak_instances(env.name)):
+                self.events.note(line)
         return states
+
+    def _peak_instances(self, env: str) -> int:
+        """Most instances an environment can hold at once: per role, the most any cell asks for
+        (pools are kept across cells)."""
+        peak: dict[str, int] = defaultdict(int)
+        all_envs = [e.name for e in self.matrix.environments]
+        for c in self.matrix.cells:
+            if env in cell_environments(c, all_envs):
+                for role, count in workloads.get(c["workload"]).roles(c["params"]).items():
+                    peak[role] = max(peak[role], count)
+        return sum(peak.values())
 
     def _loop(self, states: dict[str, _EnvState], tallies: dict[tuple[str, str], Tally]) -> None:
         policy = self.matrix.policy
         all_envs = [e.name for e in self.matrix.environments]
         cells = self.matrix.cells
+        self._verdict_minimum(policy)
+        self._load_before = _load()
+        if self._load_before is not None and self._load_before >= 0.5 * (os.cpu_count() or 1):
+            self.events.note(f"busy machine: load average {self._load_before:.2f} on {os.cpu_count()} cores before "
+                             "the run; other programs compete for the CPU (the results say so)")
         self.events.planned(sum(len(cell_environments(c, all_envs)) for c in cells)
                             * (policy.min_repetitions + policy.warmup))
         started = self.clock()
@@ -184,6 +204,17 @@ class Runner:
                 for env in active:
                     self._decide(tallies[(cell["key"], env)], cell_budget)
             self._drop_unneeded(states, cells[index + 1:], envs, all_envs)
+
+    def _verdict_minimum(self, policy) -> None:
+        """An adaptive run (min < max repetitions) takes at least what a verdict needs: below 6
+        repetitions a median has no 95 % interval and 4 per side are needed for Mann-Whitney p <= 0.05
+        (stats.min_repetitions). A fixed count (--repeat N) is kept; its table says 'n too small'."""
+        need = stats.min_repetitions()
+        if policy.min_repetitions < min(need, policy.max_repetitions):
+            raised = min(need, policy.max_repetitions)
+            self.events.note(f"min_repetitions raised from {policy.min_repetitions} to {raised}: a 95 % interval of a "
+                             f"median needs {need} repetitions (fewer give only min to max, at 75-94 %)")
+            policy.min_repetitions = raised
 
     def _drop_unneeded(self, states: dict[str, _EnvState], later_cells: list[dict], envs: list[str],
                        all_envs: list[str]) -> None:
@@ -232,7 +263,9 @@ class Runner:
             instances = self._instances(state, wl.roles(cell["params"]))
             main = next(iter(instances.values()))[0]
             applied = self._conditions(state, cell, instances)
-            meta = {**main.metadata(), "repetition": repetition, **self._machines_meta(instances)}
+            meta = {**main.metadata(), "repetition": repetition, **self._machines_meta(instances),
+                    "load_1m": _load(), "load_before_run": getattr(self, "_load_before", None),
+                    "cores_here": os.cpu_count()}  # this machine's load: busy-machine detection
             if applied.metadata:
                 meta["condition"] = dict(applied.metadata)
             ctx = RunContext(timeout=timeout, condition=cell["condition"], repetition=repetition, applied=applied)
@@ -415,6 +448,14 @@ class Runner:
             if tally.attempts >= policy.max_repetitions:
                 tally.finished = True
         return dict(tallies)
+
+
+def _load() -> float | None:
+    """This machine's 1-minute load average (runnable tasks), None where the OS has none."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 @contextmanager

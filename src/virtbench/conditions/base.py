@@ -31,6 +31,14 @@ class Instance(Protocol):
     def scratch_dir(self) -> str: ...
 
 
+class VolumeInstance(Instance, Protocol):
+    """An instance that can get a volume of its own (a cloud instance): storage=cloud-volume."""
+
+    def attach_volume(self, size: int | None) -> tuple[str, dict[str, Any], Callable[[], None]]:
+        """Make, attach and mount a volume: (directory as the instance sees it, metadata, undo)."""
+        ...
+
+
 class Applied:
     """The conditions in force for a block of repetitions, and how to undo them."""
 

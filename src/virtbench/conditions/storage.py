@@ -13,7 +13,9 @@ Values are `KIND`, `KIND:SIZE` (e.g. `nbd`, `nbd:8g`, `tmpfs:2g`) or `nbd://HOST
           kernels have no iSCSI initiator;
 - nfs     nfs-ganesha (NFSv4) on a server link, mounted with the kernel's NFS client where the
           kernel has one; skipped with the reason where it does not;
-- nbd://  an existing NBD export someone else serves: attached, never formatted.
+- nbd://  an existing NBD export someone else serves: attached, never formatted;
+- cloud-volume  a volume of the cloud API (EBS or alike) made and attached by the cloud instance
+          itself (`attach_volume`), ext4 in the guest (study 000's EBS + bonnie++).
 Every target and helper is removed by Applied.close(), also on Ctrl-C.
 """
 
@@ -28,7 +30,7 @@ from .base import Applied, Condition, Instance
 from .hostres import HostCommandFailed, parse_size
 from .targets import availability, kernel_nfs_client  # noqa: F401  (doctor and tests ask this module)
 
-KINDS = ("local", "tmpfs", "volume", "nbd", "iscsi", "nfs")
+KINDS = ("local", "tmpfs", "volume", "nbd", "iscsi", "nfs", "cloud-volume")
 
 
 def split(value: str) -> tuple[str, int | None]:

@@ -31,7 +31,7 @@ from .hostres import (Helper, HostCommandFailed, free_bytes, human, is_mounted, 
 REMOTE_DEFAULT_SIZE = 4 << 30
 NBD_PORT, ISCSI_PORT, NFS_PORT = 10809, 3260, 2049
 IQN_PREFIX = "iqn.2024-01.org.virtbench"
-BARE_HOSTS = ("host", "ssh")  # drivers whose instance sees its machine's own file system
+BARE_HOSTS = ("host", "ssh", "cloud")  # drivers whose instance sees its machine's own file system
 
 Maker = Callable[[Instance, int | None, Applied], tuple[str | None, dict]]
 
@@ -356,8 +356,22 @@ def nfs(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
     return inside, {"storage_fs": "nfs4", "storage_mechanism": "nfs-ganesha on a server link; kernel NFSv4.1 client"}
 
 
+# -- cloud volumes --------------------------------------------------------------------------------------
+
+def cloud_volume(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
+    """A volume of the cloud API: the instance makes, attaches and mounts it (VolumeInstance)."""
+    attach = getattr(inst, "attach_volume", None)
+    if attach is None:
+        raise ConditionUnavailable(f"storage=cloud-volume is a volume of a cloud API; a {inst.env.driver} "
+                                   "instance has none (use the cloud driver)")
+    path, meta, undo = attach(size)
+    applied.defer(undo)
+    return path, meta
+
+
 MAKERS: dict[str, Maker] = {
     "local": local_disk, "tmpfs": tmpfs, "volume": volume, "nbd": nbd, "iscsi": iscsi, "nfs": nfs,
+    "cloud-volume": cloud_volume,
 }
 
 
@@ -387,4 +401,5 @@ def availability() -> dict[str, tuple[bool, str]]:
     if ok and not shutil.which("ganesha.nfsd"):
         ok, why = False, "no NFS server (apt-get install nfs-ganesha nfs-ganesha-vfs)"
     out["nfs"] = (ok, why)
+    out["cloud-volume"] = (True, "")  # made by the cloud API, for cloud instances
     return out

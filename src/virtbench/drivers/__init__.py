@@ -11,6 +11,8 @@ REGISTRY: dict[str, str] = {
     "container": "virtbench.drivers.container:ContainerDriver",
     "vm": "virtbench.drivers.vm:VmDriver",
     "ssh": "virtbench.drivers.ssh:SshDriver",
+    "cloud": "virtbench.drivers.cloud:CloudDriver",
+    "pods": "virtbench.drivers.pods:PodsDriver",
 }
 
 

@@ -16,7 +16,9 @@ from ..machines import Machine, Pool, local
 from ..model import EnvSpec, ExecResult
 
 # Lifecycle phases in order; drivers record the ones they can observe (epoch seconds).
-PHASES = ("requested", "created", "running", "init", "ready", "teardown_start", "teardown_end")
+# ssh_ready: the first command answered over SSH (cloud instances; before ready, when the instance
+# has also been prepared for workloads).
+PHASES = ("requested", "created", "running", "init", "ssh_ready", "ready", "teardown_start", "teardown_end")
 
 
 @dataclass
@@ -141,6 +143,11 @@ class Driver(ABC):
 
     def check_env(self, env: EnvSpec) -> list[Problem]:
         """Problems with one environment's options that can be told before anything starts."""
+        return []
+
+    def plan(self, env: EnvSpec, count: int) -> list[str]:
+        """What provisioning up to `count` instances of env at once will create, said before it is
+        created; raises UserError when that is more than the driver allows (a cost guard)."""
         return []
 
     def cleanup_stale(self) -> list[str]:

@@ -154,11 +154,7 @@ class SshDriver(Driver):
         requested = time.time()
         machine.connect()
         created = time.time()
-        shipped = ship.ensure_native(machine)
-        scratch = f"{ship.remote_dir(machine)}/scratch/{self.context.run_id}-{name}"
-        res = machine.run(["mkdir", "-p", scratch], timeout=60)
-        if not res.ok:
-            raise UserError(f"cannot make {scratch}: {res.describe_failure()}")
+        shipped, scratch = open_scratch(machine, self.context.run_id, name)
         inst = SshInstance(name, env, role, k, machine, scratch, shipped, _address(spec),
                            release=lambda: self._release(spec.name))
         inst.mark("requested", requested)
@@ -182,6 +178,17 @@ class SshDriver(Driver):
         for spec in picked:
             if spec.name not in started:
                 self._release(spec.name)
+
+
+def open_scratch(machine: Machine, run_id: str, name: str) -> tuple[ship.Shipped, str]:
+    """Ship the kernels to the machine (once per machine and content) and make an instance's
+    scratch directory there; the cloud driver's instances start the same way."""
+    shipped = ship.ensure_native(machine)
+    scratch = f"{ship.remote_dir(machine)}/scratch/{run_id}-{name}"
+    res = machine.run(["mkdir", "-p", scratch], timeout=60)
+    if not res.ok:
+        raise UserError(f"cannot make {scratch}: {res.describe_failure()}")
+    return shipped, scratch
 
 
 def _address(spec: HostSpec) -> str | None:

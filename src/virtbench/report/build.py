@@ -12,8 +12,9 @@ from .data import RunData, load
 from .model import Document, Note, Part, Section
 
 
-LEGEND = ("Medians with 95 % bootstrap confidence intervals (CI); ratio = environment median / baseline "
-          "median, with its CI. " + MARK_HELP + ". Every chart is followed by its data as a table.")
+LEGEND = ("Medians with 95 % confidence intervals (CI) from order statistics (distribution-free; with fewer "
+          "than 6 repetitions [min, max] at its lower level, given in the notes); ratio = environment median / "
+          "baseline median, with its CI. " + MARK_HELP + ". Every chart is followed by its data as a table.")
 
 
 def part_for(data: RunData) -> Part:

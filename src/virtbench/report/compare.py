@@ -43,7 +43,7 @@ def document(store: Store, run_a: str, run_b: str) -> Document:
     data = analysis.compare(store, da.id, db.id)
     summary = Section(slug("compare", da.id, db.id), f"Run B {db.id} against run A {da.id}", intro=(
         "Results matched by workload, parameters, condition, metric and environment. B / A is the ratio of "
-        "medians with its 95 % bootstrap CI; for a time metric > 1 means B is slower, for a throughput metric "
+        "medians with its 95 % CI; for a time metric > 1 means B is slower, for a throughput metric "
         "> 1 means B is faster."))
     summary.blocks.append(Table("The two runs", ["", "run", "suite", "status", "started", "took", "environments",
                                                  "samples"], [_run_cells("A", da), _run_cells("B", db)]))

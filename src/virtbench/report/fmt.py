@@ -9,10 +9,12 @@ import datetime as dt
 
 from ..render import num
 
-__all__ = ["num", "value", "ratio", "p_value", "mark", "when", "seconds", "MARK_HELP"]
+__all__ = ["num", "value", "ratio", "p_value", "mark", "levels", "when", "seconds", "MARK_HELP"]
 
-MARK_HELP = ("* = significant (Mann-Whitney p < 0.05, or CI excluding 1 for an index); "
-             "~ = not distinguishable from noise; = = the baseline itself")
+MARK_HELP = ("* = significant: the ratio's CI excludes 1 (Mann-Whitney test inverted, at 95 % raised for a "
+             "Benjamini-Hochberg correction across the table, false discovery rate 5 %; an index ratio: bootstrap "
+             "95 % CI); ~ = not significant: the CI includes 1; n too small = these repetitions cannot reach the "
+             "table's level, no verdict; = = the baseline itself")
 
 
 def value(v: float | None) -> str:
@@ -34,7 +36,19 @@ def mark(row: dict, baseline: str | None = None) -> str:
         return "="
     if row.get("ratio") is None:
         return ""
+    if row.get("verdict") == "n too small":
+        return "n too small"
     return "*" if row.get("significant") else "~"
+
+
+def levels(row: dict) -> str:
+    """The CI levels of a row when below 95 % (n too small for 95 %), else ''."""
+    out = []
+    if row.get("ci_level") is not None and row["ci_level"] < 0.95 - 1e-9:
+        out.append(f"median CI {row['ci_level'] * 100:.3g} % (n={row['n']})")
+    if row.get("verdict") == "n too small" and row.get("ratio_ci_level") is not None:
+        out.append(f"ratio CI {row['ratio_ci_level'] * 100:.3g} %")
+    return "; ".join(out)
 
 
 def when(epoch: float | None) -> str:

@@ -39,7 +39,35 @@ def build(data: RunData) -> Section:
     section.blocks.append(_environments(data))
     section.blocks += [Note(w, "warn") for w in warnings(data)]
     section.blocks += _result_warnings(data)
+    section.blocks.append(Note(methods(data.results["results"])))
     return section
+
+
+def methods(rows: list[dict]) -> str:
+    """The methods note: which interval and which test, at the n this run has, with which correction."""
+    ns = sorted({r["n"] for r in rows if r["n"] and r["metric"] != "index"})
+    n_text = (f"n = {ns[0]}" if len(ns) == 1 else f"n = {ns[0]} to {ns[-1]}") if ns else "no samples"
+    low = sorted({round(r["ci_level"] * 100, 1) for r in rows if r.get("ci_level") and r["ci_level"] < 0.95})
+    compared = [r for r in rows if r.get("verdict") and r["metric"] != "index"]
+    tables = {(r["comparisons"], r["p_threshold"]) for r in compared if r.get("p_threshold") is not None}
+    levels = sorted({round((1 - t) * 100, 2) for _, t in tables})
+    small = sum(1 for r in compared if r["verdict"] == "n too small")
+    text = (f"Methods ({n_text} repetitions per result). Median: its 95 % confidence interval is the distribution-"
+            "free order-statistic interval [x(j), x(n+1-j)] (binomial level; needs n >= 6 for 95 %"
+            + (f"; here some are [min, max] at {', '.join(f'{v:g} %' for v in low)}" if low else "") + "). "
+            "Ratio: environment median / baseline median; its CI inverts the exact two-sided Mann-Whitney test on "
+            "log values (Hodges-Lehmann interval of the ratio; exact when an environment scales every result "
+            "alike), so the interval excludes 1 exactly when the test rejects. Correction: Benjamini-Hochberg "
+            "across the comparisons of each table (false discovery rate 5 %), comparisons whose n cannot reach "
+            "p <= 0.05 left out; each ratio CI is printed at the matching Benjamini-Yekutieli level 1 - R x 0.05 / m "
+            "(R significant of m tested)"
+            + (f", here {', '.join(f'{v:g} %' for v in levels)}" if levels else "") + "; * = the CI excludes 1.")
+    if small:
+        text += (f" {small} comparison(s) are marked 'n too small': their repetitions cannot reach the table's "
+                 "level; run more repetitions (4 per side reach p = 0.029, 6 reach 0.0022).")
+    return text + (" Overall index: geometric mean of the tests' indexes; its CI is the geometric mean of the tests' "
+                   "order-statistic bounds (conservative; level: its weakest test's), and the ratio of two indexes "
+                   "has a percentile-bootstrap 95 % CI (2000 resamples), * when it excludes 1.")
 
 
 def _fact(facts: dict, keys: tuple[str, ...]) -> str:
@@ -65,7 +93,10 @@ def _environments(data: RunData) -> Table:
         if shape.get("vcpus"):
             shape_text += f" ({shape['vcpus']} vCPU, {shape.get('memory_mb')} MB)"
         role = " (baseline)" if name == data.baseline else ""
-        cells.append([name + role, env.get("driver", "?"), shape_text,
+        driver = env.get("driver", "?")
+        if (env.get("facts") or {}).get("backend"):  # pods: which backend ran them
+            driver += " (podman pods)" if env["facts"]["backend"] == "kube-play" else f" ({env['facts']['backend']})"
+        cells.append([name + role, driver, shape_text,
                       *(_fact(env.get("facts") or {}, keys) for _, keys in FACT_COLUMNS),
                       env.get("problem") or ""])
     return Table("Environments", ["environment", "driver", "shape", *(c for c, _ in FACT_COLUMNS), "problem"],
@@ -101,8 +132,15 @@ def warnings(data: RunData) -> list[str]:
             out.append(f"Environment {env['name']} ran on testbed hosts ({', '.join(testbed)}): SSH hosts in network "
                        "namespaces of one machine, sharing its kernel and CPU; their figures measure the network "
                        "path and the remote machinery, not separate machines.")
+        if facts.get("backend") == "kube-play":
+            out.append(f"Environment {env['name']} ran as podman pods (podman kube play of the pods driver's "
+                       "manifests), not on a Kubernetes cluster: no scheduler, kubelet or cluster network; its "
+                       "figures are podman's pods on this machine.")
         if facts.get("error"):
             out.append(f"Facts of environment {env['name']} could not be collected: {facts['error']}")
+    load = data.results.get("machine_load") or {}
+    if load.get("busy"):
+        out.append(load["note"][0].upper() + load["note"][1:] + ".")
     failed: dict[tuple[str, str], Counter] = defaultdict(Counter)
     for a in data.attempts:
         if a["status"] == "skipped":

@@ -30,6 +30,9 @@ TESTS: dict[str, tuple[float, str, str]] = {
 }
 
 
+_FS: dict[tuple[str, str], str | None] = {}  # (instance, directory) -> file system type, asked once
+
+
 def _copies(value: Any) -> str:
     text = str(value).strip()
     if text == "vcpus" or (text.isdigit() and 1 <= int(text) <= 1024):
@@ -43,7 +46,8 @@ class SystemSuite(Workload):
     params = (
         Param("test", str, list(TESTS), "which tests to run", choices=tuple(TESTS)),
         Param("copies", _copies, ["1", "vcpus"], "parallel copies: a number, or 'vcpus' for one per vCPU"),
-        Param("duration", float, 10.0, "seconds each test runs", min=0.05, max=3600),
+        # Short by default: repetitions, not long kernels, narrow the intervals (issue 14, bench/time_budget.py).
+        Param("duration", float, 0.5, "seconds each test runs", min=0.05, max=3600),
     )
     metrics = tuple(MetricSpec(t, unit, True, title) for t, (_, unit, title) in TESTS.items())
     index_baselines = {t: base for t, (base, _, _) in TESTS.items()}
@@ -58,8 +62,22 @@ class SystemSuite(Workload):
         return [instance.bin("vb-system"), params["test"], "--duration", str(params["duration"]),
                 "--copies", str(copies), "--dir", ctx.storage_dir(instance)]
 
+    def execute(self, instances: dict[str, list[Instance]], params: dict[str, Any], ctx: RunContext) -> str:
+        raw = super().execute(instances, params, ctx)
+        # Where the file tests wrote (issue 14, item 5: fcopy in a container runs on its overlay root,
+        # on the host in $TMPDIR): recorded with every sample as scratch_dir / scratch_fs.
+        inst = instances["main"][0]
+        where = ctx.storage_dir(inst)
+        key = (inst.name, where)
+        if key not in _FS:
+            res = inst.exec(["stat", "-f", "-c", "%T", where], timeout=30)
+            _FS[key] = res.stdout.strip() if res.ok and res.stdout.strip() else None
+        return raw.rstrip("\n") + "\n" + json.dumps({"scratch": where, "scratch_fs": _FS[key]}) + "\n"
+
     def parse(self, raw: str, params: dict[str, Any]) -> list[Sample]:
         records = [json.loads(line) for line in raw.splitlines() if line.strip().startswith("{")]
+        scratch = next((r for r in records if "scratch" in r), {})
+        records = [r for r in records if "scratch" not in r]
         if len(records) != 1:
             raise ValueError(f"expected one JSON record from vb-system, got {len(records)}")
         rec = records[0]
@@ -74,4 +92,5 @@ class SystemSuite(Workload):
             raise ValueError(f"vb-system reported unit {rec['unit']!r} for {test}, expected {unit!r}")
         return [Sample(test, rec["rate"], unit, True, {
             "copies_actual": rec["copies"], "measured_seconds": rec["duration_s"], "count": rec["count"],
-            "index": rec["rate"] / base * 10, "code_version": rec.get("version")})]
+            "index": rec["rate"] / base * 10, "code_version": rec.get("version"),
+            **({"scratch_dir": scratch["scratch"], "scratch_fs": scratch.get("scratch_fs")} if scratch else {})})]

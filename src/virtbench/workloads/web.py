@@ -64,7 +64,8 @@ REPLICA_MEMORY_MB = 16
 LATENCY_MODEL = "closed-loop (wrk 4): service time per request; subject to coordinated omission"
 WRK_TIMEOUT_S = 5  # a request slower than this counts as a timeout error
 READY_TIMEOUT = 15.0
-SHARES_HOST_KERNEL = ("host", "container")  # drivers whose instances draw on the host's CPUs
+SHARES_HOST_KERNEL = ("host", "container", "pods")  # drivers whose instances draw on the host's CPUs
+# (pods on a cluster do not: their instances say so with shares_host_kernel = False)
 BRIDGE_PORTS = 1024  # the Linux bridge's port limit (BR_MAX_PORTS): every container's veth is one
 
 # $1 = prefix directory, $2 = file size in bytes; nginx.conf on stdin. nginx daemonizes once its
@@ -137,6 +138,10 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _shares_host_kernel(inst: Instance) -> bool:
+    return getattr(inst, "shares_host_kernel", inst.env.driver in SHARES_HOST_KERNEL)
 
 
 def _is_loopback(inst: Instance) -> bool:
@@ -280,7 +285,7 @@ class Web(Workload):
         per = max(params["replica_memory_mb"], env.shape.memory_mb or default_mb)
         count = self._instances_count(params)
         avail = _mem_available_mb()
-        if env.driver == "container" and count > BRIDGE_PORTS - 1:
+        if env.driver in ("container", "pods") and count > BRIDGE_PORTS - 1:
             problems.append(f"{count} containers on one network bridge: Linux gives a bridge at most "
                             f"{BRIDGE_PORTS} ports (use at most {BRIDGE_PORTS - 2} replicas)")
         if count * per > avail:
@@ -371,7 +376,8 @@ class Web(Workload):
                 text = stats.get(id(inst)) or ""
                 cpu_s, procs = parse_proc_stats(text) if text else (math.nan, 0)
                 entry = {"instance": inst.name, "driver": inst.env.driver, "cpu_s": cpu_s, "processes": procs,
-                         "killed": "KILLED" in text, "vcpus": self._entitlement(inst, host_cpus)}
+                         "killed": "KILLED" in text, "vcpus": self._entitlement(inst, host_cpus),
+                         "host_kernel": _shares_host_kernel(inst)}
                 if inst.role == "lb":
                     report["lb"] = entry
                 else:
@@ -383,7 +389,7 @@ class Web(Workload):
         """CPUs one instance may use: its shape's, else the host's for drivers on the host's kernel."""
         if inst.env.shape.vcpus:
             return float(inst.env.shape.vcpus)
-        return float(host_cpus if inst.env.driver in SHARES_HOST_KERNEL else inst.vcpus)
+        return float(host_cpus if _shares_host_kernel(inst) else inst.vcpus)
 
     # -- parsing (pure) -------------------------------------------------------------------------
     def parse(self, raw: str, params: dict[str, Any]) -> list[Sample]:
@@ -410,7 +416,7 @@ class Web(Workload):
         if servers and all(math.isfinite(s["cpu_s"]) for s in servers):
             cores = sum(s["cpu_s"] for s in servers) / wall
             capacity = sum(s["vcpus"] for s in servers)
-            if all(s["driver"] in SHARES_HOST_KERNEL for s in servers):
+            if all(s.get("host_kernel", s["driver"] in SHARES_HOST_KERNEL) for s in servers):
                 capacity = min(capacity, client["host_cpus"])
             smeta = {**meta, "server_processes": sum(s["processes"] for s in servers), "server_capacity": capacity}
             out.append(Sample("server_cpu_cores", cores, "cores", False, smeta))

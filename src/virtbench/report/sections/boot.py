@@ -29,7 +29,7 @@ def _size_key(size: str) -> tuple:
 def build(data: RunData, rows: list[dict]) -> Section:
     section = Section(sid(data, "boot"), "Boot time (study 000)", intro=(
         "Seconds from the request to each phase of an instance's start-up (created, running, init, ready = a "
-        "command ran inside), per image size and number of instances started at once, with 95 % bootstrap "
+        "command ran inside), per image size and number of instances started at once, with 95 % "
         "CIs of the medians; teardown is its own duration. Failed starts are counted, as the study did."))
     cells: dict[str, dict[str, dict]] = defaultdict(dict)  # cell key -> metric -> row (one environment)
     for r in rows:

@@ -31,7 +31,7 @@ NOTE_CHARS = 200  # a table cell is no place for a whole error log; the header l
 
 def row_notes(row: dict) -> str:
     # Each warning without its advice (the header's warning table has it in full).
-    short = [w.split("; ")[0] for w in row.get("warnings") or []]
+    short = [x for x in [fmt.levels(row)] if x] + [w.split("; ")[0] for w in row.get("warnings") or []]
     text = f"skipped: {row['skipped']}" if row.get("skipped") else "; ".join(short)
     return text if len(text) <= NOTE_CHARS else text[:NOTE_CHARS - 1] + "…"
 

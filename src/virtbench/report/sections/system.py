@@ -35,7 +35,7 @@ def build(data: RunData, rows: list[dict]) -> Section:
         panels[key].append(r)
     section = Section(slug(data.id, "system"), "System suite (UnixBench-style)", intro=(
         "Each test's score (higher is better) in each environment, as a ratio to the baseline "
-        f"environment '{baseline}' with its 95 % bootstrap CI, and as an index: score / UnixBench "
+        f"environment '{baseline}' with its 95 % CI, and as an index: score / UnixBench "
         "baseline x 10; the overall index is their geometric mean."))
     index_rows = []
     for key, prow in panels.items():
@@ -45,8 +45,22 @@ def build(data: RunData, rows: list[dict]) -> Section:
         section.blocks += _panel(sid, title, [r for r in prow if _is_test(r)], envs, baseline)
         section.blocks += _others(title, [r for r in prow if not _is_test(r)], baseline)
         index_rows += [r for r in prow if r["metric"] == "index"]
+    section.blocks += _scratch_note(rows)
     section.blocks += _published(data, index_rows)
     return section
+
+
+def _scratch_note(rows: list[dict]) -> list:
+    """fcopy* measure the file system they write to: say so when the environments' differ (issue 14)."""
+    fs = {r["environment"]: r["metadata"].get("scratch_fs") for r in rows
+          if r["metric"].startswith("fcopy") and r["metadata"].get("scratch_fs")}
+    if len(set(fs.values())) < 2:
+        return []
+    where = ", ".join(f"{env}: {kind}" for env, kind in fs.items())
+    return [Note(f"The file-copy tests (fcopy*) wrote to different file systems ({where}; sample metadata "
+                 "scratch_dir and scratch_fs): their ratios compare those file systems (a container's overlay "
+                 "root against the host's scratch directory) as much as the environments. Give every environment "
+                 "the same kind of scratch (a storage condition) to measure the environment alone.")]
 
 
 def _is_test(row: dict) -> bool:

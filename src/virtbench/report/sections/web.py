@@ -26,7 +26,7 @@ def build(data: RunData, rows: list[dict]) -> Section:
     section = Section(sid(data, "web"), "Web serving (study 004)", intro=(
         "Requests per second served by nginx (wrk on the host, closed loop) against the number of replicas "
         "behind the nginx balancer and against the worker processes of one server, per environment, with "
-        "95 % bootstrap CIs; then the peak of each curve with the CPU use measured there, beside the study's."))
+        "95 % CIs; then the peak of each curve with the CPU use measured there, beside the study's."))
     peaks = []
     for by, label in SWEEPS:
         groups: dict[str, list[dict]] = defaultdict(list)

@@ -1,0 +1,444 @@
+"""Kubernetes pods: one pod per instance, the runner's instances of one role being one Deployment.
+
+Backends (option `backend`, recorded in every result): `kube-play` (default) runs the manifests with
+`podman kube play` on this machine or an inventory host (option `machine`); `kubernetes` sends the
+same manifests to a cluster through the official client and the user's kubeconfig (options
+`context`, `namespace`, `image`: a registry reference, `{hash}` standing for the guest image's
+hash). Commands in a pod run through `podman exec` (kube-play, the container driver's code) or
+`kubectl exec` (kubernetes: it closes stdin reliably on every server version, which the client's
+websocket stream only does with the v5 protocol, and returns the command's exit status).
+
+Option `pvc` (a size, e.g. "2Gi") gives every pod of a group a PersistentVolumeClaim mounted at
+/vb-pvc (a podman named volume under kube-play; `storage_class` picks the cluster's class) and puts
+the instance's scratch directory, where disk workloads write with storage = "local", on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import image, procs
+from ..errors import UserError
+from ..machines import local
+from ..model import EnvSpec, ExecResult
+from ..pods import BACKENDS, CONTAINER, manifests
+from ..pods.phases import RESOLUTION, from_pod_object
+from . import container
+from .base import Driver, Instance, OptionSpec, Problem
+
+READY_TIMEOUT = 120.0
+_lock = threading.RLock()
+_serial = [0]
+
+
+@dataclass
+class Group:
+    """One Deployment (and its claim, and Services made later) with the pods still in use."""
+
+    name: str
+    backend: Any  # KubePlay or Cluster
+    docs: list[dict[str, Any]]
+    key: tuple[str, str] = ("", "")  # (environment, role)
+    live: set[str] = field(default_factory=set)
+    services: dict[str, list[str]] = field(default_factory=dict)  # pod -> its Services
+
+    @property
+    def claims(self) -> list[str]:
+        return [d["metadata"]["name"] for d in self.docs if d["kind"] == "PersistentVolumeClaim"]
+
+    @property
+    def manifest_sha256(self) -> str:
+        return hashlib.sha256(manifests.to_yaml(self.docs).encode()).hexdigest()
+
+
+def _scratch(pod: str, claim: bool) -> str:
+    # One claim serves the whole group: each pod writes under a directory of its own on it.
+    return f"{manifests.CLAIM_DIR}/{pod}" if claim else container.SCRATCH
+
+
+class _PodMixin:
+    """What both backends' instances record."""
+
+    group: Group
+    pod: str
+    pod_phases: dict[str, float]
+    backend_name: str
+
+    def _pod_metadata(self) -> dict[str, Any]:
+        return {"backend": self.backend_name, "pod": self.pod, "deployment": self.group.name,
+                "manifest_sha256": self.group.manifest_sha256, "pod_phases": self.pod_phases,
+                "pod_phase_resolution_s": RESOLUTION[self.backend_name],
+                "pvc": self.group.claims[0] if self.group.claims else None}
+
+    def _mark_phases(self, requested: float) -> None:
+        self.mark("requested", requested)
+        if "created" in self.pod_phases:
+            self.mark("created", self.pod_phases["created"])
+        if "container_started" in self.pod_phases:
+            self.mark("running", self.pod_phases["container_started"])
+
+
+class PlayPod(_PodMixin, container.ContainerInstance):
+    """A pod of `podman kube play`: its main container is run like the container driver's."""
+
+    backend_name = "kube-play"
+
+    def __init__(self, pod: str, env: EnvSpec, role: str, index: int, engine: container.Engine,
+                 info: image.ImageInfo, group: Group, driver: PodsDriver):
+        from ..pods.kubeplay import container_name
+
+        super().__init__(container_name(pod), env, role, index, engine, info, group.backend.machine)
+        self.pod, self.group, self.driver = pod, group, driver
+        self.pod_phases: dict[str, float] = {}
+        self.image_id: str | None = None
+        self.image_ref = ""
+
+    def start_observed(self, requested: float) -> None:
+        got = self.group.backend.describe(self.pod)
+        self.pod_phases, self.address, self.image_id = got["phases"], got["address"], got["image_id"]
+        self._mark_phases(requested)
+        self._wait_ready()
+        if self.group.claims:
+            res = self.exec(["mkdir", "-p", self.scratch_dir()], timeout=30)
+            if not res.ok:
+                raise UserError(f"cannot make {self.scratch_dir()} on the claim in {self.pod}: "
+                                f"{res.describe_failure()}")
+
+    def scratch_dir(self) -> str:
+        return _scratch(self.pod, bool(self.group.claims))
+
+    def metadata(self) -> dict[str, Any]:
+        meta = {**super().metadata(), **self._pod_metadata(), "image": self.image_ref, "image_id": self.image_id,
+                "infra_image": self.group.backend.pause_tag}
+        meta.pop("container_id", None)
+        meta.pop("started_at", None)
+        if self.image_ref != self.image.tag:  # another image than the guest's: its hash is not ours
+            meta["image_hash"] = None
+        return meta
+
+    def _destroy(self) -> None:
+        self.driver.release(self)
+
+
+class ClusterPod(_PodMixin, Instance):
+    """A pod on a Kubernetes cluster; commands through kubectl exec."""
+
+    backend_name = "kubernetes"
+    shares_host_kernel = False  # the load generator's CPUs are not the pods' (web workload)
+
+    def __init__(self, pod: dict[str, Any], env: EnvSpec, role: str, index: int, group: Group,
+                 driver: PodsDriver, kubectl: list[str], image_hash: str | None, server: str):
+        super().__init__(pod["metadata"]["name"], env, role, index)
+        self.pod, self.group, self.driver, self.kubectl = pod["metadata"]["name"], group, driver, kubectl
+        self.pod_phases = from_pod_object(pod)
+        status, spec = pod.get("status") or {}, pod.get("spec") or {}
+        self.address = status.get("podIP")
+        statuses = [s for s in status.get("containerStatuses") or [] if s.get("name") == CONTAINER]
+        self.facts = {"node": spec.get("nodeName"), "node_ip": status.get("hostIP"),
+                      "qos_class": status.get("qosClass"),
+                      "image": (spec.get("containers") or [{}])[0].get("image"),
+                      "image_id": statuses[0].get("imageID") if statuses else None, "image_hash": image_hash,
+                      "namespace": group.backend.namespace, "server_version": server}
+        self._ports: dict[int, tuple[str, int]] = {}
+
+    def start_observed(self, requested: float) -> None:
+        self._mark_phases(requested)
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:  # the first command that runs is our "ready", as for containers
+            res = self.exec(["mkdir", "-p", self.scratch_dir()], timeout=30)
+            if res.ok:
+                self.mark("ready")
+                return
+            if time.monotonic() > deadline:
+                raise UserError(f"pod {self.pod} never ran a command: {res.describe_failure()}")
+            time.sleep(0.1)
+
+    def exec(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
+             env: Mapping[str, str] | None = None) -> ExecResult:
+        argv = [str(a) for a in argv]
+        if self._torn_down:
+            now = time.time()
+            return ExecResult(argv, 125, "", f"instance {self.name} was torn down", now, now)
+        cmd = [*self.kubectl, "exec", *(["-i"] if stdin is not None else []), self.pod, "-c", CONTAINER, "--"]
+        if env:
+            cmd += ["env", *(f"{k}={v}" for k, v in env.items())]
+        if timeout is not None:  # coreutils timeout in the pod, so the command dies there too
+            cmd += ["timeout", "-k", "5", f"{timeout:.3f}".rstrip("0").rstrip(".")]
+        res = local().run([*cmd, *argv], timeout=None if timeout is None else timeout + 30, stdin=stdin)
+        timed_out = res.timed_out or (timeout is not None and res.seconds >= timeout and res.returncode in (124, 137))
+        return ExecResult(argv, res.returncode, res.stdout, res.stderr, res.started, res.ended, timed_out)
+
+    def copy_in(self, src: Path, dest: str) -> None:
+        res = self.exec(["sh", "-c", 'cat > "$1"', "sh", dest], timeout=600, stdin=Path(src).read_bytes())
+        if not res.ok:
+            raise OSError(f"copy of {src} into {self.pod}:{dest} failed: {res.describe_failure()}")
+
+    def copy_out(self, src: str, dest: Path) -> None:
+        import base64
+
+        res = self.exec(["base64", src], timeout=600)  # the exec's output is text
+        if not res.ok:
+            raise OSError(f"copy of {self.pod}:{src} to {dest} failed: {res.describe_failure()}")
+        Path(dest).write_bytes(base64.b64decode(res.stdout))
+
+    def bin(self, name: str) -> str:
+        return f"{image.GUEST_BIN_DIR}/{name}"
+
+    def scratch_dir(self) -> str:
+        return _scratch(self.pod, bool(self.group.claims))
+
+    def alive(self) -> bool:
+        if self._torn_down:
+            return False
+        pod = self.group.backend.pod(self.pod)
+        return bool(pod) and (pod.get("status") or {}).get("phase") == "Running" \
+            and not (pod.get("metadata") or {}).get("deletionTimestamp")
+
+    def forward_port(self, port: int) -> tuple[str, int]:
+        """Where a client outside the cluster reaches `port` of this pod: a NodePort Service made for
+        it on first use (deleted with the pod), on the address of the pod's node."""
+        with _lock:
+            if port not in self._ports:
+                name = manifests.dns_name(f"{self.pod}-{port}", 63)
+                labels = dict(self.group.docs[-1]["metadata"]["labels"])
+                self.group.backend.create([manifests.node_port_service(name, self.pod[-63:], port, labels)])
+                self.group.services.setdefault(self.pod, []).append(name)
+                svc = self.group.backend.core.read_namespaced_service(name, self.group.backend.namespace)
+                self._ports[port] = (self.facts["node_ip"], svc.spec.ports[0].node_port)
+            return self._ports[port]
+
+    def metadata(self) -> dict[str, Any]:
+        return {**super().metadata(), **self._pod_metadata(), **self.facts,
+                "cpus": self.env.shape.vcpus, "memory_mb": self.env.shape.memory_mb}
+
+    def _destroy(self) -> None:
+        self.driver.release(self)
+
+
+class PodsDriver(Driver):
+    name = "pods"
+    description = "Kubernetes pods from the guest image: podman kube play here, or a cluster (backend)"
+    needs_image = True
+    options = {
+        "backend": OptionSpec(str, "kube-play", "kube-play: podman runs the pod manifests; kubernetes: a "
+                                                "cluster through your kubeconfig", BACKENDS),
+        "machine": OptionSpec(str, "", "kube-play: inventory host podman runs on (default: this machine)"),
+        "context": OptionSpec(str, "", "kubernetes: kubeconfig context (default: the current one)"),
+        "namespace": OptionSpec(str, "default", "kubernetes: namespace of the pods"),
+        "image": OptionSpec(str, "", "image reference; {hash} = the guest image's hash (kubernetes: required, "
+                                     "e.g. registry.example.org/bench/virtbench-guest:{hash}; kube-play: the "
+                                     "local guest image)"),
+        "pvc": OptionSpec(str, "", "size of a PersistentVolumeClaim for the pods' scratch directory (e.g. 2Gi)"),
+        "storage_class": OptionSpec(str, "", "kubernetes: storage class of the claim (default: the cluster's)"),
+        "ready_timeout": OptionSpec(float, READY_TIMEOUT, "seconds a group of pods may take to become ready"),
+        # the container driver's engine settings, for kube-play
+        "runtime": OptionSpec(str, "auto", "kube-play: OCI runtime; auto = probe what works"),
+        "cgroup_manager": OptionSpec(str, "auto", "kube-play: podman cgroup manager; auto = probe what works",
+                                     ("auto", "cgroupfs", "systemd")),
+    }
+
+    def __init__(self, context):
+        super().__init__(context)
+        self.groups: dict[str, Group] = {}
+        self._clusters: dict[tuple[str, str], Any] = {}
+
+    def _opts(self, env: EnvSpec) -> dict[str, Any]:
+        return {k: (env.options or {}).get(k, spec.default) for k, spec in self.options.items()}
+
+    def _image(self) -> image.ImageInfo:
+        return self.context.image or image.require()
+
+    def _cluster(self, opts: dict[str, Any]):
+        from ..pods.cluster import Cluster
+
+        key = (opts["context"], opts["namespace"])
+        if key not in self._clusters:
+            self._clusters[key] = Cluster(opts["context"], opts["namespace"])
+        return self._clusters[key]
+
+    def _kubectl(self, opts: dict[str, Any]) -> list[str]:
+        return ["kubectl", *(["--context", opts["context"]] if opts["context"] else []), "-n", opts["namespace"]]
+
+    # -- checks -----------------------------------------------------------------------------------
+    def check(self) -> list[Problem]:
+        return container.ContainerDriver(self.context).check()  # kube-play, the default, needs the same
+
+    def check_env(self, env: EnvSpec) -> list[Problem]:
+        opts = self._opts(env)
+        if opts["backend"] != "kubernetes":
+            return [Problem(f"option {k} is for the kubernetes backend", "remove it or set backend = \"kubernetes\"")
+                    for k in ("context", "storage_class") if opts[k]]
+        problems = []
+        if not opts["image"]:
+            problems.append(Problem("the kubernetes backend needs option image: a registry reference the cluster "
+                                    "can pull", "push the guest image (see docs/architecture.md, Pods) and set "
+                                    "image = \"REGISTRY/virtbench-guest:{hash}\""))
+        if opts["machine"]:
+            problems.append(Problem("option machine is for the kube-play backend", "remove it"))
+        if not shutil.which("kubectl"):
+            problems.append(Problem("kubectl is not installed (the kubernetes backend runs commands in pods "
+                                    "with kubectl exec)", "install kubectl"))
+        try:
+            cluster = self._cluster(opts)
+            if opts["storage_class"] and not cluster.has_storage_class(opts["storage_class"]):
+                problems.append(Problem(f"the cluster has no storage class {opts['storage_class']}",
+                                        "kubectl get storageclass lists those it has"))
+        except UserError as exc:
+            problems.append(Problem(exc.message, exc.hint or ""))
+        except Exception as exc:  # the API answered with an error, or did not answer
+            problems.append(Problem(f"the cluster did not answer: {exc}", "kubectl cluster-info says why"))
+        return problems
+
+    # -- provisioning ------------------------------------------------------------------------------
+    def _group_name(self, env: EnvSpec, role: str) -> str:
+        short = re.sub(r"[^a-z0-9]", "", self.context.run_id.lower())[-8:] or "run"
+        with _lock:
+            _serial[0] += 1
+            n = _serial[0]
+        return manifests.dns_name(f"vb-{short}-{env.name}-{role}", 44) + f"-g{n}"
+
+    def _labels(self, env: EnvSpec, role: str) -> dict[str, str]:
+        pid = os.getpid()
+        return {k: manifests.label_value(v) for k, v in {
+            "virtbench": "1", "virtbench.run": self.context.run_id, "virtbench.env": env.name,
+            "virtbench.role": role, "virtbench.pid": pid,
+            "virtbench.pidstart": container._process_start(pid) or "",
+            "virtbench.host": socket.gethostname()}.items()}
+
+    def provision(self, env: EnvSpec, count: int = 1, role: str = "main") -> list[Instance]:
+        opts = self._opts(env)
+        info = self._image()
+        ref = (opts["image"] or info.tag).replace("{hash}", info.hash)
+        name = self._group_name(env, role)
+        docs = manifests.group(name, count, ref, self._labels(env, role), vcpus=env.shape.vcpus,
+                               memory_mb=env.shape.memory_mb, claim_size=opts["pvc"],
+                               storage_class=opts["storage_class"] if opts["backend"] == "kubernetes" else "")
+        made: list[Instance] = []
+        group = grown = None
+        old: set[str] = set()
+        try:
+            if opts["backend"] == "kubernetes":
+                cluster = self._cluster(opts)
+                # The role's Deployment is scaled up when it has pods already (study 004's replica
+                # sweep scales one Deployment); kube play cannot scale, so there each call is a group.
+                grown = next((g for g in self.groups.values() if g.key == (env.name, role) and g.live
+                              and g.backend is cluster), None)
+                requested = time.time()
+                if grown is None:
+                    group = self.groups[name] = Group(name, cluster, docs, key=(env.name, role))
+                    cluster.create(docs)
+                else:
+                    group, old = grown, set(grown.live)
+                    cluster.scale(group.name, len(old) + count)
+                pods = [p for p in cluster.wait_ready(group.name, len(group.live) + count, opts["ready_timeout"])
+                        if p["metadata"]["name"] not in group.live]
+                server = cluster.version()
+                for i, pod in enumerate(pods):
+                    pname = pod["metadata"]["name"]
+                    cluster.label_pod(pname, {"virtbench.pod": pname[-63:]})  # a Service can pick it
+                    inst = ClusterPod(pod, env, role, i, group, self, self._kubectl(opts),
+                                      info.hash if info.hash in ref else None, server)
+                    group.live.add(pname)
+                    made.append(inst)
+                    inst.start_observed(requested)
+            else:
+                from ..pods.kubeplay import KubePlay
+
+                machine = self.context.machines.get(opts["machine"] or None)
+                engine = container.ContainerDriver(self.context).engine_for(
+                    {"engine": "podman", "machine": opts["machine"], "runtime": opts["runtime"],
+                     "cgroup_manager": opts["cgroup_manager"]})
+                play = KubePlay(machine, engine, info)
+                group = self.groups[name] = Group(name, play, docs)
+                requested = time.time()
+                play.play(docs)
+                pods = play.pods(name)
+                if len(pods) != count:
+                    raise UserError(f"podman kube play made {len(pods)} pods of {name}, not {count}")
+                for i, pod in enumerate(pods):
+                    inst = PlayPod(pod, env, role, i, engine, info, group, self)
+                    inst.image_ref = ref
+                    group.live.add(pod)
+                    made.append(inst)
+                    inst.start_observed(requested)
+        except BaseException as exc:
+            # All or none, whatever stopped us (a second Ctrl-C must not cut the removal short).
+            with procs.interrupts_held():
+                for inst in made:
+                    inst._torn_down = True
+                with contextlib.suppress(Exception):
+                    if grown is not None:  # back to the pods it had: the new ones go first
+                        new = [p["metadata"]["name"] for p in grown.backend.pods(grown.name)
+                               if p["metadata"]["name"] not in old]
+                        grown.live -= set(new)
+                        grown.backend.scale(grown.name, len(grown.live), new)
+                    elif group is not None:
+                        self._remove_group(group)
+            if isinstance(exc, Exception):
+                raise UserError(f"could not start {count} pod(s) for {env.name}/{role} "
+                                f"({opts['backend']}): {exc}") from exc
+            raise
+        return made
+
+    # -- teardown ----------------------------------------------------------------------------------
+    def release(self, inst: PlayPod | ClusterPod) -> None:
+        """One instance's pod goes; the group's Deployment, claim and Services with the last one."""
+        group = inst.group
+        with _lock:
+            group.live.discard(inst.pod)
+            last = not group.live
+        if last:
+            self._remove_group(group)
+        elif isinstance(inst, PlayPod):
+            group.backend.remove_pod(inst.pod)
+        else:
+            group.backend.scale_down_one(group.name, inst.pod)
+            for svc in group.services.pop(inst.pod, []):
+                group.backend.delete("Service", svc)
+
+    def _remove_group(self, group: Group) -> None:
+        if hasattr(group.backend, "remove_group"):  # kube-play
+            group.backend.remove_group(group.name, group.claims)
+        else:
+            for svc in [s for names in group.services.values() for s in names]:
+                group.backend.delete("Service", svc)
+            group.backend.delete("Deployment", group.name)
+            for name in group.claims:
+                group.backend.delete("PersistentVolumeClaim", name)
+        self.groups.pop(group.name, None)
+
+    def cleanup_stale(self) -> list[str]:
+        """kube-play pods and volumes on this machine whose creating process is gone (a killed run).
+        On a cluster: kubectl delete deploy,svc,pvc -l virtbench.run=RUN_ID removes a run's objects."""
+        from ..pods.kubeplay import KubePlay
+
+        try:
+            if container.pick_engine("auto") != "podman":
+                return []
+            engine = container.ContainerDriver(self.context).engine_for({"engine": "podman"})
+        except UserError:
+            return []
+        play = KubePlay(local(), engine, self._image())
+        removed = []
+        for kind in ("pod", "volume"):
+            for name, labels in play.labelled(kind):
+                pid, start = labels.get("virtbench.pid", ""), labels.get("virtbench.pidstart", "")
+                if labels.get("virtbench.host") not in (None, manifests.label_value(socket.gethostname())):
+                    continue
+                now = container._process_start(int(pid)) if pid.isdigit() else None
+                if now is None or (start and now != start):
+                    with contextlib.suppress(UserError):
+                        (play.remove_pod if kind == "pod" else play.remove_volume)(name)
+                        removed.append(name)
+        return removed

@@ -1,0 +1,172 @@
+"""Pods driver, kube-play backend, for real: the manifests of 1, 2 and 8 replicas under `podman
+kube play`, a claim as a podman named volume, an image that cannot be pulled, the system and web
+workloads through `virtbench run`, the report's label, Ctrl-C and a killed run's leftovers."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from virtbench import procs
+from virtbench.drivers.base import DriverContext
+from virtbench.drivers.pods import PodsDriver
+from virtbench.errors import UserError
+from virtbench.model import EnvSpec, Shape
+
+pytestmark = [pytest.mark.podman]
+
+if not procs.run(["podman", "info"], timeout=60).ok:
+    pytest.skip("podman does not work here (apt-get install podman runc)", allow_module_level=True)
+
+SMALL = Shape("m1.small", vcpus=1, memory_mb=128)
+VB = [sys.executable, "-m", "virtbench.cli"]
+
+
+def ours(label, kind="pod"):
+    """Names of pods (or volumes) carrying a label."""
+    sub = ["volume", "ls"] if kind == "volume" else ["pod", "ps"]
+    res = procs.run(["podman", *sub, "--filter", f"label={label}", "--format", "{{.Name}}"], timeout=60)
+    return res.stdout.split()
+
+
+@pytest.fixture
+def driver(guest_image, tmp_path):
+    d = PodsDriver(DriverContext(f"t{uuid.uuid4().hex[:10]}", tmp_path, guest_image))
+    yield d
+    run = f"virtbench.run={d.context.run_id}"
+    for pod in ours(run):  # whatever a failing test left behind
+        procs.run(["podman", "pod", "rm", "-f", "-t", "0", pod], timeout=60)
+    for vol in ours(run, "volume"):
+        procs.run(["podman", "volume", "rm", "-f", vol], timeout=60)
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 8])
+def test_replicas_run_under_kube_play(driver, guest_image, replicas):
+    insts = driver.provision(EnvSpec("pods", "pods", SMALL), replicas, "server")
+    assert len(insts) == replicas and len(ours(f"virtbench.run={driver.context.run_id}")) == replicas
+    assert len({i.address for i in insts}) == replicas and all(i.address for i in insts)
+    for inst in insts:
+        lc = inst.lifecycle
+        assert lc["requested"] <= lc["created"] <= lc["running"] <= lc["ready"]
+        meta = inst.metadata()
+        assert meta["backend"] == "kube-play" and meta["image_hash"] == guest_image.hash
+        assert meta["deployment"] == insts[0].group.name and len(meta["manifest_sha256"]) == 64
+        assert {"created", "sandbox_started", "container_started"} <= set(meta["pod_phases"])
+        # the shape's limits, as the pod's cgroup has them (v1 or v2)
+        res = inst.exec(["sh", "-c", "cat /sys/fs/cgroup/memory.max 2>/dev/null || "
+                                     "cat /sys/fs/cgroup/memory/memory.limit_in_bytes"], timeout=30)
+        assert res.ok and res.stdout.strip() == str(128 << 20)
+    ran = insts[-1].exec([insts[-1].bin("vb-system"), "--help"], timeout=30)
+    assert ran.returncode in (0, 1, 2) and "not found" not in ran.stderr
+    for inst in insts[:-1]:  # all but the last: their pods go one by one
+        inst.teardown()
+        assert inst.pod not in ours(f"virtbench.run={driver.context.run_id}")
+    insts[-1].teardown()
+    assert ours(f"virtbench.run={driver.context.run_id}") == []
+
+
+def test_claim_is_a_named_volume(driver):
+    insts = driver.provision(EnvSpec("pods", "pods", SMALL, {"pvc": "32Mi"}), 2, "main")
+    run = f"virtbench.run={driver.context.run_id}"
+    (vol,) = ours(run, "volume")
+    assert vol == insts[0].metadata()["pvc"]
+    a, b = insts
+    assert a.scratch_dir().startswith("/vb-pvc/") and a.scratch_dir() != b.scratch_dir()
+    assert a.exec(["sh", "-c", f"echo hi > {a.scratch_dir()}/f"], timeout=30).ok
+    assert b.exec(["cat", f"{a.scratch_dir()}/f"], timeout=30).stdout.strip() == "hi"  # one claim, shared
+    for inst in insts:
+        inst.teardown()
+    assert ours(run) == [] and ours(run, "volume") == []
+
+
+def test_image_pull_failure_leaves_nothing(driver):
+    env = EnvSpec("pods", "pods", Shape("native"), {"image": "localhost/virtbench-missing:{hash}", "pvc": "16Mi"})
+    with pytest.raises(UserError) as err:
+        driver.provision(env, 2, "main")
+    assert "image pull failed" in err.value.message and "virtbench-missing" in err.value.message
+    run = f"virtbench.run={driver.context.run_id}"
+    assert ours(run) == [] and ours(run, "volume") == []
+
+
+def _run(args, db, timeout=600):
+    res = subprocess.run([*VB, *args, "--db", str(db)], capture_output=True, text=True, timeout=timeout)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res
+
+
+@pytest.mark.slow
+def test_system_and_web_sweep_in_pods_and_report(guest_image, tmp_path):
+    db = tmp_path / "vb.sqlite"
+    res = _run(["run", "--workload", "system", "--param", "test=dhrystone", "--param", "copies=1",
+                "--param", "duration=0.3", "--envs", "pods:m1.small", "--repeat", "1", "--json"], db)
+    out = json.loads(res.stdout)
+    (row,) = [r for r in out["results"] if r["metric"] == "dhrystone"]
+    assert row["n"] == 1 and row["median"] > 0
+    res = _run(["run", "--workload", "web", "--param", "replicas=1,2,4", "--param", "duration=1",
+                "--param", "connections=8", "--envs", "pods", "--repeat", "1", "--json"], db)
+    out = json.loads(res.stdout)
+    rps = {r["params"]["replicas"]: r for r in out["results"] if r["metric"] == "requests_per_second"}
+    assert sorted(rps) == [1, 2, 4] and all(r["n"] == 1 and r["median"] > 0 for r in rps.values())
+    report = tmp_path / "r.md"
+    _run(["report", out["run_id"], "--format", "md", "-o", str(report)], db)
+    text = report.read_text()
+    assert "pods (podman pods)" in text and "ran as podman pods" in text and "not on a Kubernetes cluster" in text
+    assert ours(f"virtbench.run={out['run_id']}") == []
+
+
+def _wait_for_pods(label, n, proc, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len(ours(label)) >= n:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no {n} pods with {label} (exit {proc.poll()})")
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_no_pod(guest_image, tmp_path):
+    proc = subprocess.Popen([*VB, "run", "--workload", "web", "--param", "replicas=2", "--param", "duration=60",
+                             "--envs", "pods", "--repeat", "1", "--db", str(tmp_path / "vb.sqlite")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    label = f"virtbench.pid={proc.pid}"
+    try:
+        _wait_for_pods(label, 3, proc)  # 2 servers and the balancer
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert ours(label) == []
+
+
+_KILLED = """
+import sys, pathlib, time
+from virtbench import image
+from virtbench.drivers.base import DriverContext
+from virtbench.drivers.pods import PodsDriver
+from virtbench.model import EnvSpec, Shape
+d = PodsDriver(DriverContext(sys.argv[1], pathlib.Path(sys.argv[2]), image.require()))
+d.provision(EnvSpec("pods", "pods", Shape("native"), {"pvc": "16Mi"}), 2, "main")
+print("up", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_killed_runs_pods_are_cleaned_up(guest_image, tmp_path):
+    run_id = f"t{uuid.uuid4().hex[:10]}"
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED, run_id, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "up"
+    finally:
+        proc.kill()  # SIGKILL: no teardown ran
+        proc.wait()
+    label = f"virtbench.run={run_id}"
+    assert len(ours(label)) == 2 and len(ours(label, "volume")) == 1
+    removed = PodsDriver(DriverContext("other", tmp_path, guest_image)).cleanup_stale()
+    assert len([r for r in removed if run_id[-8:] in r]) == 3
+    assert ours(label) == [] and ours(label, "volume") == []

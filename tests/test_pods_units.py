@@ -1,0 +1,153 @@
+"""Pods driver, pure parts: manifest generation and pod phases on recorded objects (tests/data/pods,
+see its README for where each came from); the kubernetes-client path against a real cluster only
+when KUBECONFIG names one."""
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from virtbench.pods import manifests, phases
+
+DATA = Path(__file__).parent / "data" / "pods"
+LABELS = {"virtbench": "1", "virtbench.run": "20261125-105802-ab12cd34", "virtbench.env": "pods"}
+DNS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def load(name):
+    return json.loads((DATA / name).read_text())
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 8])
+def test_group_manifests(replicas):
+    docs = manifests.group("vb-ab12cd34-pods-server-g1", replicas, "img:1", LABELS, vcpus=1, memory_mb=128,
+                           claim_size="1Gi", storage_class="nfs-client")
+    claim, dep = docs  # the claim before the pods that name it
+    assert claim["kind"] == "PersistentVolumeClaim" and dep["kind"] == "Deployment"
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce" if replicas == 1 else "ReadWriteMany"]
+    assert claim["spec"]["storageClassName"] == "nfs-client"
+    assert dep["spec"]["replicas"] == replicas
+    tmpl = dep["spec"]["template"]
+    sel = dep["spec"]["selector"]["matchLabels"]
+    assert all(tmpl["metadata"]["labels"][k] == v for k, v in sel.items())  # the selector picks its pods
+    (ctr,) = tmpl["spec"]["containers"]
+    assert ctr["resources"] == {"requests": {"cpu": "1", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}}
+    assert ctr["command"] == ["sleep", "infinity"] and ctr["image"] == "img:1"
+    assert ctr["volumeMounts"][0]["mountPath"] == manifests.CLAIM_DIR
+    assert tmpl["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert list(yaml.safe_load_all(manifests.to_yaml(docs))) == docs  # what kube play and a cluster get
+
+
+def test_no_limits_and_no_claim():
+    (dep,) = manifests.group("g", 1, "img", LABELS)
+    ctr = dep["spec"]["template"]["spec"]["containers"][0]
+    assert "resources" not in ctr and "volumeMounts" not in ctr and "volumes" not in dep["spec"]["template"]["spec"]
+    assert "storageClassName" not in manifests.claim("c", "1Gi", LABELS)["spec"]  # the cluster's default
+
+
+def test_names_and_labels_are_valid():
+    assert DNS.match(manifests.dns_name("vb-AB12_cd-Web Servers-lb"))
+    assert len(manifests.dns_name("x" * 100)) <= 52
+    for raw in ("20261125-105802-ab12", "host.example.org", "we!rd--", "a" * 80, ""):
+        v = manifests.label_value(raw)
+        assert len(v) <= 63 and re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?", v)
+
+
+def test_node_port_service():
+    svc = manifests.node_port_service("s", "pod-1", 8080, LABELS)
+    assert svc["spec"]["type"] == "NodePort" and svc["spec"]["selector"] == {"virtbench.pod": "pod-1"}
+
+
+def test_phases_from_conditions():
+    got = phases.from_pod_object(load("k8s-running.json"))
+    assert list(got) == ["created", "scheduled", "initialized", "container_started", "containers_ready", "ready"]
+    assert got["ready"] - got["created"] == 3.0
+    assert phases.RESOLUTION["kubernetes"] == 1.0  # the API's timestamps are whole seconds
+
+
+def test_phases_from_the_clients_serialization():
+    # sanitize_for_serialization writes datetimes as isoformat(): an offset instead of Z
+    pod = load("k8s-running.json")
+    pod["metadata"]["creationTimestamp"] = "2026-11-25T10:58:02+00:00"
+    assert phases.from_pod_object(pod)["created"] == phases.timestamp("2026-11-25T10:58:02Z")
+
+
+def test_pending_reason_from_events():
+    rec = load("k8s-unschedulable.json")
+    assert "scheduled" not in phases.from_pod_object(rec["pod"])
+    why = phases.not_running_reason(rec["pod"], rec["events"])
+    assert why.startswith("phase Pending") and "Unschedulable" in why and "Insufficient cpu" in why
+    assert "event FailedScheduling" in why
+
+
+def test_image_pull_reason():
+    rec = load("k8s-image-pull.json")
+    why = phases.not_running_reason(rec["pod"], rec["events"])
+    assert "container ImagePullBackOff" in why and "not found" in why and "ErrImagePull" in why
+    assert "Scheduled" not in why  # normal events stay out when there are warnings
+
+
+def test_phases_from_podman_inspect():
+    got = phases.from_podman(load("podman-pod-inspect.json"), load("podman-infra-inspect.json"),
+                             load("podman-main-inspect.json"))
+    assert list(got) == ["created", "container_created", "sandbox_started", "container_started"]
+    assert 0 < got["container_started"] - got["created"] < 5
+    assert got["created"] % 1 != 0  # nanoseconds, not whole seconds
+
+
+def test_timestamp_formats():
+    assert phases.timestamp("2026-11-25T10:58:02.000000001Z") == pytest.approx(phases.timestamp("2026-11-25T10:58:02Z"))
+    assert phases.timestamp("2026-11-25T12:58:02+02:00") == phases.timestamp("2026-11-25T10:58:02Z")
+    with pytest.raises(ValueError):
+        phases.timestamp("yesterday")
+
+
+def _cluster_reachable():
+    if not os.environ.get("KUBECONFIG"):
+        return "KUBECONFIG is not set: no Kubernetes cluster to test the kubernetes backend against"
+    try:
+        from virtbench.pods.cluster import Cluster
+        Cluster().version()
+    except Exception as exc:
+        return f"the cluster of KUBECONFIG did not answer: {exc}"
+    return ""
+
+
+@pytest.mark.skipif(bool(_cluster_reachable()), reason=_cluster_reachable() or "cluster reachable")
+def test_kubernetes_backend_on_a_real_cluster(guest_image, tmp_path):
+    """Needs the guest image pushed where the cluster can pull it: VIRTBENCH_POD_IMAGE (with {hash})."""
+    from virtbench.drivers.base import DriverContext
+    from virtbench.drivers.pods import PodsDriver
+    from virtbench.model import EnvSpec, Shape
+
+    ref = os.environ.get("VIRTBENCH_POD_IMAGE")
+    if not ref:
+        pytest.skip("VIRTBENCH_POD_IMAGE (a registry reference with {hash}) is not set")
+    d = PodsDriver(DriverContext("k8stest0001", tmp_path, guest_image))
+    env = EnvSpec("pods", "pods", Shape("t", vcpus=1, memory_mb=256), {"backend": "kubernetes", "image": ref})
+    assert d.check_env(env) == []
+    insts = d.provision(env, 2, "server")
+    try:
+        for inst in insts:
+            assert inst.exec(["true"]).ok and inst.address
+            meta = inst.metadata()
+            assert meta["backend"] == "kubernetes" and {"created", "scheduled", "ready"} <= set(meta["pod_phases"])
+    finally:
+        for inst in insts:
+            inst.teardown()
+
+
+def test_kubernetes_environment_checked_before_the_run(monkeypatch, tmp_path):
+    from virtbench.drivers.base import DriverContext
+    from virtbench.drivers.pods import PodsDriver
+    from virtbench.model import EnvSpec, Shape
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    d = PodsDriver(DriverContext("u", tmp_path))
+    what = " | ".join(p.what for p in d.check_env(EnvSpec("k", "pods", Shape("native"), {"backend": "kubernetes"})))
+    assert "needs option image" in what and "cannot load the kubeconfig" in what
+    play = EnvSpec("p", "pods", Shape("native"), {"storage_class": "fast"})
+    assert [p.what for p in d.check_env(play)] == ["option storage_class is for the kubernetes backend"]
