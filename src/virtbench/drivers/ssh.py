@@ -183,12 +183,8 @@ class SshDriver(Driver):
 def open_scratch(machine: Machine, run_id: str, name: str) -> tuple[ship.Shipped, str]:
     """Ship the kernels to the machine (once per machine and content) and make an instance's
     scratch directory there; the cloud driver's instances start the same way."""
-    shipped = ship.ensure_native(machine)
     scratch = f"{ship.remote_dir(machine)}/scratch/{run_id}-{name}"
-    res = machine.run(["mkdir", "-p", scratch], timeout=60)
-    if not res.ok:
-        raise UserError(f"cannot make {scratch}: {res.describe_failure()}")
-    return shipped, scratch
+    return ship.ensure_native(machine, make_dirs=(scratch,)), scratch
 
 
 def _address(spec: HostSpec) -> str | None:

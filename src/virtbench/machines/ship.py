@@ -84,7 +84,7 @@ def _tar(files: dict[str, Path], prefix: str) -> bytes:
 # Any failure removes both the tar and the partial directory.
 _INSTALL = r'''
 set -u
-base=$1; name=$2; tarsum=$3; sums=$4
+base=$1; name=$2; tarsum=$3; sums=$4; probe=${5:-}
 tmp="$base/.incoming-$name-$$"; tarfile="$tmp.tar"
 fail() { rm -rf "$tmp" "$tarfile"; echo "$1" >&2; exit 1; }
 mkdir -p "$base" || fail "cannot make $base"
@@ -96,19 +96,26 @@ tar -xf "$tarfile" -C "$tmp" >&2 || fail "unpacking failed"
 rm -f "$tarfile"
 if [ -d "$base/$name" ]; then rm -rf "$tmp"; else mv "$tmp" "$base/$name" || fail "cannot rename $tmp"; fi
 touch "$base/$name/.complete"
+# Does what was shipped run there? (11: no; the caller builds from the sources instead)
+if [ -n "$probe" ]; then "$base/$name/$probe" list >/dev/null 2>&1 || exit 11; fi
+exit 0
 '''
 
 
 def _install(machine: Machine, base: str, name: str, files: dict[str, Path], prefix: str,
-             what: str) -> None:
-    """One round trip: the tar goes in on stdin, the script checks and places it."""
+             what: str, probe: str = "") -> bool:
+    """One round trip: the tar goes in on stdin, the script checks and places it. With `probe`
+    (a program in it), False when that program does not run there."""
     data = _tar(files, prefix)
     sums = "".join(f"{sha256_of(files[n])}  {prefix}{n}\n" for n in sorted(files))
-    res = machine.run(["sh", "-c", _INSTALL, "vb", base, name, hashlib.sha256(data).hexdigest(), sums],
+    res = machine.run(["sh", "-c", _INSTALL, "vb", base, name, hashlib.sha256(data).hexdigest(), sums, probe],
                       stdin=data, timeout=600)
+    if probe and res.returncode == 11:
+        return False
     if not res.ok:
         text = res.stderr.strip() or res.describe_failure()
         raise UserError(f"shipping {what} to {machine.name} failed: {text}", _space_hint(text, base))
+    return True
 
 
 def _space_hint(text: str, base: str) -> str:
@@ -117,8 +124,9 @@ def _space_hint(text: str, base: str) -> str:
     return "check the connection and the host's virtbench_dir"
 
 
-def ensure_native(machine: Machine) -> Shipped:
-    """The kernels on `machine` (shipped once per machine and content, verified; cached there)."""
+def ensure_native(machine: Machine, make_dirs: tuple[str, ...] = ()) -> Shipped:
+    """The kernels on `machine` (shipped once per machine and content, verified; cached there).
+    `make_dirs` are created in the same round trip (an instance's scratch directory)."""
     if machine.is_local:
         manifest = native_manifest()
         return Shipped(str(paths.native_bin_dir()), manifest_hash(manifest), "local")
@@ -126,24 +134,32 @@ def ensure_native(machine: Machine) -> Shipped:
     h = manifest_hash(manifest)
     key = (machine.name, h)
     with _lock:
-        if key in _done:
-            return _done[key]
+        done = _done.get(key)
+    if done:
+        if make_dirs:
+            res = machine.run(["mkdir", "-p", "--", *make_dirs], timeout=60)
+            if not res.ok:
+                raise UserError(f"cannot make {', '.join(make_dirs)} on {machine.name}: {res.describe_failure()}",
+                                "check the host's virtbench_dir and its permissions")
+        return done
     base = f"{remote_dir(machine)}/native"
     bin_dir = f"{base}/{h}/bin"
     # One round trip when cached: present (10 if not) and runnable there (11 if not).
-    check = ["sh", "-c", '[ -f "$1/.complete" ] || exit 10; "$1/bin/vb-system" list >/dev/null 2>&1 || exit 11',
-             "vb", f"{base}/{h}"]
+    check = ["sh", "-c", 'd=$1; shift; [ $# -eq 0 ] || mkdir -p -- "$@" || exit 12; [ -f "$d/.complete" ] || exit 10; '
+             '"$d/bin/vb-system" list >/dev/null 2>&1 || exit 11', "vb", f"{base}/{h}", *make_dirs]
     res = machine.run(check, timeout=60)
-    how = "cached"
-    if res.returncode == 10:
+    how, code = "cached", res.returncode
+    if code == 10:
         files = {n: paths.native_bin_dir() / n for n in manifest}
-        _install(machine, base, h, files, "bin/", "the native kernels")
-        how = "shipped"
-        res = machine.run(check, timeout=60)
+        runs = _install(machine, base, h, files, "bin/", "the native kernels", probe="bin/vb-system")
+        how, code = "shipped", 0 if runs else 11
     shipped = Shipped(bin_dir, h, how)
-    if res.returncode == 11:
+    if code == 12:
+        raise UserError(f"cannot make {', '.join(make_dirs)} on {machine.name}: {res.stderr.strip()}",
+                        "check the host's virtbench_dir and its permissions")
+    if code == 11:
         shipped = _build_there(machine, "the shipped vb-system does not run there")
-    elif not res.ok:
+    elif code != 0:
         raise UserError(f"checking the native kernels on {machine.name} failed: {res.describe_failure()}",
                         "check the connection and the host's virtbench_dir")
     with _lock:
