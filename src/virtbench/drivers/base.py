@@ -68,6 +68,13 @@ class Instance(ABC):
         res = self.exec(["nproc"], timeout=30)
         return int(res.stdout.strip()) if res.ok and res.stdout.strip().isdigit() else 1
 
+    def _gone(self, argv: Sequence[str]) -> ExecResult | None:
+        """The result of a command sent to an instance already torn down (None while it is up)."""
+        if not self._torn_down:
+            return None
+        now = time.time()
+        return ExecResult([str(a) for a in argv], 125, "", f"instance {self.name} was torn down", now, now)
+
     @abstractmethod
     def exec(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
              env: Mapping[str, str] | None = None) -> ExecResult:

@@ -167,9 +167,8 @@ class ClusterPod(_PodMixin, Instance):
     def exec(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
              env: Mapping[str, str] | None = None) -> ExecResult:
         argv = [str(a) for a in argv]
-        if self._torn_down:
-            now = time.time()
-            return ExecResult(argv, 125, "", f"instance {self.name} was torn down", now, now)
+        if gone := self._gone(argv):
+            return gone
         cmd = [*self.kubectl, "exec", *(["-i"] if stdin is not None else []), self.pod, "-c", CONTAINER, "--"]
         if env:
             cmd += ["env", *(f"{k}={v}" for k, v in env.items())]

@@ -40,10 +40,8 @@ class SshInstance(Instance):
     def exec(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
              env: Mapping[str, str] | None = None) -> ExecResult:
         argv = [str(a) for a in argv]
-        if self._torn_down:
-            from time import time
-            now = time()
-            return ExecResult(argv, 125, "", f"instance {self.name} was torn down", now, now)
+        if gone := self._gone(argv):
+            return gone
         # Everything the instance starts carries its marker, so teardown finds it (an MPI cluster's
         # sshd, a server a workload left behind) without touching anything else on the host.
         return self.machine.run(argv, timeout=timeout, stdin=stdin, env={**(env or {}), MARK: self._mark})

@@ -238,9 +238,9 @@ class VmInstance(Instance):
     def exec(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
              env: Mapping[str, str] | None = None) -> ExecResult:
         argv = [str(a) for a in argv]
+        if gone := self._gone(argv):
+            return gone
         now = time.time()
-        if self._torn_down:
-            return ExecResult(argv, 125, "", f"instance {self.name} was torn down", now, now)
         if not self.channel.is_open():
             why = self.channel.open(timeout=30) if self.alive() else "the VM is not running"
             if why:
