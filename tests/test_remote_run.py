@@ -138,9 +138,16 @@ def _containers_on(inventory: Path, host: str) -> list[str]:
         pool.close()
 
 
+def _masters() -> set[str]:
+    """ssh master connections to the testbed hosts running on this machine (pid and command)."""
+    out = subprocess.run(["pgrep", "-af", "ControlPersist"], capture_output=True, text=True).stdout
+    return {line for line in out.splitlines() if "10.216.0." in line}
+
+
 def test_ctrl_c_leaves_nothing_on_any_host(testbed2, tmp_path, guest_image):
     """Ctrl-C while kernels run on an SSH host and in a container on another: per host, no process
     of ours, no scratch directory, no container; no master connection here."""
+    before = _masters()  # an earlier test's SIGKILLed run may have left one: only ours count
     proc = subprocess.Popen([sys.executable, "-m", "virtbench.cli", "run", "--workload", "system", "--param",
                              "test=dhrystone", "--param", "duration=5", "--param", "copies=1",
                              "--envs", "ssh@vbtsh1,container@vbtsh2", "-r", "3",
@@ -167,6 +174,5 @@ def test_ctrl_c_leaves_nothing_on_any_host(testbed2, tmp_path, guest_image):
                               capture_output=True, text=True).stdout.split()
         assert left == [], (ns, left)
     # The multiplexed master connections were closed too: no ssh client of ours is left here.
-    masters = subprocess.run(["pgrep", "-af", "ControlPersist"], capture_output=True, text=True).stdout
-    assert "vbts" not in masters and "10.216.0." not in masters
+    assert _masters() - before == set()
     assert _containers_on(testbed2, "vbtsh2") == []
