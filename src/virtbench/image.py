@@ -24,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import kernels, paths, procs
+from .kernels import sha256_of
 from .errors import MissingTool, UserError
 
 # Bump when the build recipe changes in a way the other inputs do not show.
@@ -111,15 +112,6 @@ def _mmdebstrap() -> str:
 def _arch() -> str:
     res = procs.run(["dpkg", "--print-architecture"], timeout=30)
     return res.stdout.strip() if res.ok else os.uname().machine
-
-
-def sha256_of(path: Path) -> str:
-    """SHA-256 of a file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def native_files() -> dict[str, Path]:

@@ -34,8 +34,13 @@ KEEP = 3  # built directories kept in an installed package's data directory
 BUILD_TIMEOUT = 1800.0
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def sha256_of(path: Path) -> str:
+    """SHA-256 of a file, read in 1 MiB chunks (kernels, image tarballs, shipped files)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def source_files() -> dict[str, Path]:
@@ -49,7 +54,7 @@ def source_files() -> dict[str, Path]:
 
 def sources_hash(files: dict[str, Path]) -> str:
     """One hash of the sources (also names the source tree shipped to a machine that builds there)."""
-    return hashlib.sha256(json.dumps({n: _sha256(p) for n, p in files.items()},
+    return hashlib.sha256(json.dumps({n: sha256_of(p) for n, p in files.items()},
                                      sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -158,7 +163,7 @@ def _build_package(dest: Path, log: Callable[[str], None], force: bool) -> Path:
             log(f"building virtbench's native kernels into {dest} (once per version and compiler)")
             started = time.time()
             _make(tmp / "src", tmp / "bin", log)
-            built = {p.name: _sha256(p) for p in sorted((tmp / "bin").iterdir())}
+            built = {p.name: sha256_of(p) for p in sorted((tmp / "bin").iterdir())}
             (tmp / "build.json").write_text(json.dumps({
                 "key": dest.name, "sources": sources_hash(files), "toolchain": toolchain(), "files": built,
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),

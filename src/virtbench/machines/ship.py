@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .. import kernels, paths
 from ..errors import UserError
-from ..image import sha256_of
+from ..kernels import sha256_of
 from .base import Machine
 
 DEFAULT_DIR = ".cache/virtbench"  # relative to the remote user's home
