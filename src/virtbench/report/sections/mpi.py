@@ -13,7 +13,11 @@ from ..model import Note, Section, Table
 from .common import describe
 from .study import all_results, curve, published_table, sid
 
-OPS = {"pingpong": "PingPong", "bcast": "Bcast", "reduce": "Reduce", "allreduce": "Allreduce"}
+# IMB's names for every operation vb-mpibench runs; the study's table has only the first four.
+OPS = {"pingpong": "PingPong", "bcast": "Bcast", "reduce": "Reduce", "allreduce": "Allreduce",
+       "sendrecv": "Sendrecv", "exchange": "Exchange", "allgather": "Allgather", "alltoall": "Alltoall",
+       "gather": "Gather", "scatter": "Scatter", "barrier": "Barrier"}
+STUDY_OPS = ("pingpong", "bcast", "reduce", "allreduce")
 SWEEP = ("bytes", "min_bytes", "max_bytes", "time_budget", "iterations", "op")
 IMB = ("001", "IMB throughput at 1 GB")
 GIB = 1 << 30
@@ -74,7 +78,7 @@ def _varying(keys: list[list]) -> set[str]:
 def _beside_study(data: RunData, rows: list[dict]) -> list:
     pub = published.table(*IMB)
     ref_row = "BMM"
-    bw = [r for r in rows if r["metric"] == "bandwidth_mbps" and r["n"] and r["params"].get("op") in OPS]
+    bw = [r for r in rows if r["metric"] == "bandwidth_mbps" and r["n"] and r["params"].get("op") in STUDY_OPS]
     if not bw:
         return [published_table(pub), Note("No throughput results in this run to put beside the study's.")]
     top = max(r["params"]["bytes"] for r in bw)
