@@ -245,3 +245,44 @@ def test_captured_failures_are_well_formed():
         assert out.read_text() == ""
         lines = err.read_text().splitlines()
         assert len(lines) == 1 and lines[0].startswith("vb-system: ")
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            continue
+        out += [int(k) for k in kids]
+        todo += [int(k) for k in kids]
+    return out
+
+
+def _allowed(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split()[1]
+    raise AssertionError(f"no Cpus_allowed_list for {pid}")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to tell pinned from free")
+def test_context_pins_each_pair_to_one_cpu(vb_system):
+    """Both processes of a context copy run on one CPU (else the rate is a placement lottery, 10-20x
+    between one CPU and two); copy i takes the i-th allowed CPU, so 2 copies use 2 different CPUs."""
+    proc = subprocess.Popen([str(vb_system), "context", "--duration", "1.5", "--copies", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.7)
+        procs = _descendants(proc.pid)  # 2 copies + 2 partners
+        allowed = sorted(_allowed(p) for p in procs)
+    finally:
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "cannot pin" not in err
+    check_record(out.strip(), "context", 2)
+    assert len(allowed) == 4, allowed
+    cpus = sorted(set(allowed))
+    assert len(cpus) == 2 and all(c.isdigit() for c in cpus), allowed  # one CPU per pair, two pairs
+    assert allowed == [cpus[0], cpus[0], cpus[1], cpus[1]]

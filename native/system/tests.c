@@ -20,7 +20,7 @@ const vb_test vb_tests[] = {
       1.0, 1, 4096, vb_fcopy_setup, vb_fcopy_run },
     { "pipe", "lps", "write 512 bytes into a pipe and read them back",
       1.0, 0, 0, NULL, vb_pipe_run },
-    { "context", "lps", "two processes pass an incrementing integer over two pipes",
+    { "context", "lps", "two processes on one CPU pass an incrementing integer over two pipes",
       1.0, 0, 0, NULL, vb_context_run },
     { "spawn", "lps", "fork() a child that exits at once, then wait for it",
       1.0, 0, 0, NULL, vb_spawn_run },
