@@ -240,3 +240,44 @@ def test_a_cell_the_warm_up_finds_unavailable_is_skipped_once(tmp_path):
     assert "compares arrangements of 1" in attempts[0]["reason"]
     rows = analysis.results(store, run_id)["results"]
     assert rows and all("compares arrangements of 1" in r["skipped"] for r in rows)
+
+
+def test_steady_rule_of_the_auto_warmup():
+    from virtbench.runner import WARMUP_STEADY, steady
+
+    assert WARMUP_STEADY == 0.05
+    assert steady({"a": 100.0, "b": 2.0}, {"a": 104.9, "b": 1.95})
+    assert not steady({"a": 100.0, "b": 2.0}, {"a": 106.0, "b": 2.0})  # one value still moving
+    assert not steady({"a": 100.0}, {"a": 100.0, "b": 1.0})  # a value appeared: not the same run shape
+    assert not steady({"a": 0.0}, {"a": 1e-9})  # zero is steady only at zero
+    assert steady({"a": 0.0}, {"a": 0.0})
+
+
+def test_auto_warmup_runs_until_steady(tmp_path):
+    """warmup = "auto" (suite file): warm-up runs until two in a row agree within 5 %, at most 5; the count
+    is in every measured sample's metadata and matches the stored warm-up attempts."""
+    from virtbench.runner import WARMUP_MAX
+
+    path = tmp_path / "s.toml"
+    path.write_text('[suite]\nname = "w"\nwarmup = "auto"\nmin_repetitions = 2\nmax_repetitions = 2\n'
+                    '[environments.host]\ndriver = "host"\n'
+                    '[[workloads]]\nname = "system"\nparams = { test = "dhrystone", copies = "1", duration = 0.1 }\n')
+    m = suite.load(str(path))
+    assert m.policy.warmup == "auto"
+    store = Store(tmp_path / "r.sqlite")
+    rid = Runner(store, m).start()
+    warm = [a for a in store.attempts(rid) if a["warmup"]]
+    assert 2 <= len(warm) <= WARMUP_MAX and all(a["status"] == "ok" for a in warm)
+    measured = _measured(store.samples(rid))
+    assert len(measured) == 2
+    assert {json.loads(s["metadata_json"])["warmups"] for s in measured} == {len(warm)}
+
+
+@pytest.mark.parametrize("value", ['"some"', "-1", "1.5", "true"])
+def test_bad_warmup_names_file_and_key(tmp_path, value):
+    path = tmp_path / "s.toml"
+    path.write_text(f'[suite]\nname = "w"\nwarmup = {value}\n[environments.host]\ndriver = "host"\n'
+                    '[[workloads]]\nname = "system"\n')
+    with pytest.raises(Exception) as exc:
+        suite.load(str(path))
+    assert "s.toml" in str(exc.value) and "warmup" in str(exc.value) and '"auto"' in str(exc.value)

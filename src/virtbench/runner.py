@@ -30,6 +30,17 @@ from .suite import Matrix, cell_environments
 from .workloads.base import RunContext
 
 GIVE_UP_AFTER = 3  # consecutive failures of one cell in one environment
+# warmup = "auto": warm-up runs go on until two in a row agree within WARMUP_STEADY on every value
+# (caches, page cache, CPU frequency and the container's or VM's first-touch costs have settled),
+# at most WARMUP_MAX: a calibration of how much warm-up this cell needs instead of a guess.
+WARMUP_STEADY = 0.05
+WARMUP_MAX = 5
+
+
+def steady(before: dict, now: dict, tolerance: float = WARMUP_STEADY) -> bool:
+    """Two runs' values (by metric and series point) agree within `tolerance` of the earlier one."""
+    return before.keys() == now.keys() and all(
+        abs(now[k] - before[k]) <= tolerance * abs(before[k]) for k in now)
 
 
 @dataclass
@@ -40,6 +51,7 @@ class Tally:
     ok: int = 0
     consecutive_failures: int = 0
     warmed_up: bool = False
+    warmups: int = 0  # warm-up runs taken (recorded in every sample's metadata)
     values: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     finished: bool = False
     stop_reason: str = ""
@@ -177,7 +189,7 @@ class Runner:
             self.events.note(f"busy machine: load average {self._load_before:.2f} on {os.cpu_count()} cores before "
                              "the run; other programs compete for the CPU (the results say so)")
         self.events.planned(sum(len(cell_environments(c, all_envs)) for c in cells)
-                            * (policy.min_repetitions + policy.warmup))
+                            * (policy.min_repetitions + (1 if policy.warmup == "auto" else policy.warmup)))
         started = self.clock()
         for index, cell in enumerate(cells):
             wl = workloads.get(cell["workload"])
@@ -187,8 +199,8 @@ class Runner:
                 tallies.setdefault((cell["key"], env), Tally())
             for env in envs:  # warm-up: unrecorded in statistics, but the attempt is logged
                 tally = tallies[(cell["key"], env)]
-                for _ in range(0 if tally.warmed_up else policy.warmup):
-                    self._attempt(states[env], wl, cell, tally, timeout, warmup=True)
+                if not tally.warmed_up:
+                    self._warm_up(states[env], wl, cell, tally, timeout, policy.warmup)
                 tally.warmed_up = True
             rotation = 0
             while True:
@@ -204,6 +216,22 @@ class Runner:
                 for env in active:
                     self._decide(tallies[(cell["key"], env)], cell_budget)
             self._drop_unneeded(states, cells[index + 1:], envs, all_envs)
+
+    def _warm_up(self, state: _EnvState, wl: workloads.Workload, cell: dict, tally: Tally, timeout: float,
+                 warmup: int | str) -> None:
+        if warmup != "auto":
+            for _ in range(int(warmup)):
+                self._attempt(state, wl, cell, tally, timeout, warmup=True)
+            return
+        last: dict | None = None
+        for _ in range(WARMUP_MAX):
+            found = self._attempt(state, wl, cell, tally, timeout, warmup=True)
+            if tally.finished or not found:  # skipped, or failed: the measured repetitions will say why
+                return
+            now = {(s.metric, json.dumps(s.metadata.get(wl.series_key), sort_keys=True)): s.value for s in found}
+            if last is not None and steady(last, now):
+                return
+            last = now
 
     def _verdict_minimum(self, policy) -> None:
         """An adaptive run (min < max repetitions) takes at least what a verdict needs: below 6
@@ -253,8 +281,11 @@ class Runner:
                 tally.finished, tally.stop_reason = True, "time budget spent"
 
     def _attempt(self, state: _EnvState, wl: workloads.Workload, cell: dict, tally: Tally, timeout: float,
-                 *, warmup: bool) -> None:
+                 *, warmup: bool) -> list:
+        """One run of the cell in one environment, stored; returns its samples (empty if it failed)."""
         repetition = -1 if warmup else tally.attempts
+        if warmup:
+            tally.warmups += 1
         started = time.time()
         raw, found, reason, detail, meta = None, [], None, None, {}
         status_override = None
@@ -265,7 +296,8 @@ class Runner:
             applied = self._conditions(state, cell, instances)
             meta = {**main.metadata(), "repetition": repetition, **self._machines_meta(instances),
                     "load_1m": _load(), "load_before_run": getattr(self, "_load_before", None),
-                    "cores_here": os.cpu_count()}  # this machine's load: busy-machine detection
+                    "cores_here": os.cpu_count(),  # this machine's load: busy-machine detection
+                    "warmups": tally.warmups}
             if applied.metadata:
                 meta["condition"] = dict(applied.metadata)
             ctx = RunContext(timeout=timeout, condition=cell["condition"], repetition=repetition, applied=applied)
@@ -309,6 +341,7 @@ class Runner:
         self.events.attempt(cell, state.env.name, repetition, warmup, status, reason)
         if status != "ok":
             self._drop_dead(state)
+        return found if status == "ok" else []
 
     def _machines_meta(self, instances: dict[str, list[Instance]]) -> dict[str, Any]:
         """`machines`: the names of the machines the instances ran on, with kernel and CPU of each."""

@@ -23,7 +23,8 @@ SUITE_KEYS = {
     "description": "what the suite reproduces",
     "baseline": "environment every other one is compared with",
     "environments": "which of the defined environments to run (default: all)",
-    "warmup": "unrecorded repetitions per environment before measuring",
+    "warmup": "unrecorded repetitions per environment before measuring: a number, or \"auto\" (repeat until two "
+              "in a row agree within 5 %, at most 5)",
     "min_repetitions": "repetitions always taken",
     "max_repetitions": "repetitions at most",
     "ci_target": "stop repeating when the 95% CI half-width is below this fraction of the median",
@@ -41,7 +42,7 @@ WORKLOAD_KEYS = ("name", "params", "condition", "environments")
 
 @dataclass
 class Policy:
-    warmup: int = 1
+    warmup: int | str = 1  # a count, or "auto": until steady (runner.WARMUP_STEADY)
     min_repetitions: int = 3
     max_repetitions: int = 10
     ci_target: float = 0.02
@@ -389,10 +390,14 @@ def _condition_axes(where: _Where, at: tuple, given: dict) -> list[tuple[str, li
 
 def _policy(where: _Where, meta: dict, repeat: int | None) -> Policy:
     policy = Policy()
+    if meta.get("warmup") == "auto":
+        policy.warmup = "auto"
     for key in ("warmup", "min_repetitions", "max_repetitions"):
-        if key in meta:
+        if key in meta and not (key == "warmup" and meta[key] == "auto"):
             value = meta[key]
-            if not isinstance(value, int) or value < (0 if key == "warmup" else 1):
+            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "warmup" else 1):
+                if key == "warmup":
+                    raise where.error(("suite", key), 'must be a whole number >= 0 or "auto"')
                 raise where.error(("suite", key), f"must be a whole number >= {0 if key == 'warmup' else 1}")
             setattr(policy, key, value)
     for key in ("ci_target", "time_budget", "timeout"):
