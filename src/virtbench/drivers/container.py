@@ -28,8 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .. import image, procs
-from .. import hostdirs
+from .. import cpuset, hostdirs, image, procs
 from ..errors import MissingTool, UserError
 from ..machines import Machine, MachineUnreachable, local, ship
 from ..model import EnvSpec, ExecResult
@@ -328,6 +327,8 @@ class ContainerInstance(Instance):
                 "--label", f"virtbench.env={self.env.name}", *self.engine.run_flags()]
         if shape.vcpus:
             argv += ["--cpus", str(shape.vcpus)]
+        if self.env.options.get("cpuset"):
+            argv += ["--cpuset-cpus", self.env.options["cpuset"]]
         if shape.memory_mb:
             argv += ["--memory", f"{shape.memory_mb}m", "--memory-swap", f"{shape.memory_mb}m"]
         # Storage conditions on remote machines come with the conditions' move to the executor.
@@ -448,7 +449,8 @@ class ContainerInstance(Instance):
         return {**super().metadata(), **self.engine.describe(), "image_hash": self.image.hash,
                 "image_shipped": not self.machine.is_local,  # through the machine's blob cache
                 "container_id": self.container_id, "started_at": self.started_at,
-                "cpus": shape.vcpus, "memory_mb": shape.memory_mb}
+                "cpus": shape.vcpus, "memory_mb": shape.memory_mb,
+                **({"cpuset": self.env.options["cpuset"]} if self.env.options.get("cpuset") else {})}
 
     def _destroy(self) -> None:
         _remove(self.machine, self.engine.cli(), self.engine.cmd, self.name)
@@ -474,6 +476,7 @@ class ContainerDriver(Driver):
         "cgroup_manager": OptionSpec(str, "auto", "podman cgroup manager; auto = probe what works",
                                      ("auto", "cgroupfs", "systemd")),
         "machine": OptionSpec(str, "", "inventory host the containers run on (default: this machine)"),
+        "cpuset": cpuset.OPTION,
     }
 
     def __init__(self, context):
@@ -494,6 +497,11 @@ class ContainerDriver(Driver):
         info = self._image()
         ensure_image(cmd, info, machine)
         return probe(cmd, info.tag, opts["runtime"], opts["cgroup_manager"], machine)
+
+    def check_env(self, env: EnvSpec) -> list[Problem]:
+        if self._machine(env.options).is_local:  # a remote machine's CPUs: its engine checks them
+            return cpuset.problems(env.options.get("cpuset") or "", self.name)
+        return []
 
     def check(self) -> list[Problem]:
         try:

@@ -7,7 +7,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import paths, procs
+from .. import cpuset, paths, procs
 from ..model import EnvSpec, ExecResult
 from ..errors import UserError
 from .base import Driver, Instance, OptionSpec, Problem
@@ -23,10 +23,16 @@ class HostInstance(Instance):
             raise UserError(f"cannot make a scratch directory under {parent}: {exc.strerror}",
                             "set the environment's scratch option to an existing, writable directory") from None
         self.address = "127.0.0.1"
+        self.cpuset = env.options.get("cpuset") or ""
 
     def exec(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
              env: Mapping[str, str] | None = None) -> ExecResult:
-        return procs.run(argv, timeout=timeout, stdin=stdin, env=env)
+        # Pinned: the command and everything it starts stay on the cpuset (util-linux taskset).
+        pin = ["taskset", "-c", self.cpuset] if self.cpuset else []
+        return procs.run([*pin, *argv], timeout=timeout, stdin=stdin, env=env)
+
+    def metadata(self) -> dict:
+        return {**super().metadata(), **({"cpuset": self.cpuset} if self.cpuset else {})}
 
     def copy_in(self, src: Path, dest: str) -> None:
         shutil.copy2(src, dest)
@@ -49,7 +55,11 @@ class HostDriver(Driver):
     description = "the local machine, no isolation (the usual baseline)"
     supports_shapes = False
     options = {"scratch": OptionSpec(str, "", "directory for the workloads' temporary files "
-                                             "(default: a private directory under $TMPDIR)")}
+                                             "(default: a private directory under $TMPDIR)"),
+               "cpuset": cpuset.OPTION}
+
+    def check_env(self, env: EnvSpec) -> list[Problem]:
+        return cpuset.problems(env.options.get("cpuset") or "", self.name)
 
     def check(self) -> list[Problem]:
         problems = []
