@@ -17,6 +17,8 @@ APT_PACKAGES=(
   sockperf nbdkit libnbd-bin fuse3 qemu-utils qemu-block-extra tgt util-linux mount
   chromium librsvg2-bin
   qemu-system-x86 openssh-client openssh-server kmod
+  nfs-ganesha nfs-ganesha-vfs rpcbind socat nfs-common
+  liblapack-dev
 )
 
 missing=()

@@ -90,6 +90,24 @@ def test_nbd_target_in_a_container_with_fio(pair):
     assert_clean(containers_alive=True)
 
 
+def test_nfs_in_a_container_is_the_hosts_mount(pair):
+    """The pod/PersistentVolume way: the host's kernel mounts, the container sees it at /vb-mnt."""
+    inst = pair["client"][0]
+    if not storage.kernel_nfs_client()[0]:
+        with pytest.raises(conditions.ConditionUnavailable, match="container .*host's kernel NFS client.*no NFS"):
+            conditions.apply_all({"storage": "nfs"}, {"main": [inst]})
+        assert_clean(containers_alive=True)
+        return
+    applied = conditions.apply_all({"storage": "nfs"}, {"main": [inst]})
+    try:
+        assert applied.metadata["storage_mounted_by"] == "container"
+        assert applied.storage_dir(inst).startswith("/vb-mnt/")
+        assert _inside(inst, 'stat -f -c %T "$1"', applied.storage_dir(inst)).strip() == "nfs"
+    finally:
+        assert applied.close() == []
+    assert_clean(containers_alive=True)
+
+
 def test_rate_cap_on_a_container_link(pair):
     ok, why = hostnet.tc_supports("tbf")
     if not ok:

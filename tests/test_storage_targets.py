@@ -127,6 +127,35 @@ def test_nfs_skipped_with_reason_without_a_kernel_client(host):
         conditions.apply_all({"storage": "nfs"}, host)
 
 
+def test_nfs_datastore_needs_a_vm(host):
+    with pytest.raises(ConditionUnavailable, match="no hypervisor"):
+        conditions.apply_all({"storage": "nfs-datastore"}, host)
+    assert conditions.get("storage").coerce("NFS-Datastore:2G") == "nfs-datastore:2g"
+
+
+def test_ganesha_serves_nfsv3_to_qemus_client(host):
+    """The datastore's server side without a VM: nfs-ganesha (v3 + v4) and rpcbind on a server
+    link; qemu-img makes and reads an image on the export through QEMU's NFS driver (libnfs)."""
+    need("nfs-datastore")
+    from virtbench.conditions import targets
+
+    (inst,) = host["main"]
+    applied = conditions.Applied()
+    try:
+        srv = targets._Ganesha(inst, applied, "storage=nfs-datastore", v3=True)
+        url = f"nfs://{srv.link.ns_addr}{targets.NFS_PSEUDO}/t.img"
+        res = subprocess.run(["qemu-img", "create", "-q", "-f", "raw", url, "8M"], capture_output=True,
+                             text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert (srv.export / "t.img").stat().st_size == 8 << 20
+        res = subprocess.run(["qemu-img", "info", "--output=json", url], capture_output=True, text=True,
+                             timeout=60)
+        assert res.returncode == 0 and '"virtual-size": 8388608' in res.stdout, res.stderr
+    finally:
+        assert applied.close() == []
+    assert_clean()
+
+
 def test_unreachable_remote_target_is_a_clear_error(host):
     port = __import__("virtbench.conditions.hostnet", fromlist=["x"]).free_port()
     with pytest.raises(UserError, match=f"cannot reach the NBD server 127.0.0.1:{port}"):

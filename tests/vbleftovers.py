@@ -11,7 +11,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-HELPERS = ("nbdkit", "tgtd", "qemu-nbd", "nbdfuse", "vb-delayproxy", "ganesha.nfsd", "iperf3", "sockperf")
+HELPERS = ("nbdkit", "tgtd", "qemu-nbd", "nbdfuse", "vb-delayproxy", "ganesha.nfsd", "rpcbind", "socat", "iperf3",
+           "sockperf")
 
 
 def _out(argv: list[str]) -> str:

@@ -14,7 +14,7 @@ really added: half the rise of the median TCP round trip to an echo server place
 server is, measured from where its clients are, through the same mechanism (`delay_measured_ms`).
 
 A cell asking for delay or rate must have a network path: a remote storage target (storage =
-nbd, iscsi, nfs) or a workload with a server role (iperf, netrr). Otherwise it is skipped.
+nbd, iscsi, nfs, nfs-datastore) or a workload with a server role (iperf, netrr). Otherwise it is skipped.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from typing import Any
 from ..machines import Machine, local
 from . import hostnet
 from .base import Applied, Condition, ConditionUnavailable, Instance
+from .hostres import Helper, HostCommandFailed
 
 NET_KEYS = ("delay_ms", "rate_mbit")
-REMOTE_STORAGE = ("nbd", "iscsi", "nfs")
+REMOTE_STORAGE = ("nbd", "iscsi", "nfs", "nfs-datastore")
 PROBE_COUNT = 30
 
 _STATE: dict[int, _Path] = {}
@@ -97,14 +98,17 @@ class _Path:
             self._prepare(inst.address)  # now, so the measurement is recorded with every sample
 
     # -- routing -------------------------------------------------------------------------------
-    def route(self, host: str, port: int) -> tuple[str, int]:
+    def route(self, host: str, port: int, same_port: bool = False) -> tuple[str, int]:
         key = (host, port)
         if key in self.routes:
             return self.routes[key]
         place, delay_tc, rate_tc = self._prepare(host)
         delay, rate = (0.0 if delay_tc else self.delay), (0.0 if rate_tc else self.rate)
         if delay or rate:
-            proxy = hostnet.Proxy(place.machine, place.listen, key, delay, rate)
+            if same_port:
+                proxy: hostnet.Proxy = _SamePortProxy(place.machine, place.listen, key, delay, rate)
+            else:
+                proxy = hostnet.Proxy(place.machine, place.listen, key, delay, rate)
             self.applied.defer(proxy.stop)
             self.routes[key] = proxy.address
         else:
@@ -193,6 +197,42 @@ class _Path:
             install()
         self.prepared[host] = (place, delay_tc, rate_tc)
         return self.prepared[host]
+
+
+class _SamePortProxy(hostnet.Proxy):
+    """A delay proxy listening on the port number of its target: for clients that dial the ports a
+    server names (NFSv3 asks the portmapper for the MOUNT and NFS ports, then dials them on the
+    address it used), every relay of one server must keep the server's ports."""
+
+    def __init__(self, machine: Machine, listen_host: str, target: tuple[str, int], delay_ms: float,
+                 rate_mbit: float):
+        argv = [hostnet.proxy_bin(machine), "relay", "--listen", hostnet.fmt_addr(listen_host, target[1]),
+                "--target", hostnet.fmt_addr(*target), "--delay-ms", f"{delay_ms:g}"]
+        if machine.is_local:
+            argv.append("--exit-with-parent")
+        if rate_mbit:
+            argv += ["--rate-mbit", f"{rate_mbit:g}"]
+        self.machine = machine
+        self.delay_ms, self.rate_mbit, self.target = delay_ms, rate_mbit, target
+        self.helper = Helper(machine, argv, name=f"delay proxy to {hostnet.fmt_addr(*target)}")
+        try:
+            listening = self.helper.read_json_line("listening")["listening"]
+        except HostCommandFailed as exc:
+            self.helper.stop()
+            raise ConditionUnavailable(f"a delay proxy cannot listen on {hostnet.fmt_addr(listen_host, target[1])} "
+                                       f"(the port the client dials; taken by a server of this machine?): {exc}") \
+                from None
+        host, _, lport = listening.rpartition(":")
+        self.address = (host.strip("[]"), int(lport))
+
+
+def route_same_port(applied: Applied, host: str, port: int) -> tuple[str, int]:
+    """applied.route() for a client that dials the ports its server names: the address to dial,
+    with `port` unchanged (a relay there listens on the same port, on another address)."""
+    state = _STATE.get(id(applied))
+    if state is None or not (state.delay or state.rate):
+        return applied.route(host, port)
+    return state.route(host, port, same_port=True)
 
 
 def _path(applied: Applied, condition: dict[str, Any]) -> _Path:

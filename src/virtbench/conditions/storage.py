@@ -11,8 +11,12 @@ Values are `KIND`, `KIND:SIZE` (e.g. `nbd`, `nbd:8g`, `tmpfs:2g`) or `nbd://HOST
 - iscsi   tgt serving the image as an iSCSI LUN from a server link, attached with QEMU's
           user-space initiator (libiscsi, via qemu-nbd) -> nbdfuse -> loop -> ext4, because these
           kernels have no iSCSI initiator;
-- nfs     nfs-ganesha (NFSv4) on a server link, mounted with the kernel's NFS client where the
-          kernel has one; skipped with the reason where it does not;
+- nfs     nfs-ganesha (NFSv4.1) on a server link, mounted by the instance's kernel: on a host by its
+          own NFS client, in a container by the host's (passed in, as a pod's PersistentVolume), in a
+          VM by the guest kernel over a guestfwd relay; skipped with the reason where the host's
+          kernel has no NFS client (hosts and containers);
+- nfs-datastore  a VM's disk image on nfs-ganesha's export, opened by QEMU's NFS client (libnfs,
+          NFSv3 + rpcbind) with no mount: the hypervisor's NFS datastore; VMs only;
 - nbd://  an existing NBD export someone else serves: attached, never formatted;
 - cloud-volume  a volume of the cloud API (EBS or alike) made and attached by the cloud instance
           itself (`attach_volume`), ext4 in the guest (study 000's EBS + bonnie++).
@@ -30,7 +34,7 @@ from .base import Applied, Condition, Instance
 from .hostres import HostCommandFailed, parse_size
 from .targets import availability, kernel_nfs_client  # noqa: F401  (doctor and tests ask this module)
 
-KINDS = ("local", "tmpfs", "volume", "nbd", "iscsi", "nfs", "cloud-volume")
+KINDS = ("local", "tmpfs", "volume", "nbd", "iscsi", "nfs", "nfs-datastore", "cloud-volume")
 
 
 def split(value: str) -> tuple[str, int | None]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import hostdirs
 from ..hostdirs import owner_tag
 from ..machines import Machine, local
-from . import hostnet, vmdisk
+from . import hostnet, network, vmdisk
 from .base import Applied, ConditionUnavailable, Instance
 from .hostres import (Helper, HostCommandFailed, free_bytes, human, is_mounted, is_root, loop_attach, loop_detach,
                       machine_dir, new_dir, next_id, remove_tree, require_root, require_tools, run, umount,
@@ -294,14 +294,46 @@ def iscsi(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict
 
 
 # -- NFS -----------------------------------------------------------------------------------------------
+# Four ways, as study 004 had them (`storage_mounted_by` in every sample says which):
+#   host       storage=nfs on a bare host: its kernel NFSv4.1 client mounts the export;
+#   container  storage=nfs in a container: the host mounts it, the container sees it through its
+#              /vb-mnt propagation mount (as a pod sees a PersistentVolume its node mounted);
+#   guest      storage=nfs in a VM: the guest kernel's NFSv4.1 client, over the VM's user-mode
+#              network: a guestfwd relay (vm/instance.py) opens exactly 10.0.2.100:2049 to the server;
+#   hypervisor storage=nfs-datastore in a VM: QEMU's NFS block driver (libnfs) opens a disk image on
+#              the export, with no mount anywhere (an ESXi NFS datastore), hot-plugged as a virtio
+#              disk with ext4 in the guest.
+# The server is nfs-ganesha (user space: no kernel nfsd) on a server link. libnfs in QEMU 7.2
+# speaks NFSv3 only (QEMU sets no version), which finds the NFS and MOUNT ports through a
+# portmapper on port 111: for the datastore ganesha also serves v3, and rpcbind runs beside it in
+# the link's namespace with a private /run (its socket path is fixed), where ganesha registers
+# (ganesha will not start v3 unregistered). libnfs then dials those port numbers on the address it
+# asked, so a delay proxy in its path keeps them (network.route_same_port).
 
-GANESHA_CONF = """NFS_CORE_PARAM {{ Protocols = 4; NFS_Port = {port}; Bind_addr = {addr};
-  Enable_NLM = false; Enable_RQUOTA = false; }}
+NFS_MOUNT_PORT, PORTMAP_PORT = 20048, 111
+NFS_PSEUDO = "/vb"
+GANESHA_CONF = """NFS_CORE_PARAM {{ Protocols = {protocols}; NFS_Port = {port}; MNT_Port = {mnt_port};
+  Bind_addr = {addr}; Enable_NLM = false; Enable_RQUOTA = false; Mount_Path_Pseudo = true; }}
 NFSV4 {{ Graceless = true; RecoveryBackend = fs; }}
 NFS_KRB5 {{ Active_krb5 = false; }}
-EXPORT {{ Export_Id = 1; Path = {export}; Pseudo = /vb; Access_Type = RW; Squash = No_Root_Squash;
-  Protocols = 4; Transports = TCP; SecType = sys; FSAL {{ Name = VFS; }} }}
+EXPORT {{ Export_Id = 1; Path = {export}; Pseudo = {pseudo}; Access_Type = RW; Squash = No_Root_Squash;
+  Protocols = {protocols}; Transports = TCP; SecType = sys; FSAL {{ Name = VFS; }} }}
 LOG {{ Default_Log_Level = WARN; }}
+"""
+# Run in the link's namespace under `unshare --mount`: ganesha's recovery directory (and rpcbind's
+# /run) private to this server, so servers of concurrent runs do not share them.
+# $1 config, $2 log, $3 pid file, $4 = 1: start rpcbind first (NFSv3).
+_GANESHA_START = r"""
+set -e
+mkdir -p /var/lib/nfs/ganesha
+mount -t tmpfs vb-nfs-state /var/lib/nfs/ganesha
+if [ "$4" = 1 ]; then
+  mount -t tmpfs vb-nfs-run /run
+  mkdir -p /run/rpcbind
+  rpcbind -f &
+  i=0; while [ ! -S /run/rpcbind.sock ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+fi
+exec ganesha.nfsd -F -L "$2" -f "$1" -p "$3"
 """
 
 
@@ -319,41 +351,127 @@ def kernel_nfs_client() -> tuple[bool, str]:
         if has():
             return True, ""
     return False, ("this kernel has no NFS client (no nfs/nfs4 in /proc/filesystems, 'modprobe nfs' failed), "
-                   "and no user-space NFS client can mount a file system; remote storage works here with "
+                   "and no user-space NFS client can mount a file system; a VM mounts NFS with its own kernel "
+                   "(storage=nfs or nfs-datastore with the vm driver), and remote storage works here with "
                    "storage=nbd or storage=iscsi")
+
+
+def _host_mount_refusal(inst: Instance) -> str | None:
+    """Why the host-mounted ways cannot serve `inst` here, or None."""
+    driver = inst.env.driver
+    ok, why = kernel_nfs_client()
+    if driver == "pods":
+        # A pod gets NFS as a PersistentVolume (manifests.nfs_volume) bound when the pod is made.
+        return ("storage=nfs with the pods driver: a pod gets NFS as a PersistentVolume bound when it is "
+                "created, which a condition cannot add to running pods; on a Kubernetes cluster give the "
+                "pods driver storage_class = an NFS class and use storage=local (the scratch directory is "
+                "on the claim)" + ("" if ok else f"; and here the node could not mount it: {why}"))
+    if ok:
+        return None
+    if driver == "container":
+        return (f"storage=nfs in a container is mounted by the host's kernel NFS client and passed in "
+                f"(as a pod's PersistentVolume): {why}")
+    return f"storage=nfs on {inst.machine.name} is mounted by its kernel NFS client: {why}"
+
+
+class _Ganesha:
+    """nfs-ganesha exporting a fresh directory on a server link (NFSv4.1; NFSv3 + rpcbind with v3)."""
+
+    def __init__(self, inst: Instance, applied: Applied, what: str, v3: bool = False):
+        m = self.machine = _here_only(inst, what)
+        require_root(m, what)
+        tools = {"ganesha.nfsd": "nfs-ganesha nfs-ganesha-vfs", "ip": "iproute2", "nsenter": "util-linux",
+                 "unshare": "util-linux"}
+        if v3:
+            tools["rpcbind"] = "rpcbind"
+        require_tools(m, what, tools)
+        if not list(Path("/usr/lib").glob("*/ganesha/libfsalvfs.so*")):
+            raise ConditionUnavailable(f"{what}: nfs-ganesha has no VFS backend (apt-get install nfs-ganesha-vfs)")
+        self.workdir = workdir = new_dir("nfs")
+        applied.defer(lambda: remove_tree(m, workdir))
+        self.export = workdir / "export"
+        self.export.mkdir()
+        self.export.chmod(0o777)
+        self.link = link = hostnet.Link.create(m)
+        applied.defer(link.destroy)
+        protocols = "3, 4" if v3 else "4"
+        conf = workdir / "ganesha.conf"
+        conf.write_text(GANESHA_CONF.format(protocols=protocols, port=NFS_PORT, mnt_port=NFS_MOUNT_PORT,
+                                            addr=link.ns_addr, export=self.export, pseudo=NFS_PSEUDO))
+        server = Helper(m, ["unshare", "--mount", "--propagation", "private", "sh", "-c", _GANESHA_START, "sh",
+                            str(conf), str(workdir / "ganesha.log"), str(workdir / "ganesha.pid"),
+                            "1" if v3 else "0"],
+                        name="nfs-ganesha", netns=link.netns, log=workdir / "ganesha.out")
+        applied.defer(server.stop)
+        ports = [NFS_PORT, NFS_MOUNT_PORT, PORTMAP_PORT] if v3 else [NFS_PORT]
+        wait_for(lambda: all(hostnet.can_connect(link.ns_addr, p) for p in ports), 60,
+                 "nfs-ganesha to listen", server)
+        self.server = server
 
 
 def nfs(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
     if inst.env.driver == "vm":
-        # The guest kernel has an NFS client, but it must open a connection to the server: with
-        # user-mode networking and restrict=on (SSH forwarded in, nothing out) it cannot.
-        raise ConditionUnavailable("storage=nfs in a VM: the guest must connect to the NFS server, and the vm "
-                                   "driver's user-mode network lets guests open no connections to the host")
+        return _nfs_guest(inst, applied)
     m = _here_only(inst, "storage=nfs")
-    ok, why = kernel_nfs_client()
-    if not ok:
-        raise ConditionUnavailable(why)
-    require_root(m, "storage=nfs")
-    require_tools(m, "storage=nfs", {"ganesha.nfsd": "nfs-ganesha nfs-ganesha-vfs", "mount.nfs4": "nfs-common"})
-    workdir = new_dir("nfs")
-    applied.defer(lambda: remove_tree(m, workdir))
-    export = workdir / "export"
-    export.mkdir(mode=0o777)
-    link = hostnet.Link.create(m)
-    applied.defer(link.destroy)
-    conf = workdir / "ganesha.conf"
-    conf.write_text(GANESHA_CONF.format(port=NFS_PORT, addr=link.ns_addr, export=export))
-    server = Helper(m, ["ganesha.nfsd", "-F", "-L", str(workdir / "ganesha.log"), "-f", str(conf),
-                        "-p", str(workdir / "ganesha.pid")], name="nfs-ganesha", netns=link.netns,
-                    log=workdir / "ganesha.out")
-    applied.defer(server.stop)
-    wait_for(lambda: hostnet.can_connect(link.ns_addr, NFS_PORT), 60, "nfs-ganesha to listen", server)
-    host, port = applied.route(link.ns_addr, NFS_PORT)
+    refusal = _host_mount_refusal(inst)
+    if refusal:
+        raise ConditionUnavailable(refusal)
+    require_tools(m, "storage=nfs", {"mount.nfs4": "nfs-common"})
+    srv = _Ganesha(inst, applied, "storage=nfs")
+    host, port = applied.route(srv.link.ns_addr, NFS_PORT)
     mount_dir, inside = _mount_point(inst, "nfs", applied)
     run(m, ["mount", "-t", "nfs4", "-o", f"vers=4.1,proto=tcp,port={port},hard,timeo=600",
-            f"{host}:/vb", mount_dir], timeout=120)
+            f"{host}:{NFS_PSEUDO}", mount_dir], timeout=120)
     applied.defer(lambda: umount(m, mount_dir))
-    return inside, {"storage_fs": "nfs4", "storage_mechanism": "nfs-ganesha on a server link; kernel NFSv4.1 client"}
+    if inst.env.driver == "container":
+        return inside, {"storage_fs": "nfs4", "storage_mounted_by": "container", "storage_mechanism":
+                        "nfs-ganesha on a server link; the host's kernel NFSv4.1 client, bind-propagated into "
+                        "the container (as a pod's PersistentVolume)"}
+    return inside, {"storage_fs": "nfs4", "storage_mounted_by": "host",
+                    "storage_mechanism": "nfs-ganesha on a server link; the host's kernel NFSv4.1 client"}
+
+
+def _nfs_guest(inst: Instance, applied: Applied) -> tuple[str, dict]:
+    """The guest kernel mounts the export, reaching the server through the VM's guestfwd relay."""
+    if not hasattr(inst, "set_relay"):
+        raise ConditionUnavailable(f"storage=nfs in {inst.name}: this VM cannot relay a guest connection "
+                                   "to the NFS server (no guestfwd)")
+    m = _here_only(inst, "storage=nfs")
+    require_tools(m, "storage=nfs in a VM", {"socat": "socat"})
+    srv = _Ganesha(inst, applied, "storage=nfs")
+    target = applied.route(srv.link.ns_addr, NFS_PORT)
+    addr, port = inst.set_relay(NFS_PORT, target)
+    applied.defer(lambda: inst.set_relay(NFS_PORT, None))
+    path = vmdisk.nfs_mount(inst, addr, port, NFS_PSEUDO, applied)
+    return path, {"storage_fs": "nfs4", "storage_mounted_by": "guest", "storage_mechanism":
+                  "nfs-ganesha on a server link; the guest kernel's NFSv4.1 client over QEMU user-mode "
+                  "networking (guestfwd relay)"}
+
+
+def nfs_datastore(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
+    """The VM's disk is an image file on the export, opened by QEMU's NFS client (libnfs, NFSv3)."""
+    if not vmdisk.is_vm(inst):
+        raise ConditionUnavailable(f"storage=nfs-datastore puts a VM's disk image on NFS, opened by the "
+                                   f"hypervisor; a {inst.env.driver} instance has no hypervisor (use storage=nfs)")
+    if not list(Path("/usr/lib").glob("*/qemu/block-nfs.so")):
+        raise ConditionUnavailable("storage=nfs-datastore: QEMU's NFS block driver is missing "
+                                   "(apt-get install qemu-block-extra)")
+    srv = _Ganesha(inst, applied, "storage=nfs-datastore", v3=True)
+    # NFSv3 asks the portmapper (port 111) for the MOUNT and NFS ports and dials them on the same
+    # address: a delay proxy in the path must keep every port number (network.route_same_port).
+    routes = {network.route_same_port(applied, srv.link.ns_addr, p)
+              for p in (PORTMAP_PORT, NFS_MOUNT_PORT, NFS_PORT)}
+    hosts = {h for h, _ in routes}
+    if len(hosts) != 1 or any(p not in (PORTMAP_PORT, NFS_MOUNT_PORT, NFS_PORT) for _, p in routes):
+        raise HostCommandFailed(f"the routes to the NFS server do not share one address: {sorted(routes)}")
+    host = hosts.pop()
+    img = _image(srv.machine, srv.export, size or REMOTE_DEFAULT_SIZE, "storage=nfs-datastore")
+    img.chmod(0o666)
+    path = vmdisk.hotplug(inst, {"driver": "nfs", "server": {"type": "inet", "host": host},
+                                 "path": f"{NFS_PSEUDO}/{img.name}"}, "nfs", applied)
+    return path, {"storage_fs": "ext4", "storage_mounted_by": "hypervisor", "storage_mechanism":
+                  "nfs-ganesha on a server link; QEMU's NFS client (libnfs, NFSv3) opens the disk image on the "
+                  "export (datastore, no mount), virtio disk, ext4 in the guest"}
 
 
 # -- cloud volumes --------------------------------------------------------------------------------------
@@ -371,7 +489,7 @@ def cloud_volume(inst: Instance, size: int | None, applied: Applied) -> tuple[st
 
 MAKERS: dict[str, Maker] = {
     "local": local_disk, "tmpfs": tmpfs, "volume": volume, "nbd": nbd, "iscsi": iscsi, "nfs": nfs,
-    "cloud-volume": cloud_volume,
+    "nfs-datastore": nfs_datastore, "cloud-volume": cloud_volume,
 }
 
 
@@ -397,9 +515,16 @@ def availability() -> dict[str, tuple[bool, str]]:
             iscsi_initiator()
         except ConditionUnavailable as exc:
             out["iscsi"] = (False, str(exc))
+    # nfs: the host-mounted ways (host, container); a VM mounts it itself (guestfwd relay).
+    if not shutil.which("ganesha.nfsd"):
+        server = (False, "no NFS server (apt-get install nfs-ganesha nfs-ganesha-vfs)")
+    else:
+        server = (root, "needs root (a server link, mounts)")
     ok, why = kernel_nfs_client()
-    if ok and not shutil.which("ganesha.nfsd"):
-        ok, why = False, "no NFS server (apt-get install nfs-ganesha nfs-ganesha-vfs)"
-    out["nfs"] = (ok, why)
+    out["nfs"] = server if not server[0] else (ok, f"on hosts and containers: {why}")
+    missing = ["rpcbind (rpcbind)"] if not shutil.which("rpcbind") else []
+    if not list(Path("/usr/lib").glob("*/qemu/block-nfs.so")):
+        missing.append("QEMU's NFS block driver (qemu-block-extra)")
+    out["nfs-datastore"] = server if not server[0] else (not missing, "missing " + ", ".join(missing))
     out["cloud-volume"] = (True, "")  # made by the cloud API, for cloud instances
     return out

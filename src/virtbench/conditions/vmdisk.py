@@ -1,6 +1,8 @@
 """Storage targets inside a VM guest. A VM gets remote disks from QEMU itself (its built-in NBD
-client, libiscsi), hot-plugged as virtio disks through QMP and mounted inside the guest: the
-hypervisor-side initiator the studies used. Guest commands run through the instance's own exec.
+client, libiscsi, libnfs for an image on an NFS datastore), hot-plugged as virtio disks through QMP
+and mounted inside the guest: the hypervisor-side initiator the studies used. An NFS export the
+guest mounts itself (nfs_mount) goes over the VM's user-mode network through a guestfwd relay.
+Guest commands run through the instance's own exec.
 """
 
 from __future__ import annotations
@@ -73,6 +75,22 @@ def hotplug(inst: Instance, blockdev: dict, kind: str, applied: Applied, fstype:
     else:
         guest(inst, 'vbmount "$1" "$2"', f"/dev/{new[0]}", path)
     applied.defer(lambda: _guest_quiet(inst, 'vbumount "$1"', path))
+    return path
+
+
+# The guest has no mount.nfs (nfs-common): busybox mount hands the options to the kernel's own
+# NFSv4 mount parser, which needs the server's address (addr=) and ours (clientaddr=; QEMU's
+# user-mode network gives the guest 10.0.2.15).
+_NFS_MOUNT = ('modprobe nfsv4 2>/dev/null || true\n'
+              'vbmount -t nfs4 -o "vers=4.1,proto=tcp,port=$2,addr=$1,clientaddr=10.0.2.15,hard,timeo=600" '
+              '"$1:$3" "$4"')
+
+
+def nfs_mount(inst: Instance, addr: str, port: int, export: str, applied: Applied) -> str:
+    """Mount the NFSv4 export `export` of the server the guest reaches at addr:port; the guest path."""
+    path = guest_dir(inst, "nfs", applied)
+    guest(inst, _NFS_MOUNT, addr, str(port), export, path, timeout=180)
+    applied.defer(lambda: _guest_quiet(inst, 'vbumount "$1" || vbumount -f "$1"', path))
     return path
 
 

@@ -9,7 +9,8 @@ there goes through that machine's executor (`vm/site.py`: boot files shipped, ba
 there; `vm/instance.py`: QEMU spawned there, its SSH port, QMP and console forwarded here over the
 SSH connection). The accelerator probe runs there too, so a remote KVM host gives KVM.
 
-Networking: QEMU user mode with restrict=on (the guest reaches nothing outside). More loopback
+Networking: QEMU user mode with restrict=on (the guest reaches nothing outside but 10.0.2.100:2049,
+a guestfwd relay to the NFS server of a storage=nfs cell: `VmInstance.set_relay`). More loopback
 forwards are added while a VM runs (`forward_port`, HMP hostfwd_add: the web workload's nginx).
 VMs of one MPI cluster get a private L2 segment (`connect_cluster`, `vm/segment.py`).
 

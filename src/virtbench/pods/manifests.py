@@ -2,7 +2,9 @@
 
 A group is one Deployment of `replicas` pods (the runner's instances of one role), all from one
 template: the guest image running `sleep infinity`, requests = limits from the shape (Guaranteed
-QoS, as a VM's fixed size), and optionally a PersistentVolumeClaim mounted at CLAIM_DIR. The same
+QoS, as a VM's fixed size), and optionally a PersistentVolumeClaim mounted at CLAIM_DIR: from a
+storage class, or bound to an NFS PersistentVolume (`nfs=`: study 004's pods on NFS, mounted by
+the node's kernel NFS client when the pod starts). The same
 documents go to a cluster and to `podman kube play` (which makes N pods of a Deployment, named
 `<name>-pod-<i>`, and a named volume for each claim).
 """
@@ -52,6 +54,17 @@ def claim(name: str, size: str, labels: dict[str, str], storage_class: str = "",
             "metadata": {"name": name, "labels": dict(labels)}, "spec": spec}
 
 
+def nfs_volume(name: str, server: str, path: str, size: str, labels: dict[str, str],
+               access: str = "ReadWriteMany") -> dict[str, Any]:
+    """A PersistentVolume on an NFS export (server, exported path), claimable only by name (no
+    class): the node's kernel NFS client mounts it for the pod. NFSv4.1 over TCP, hard."""
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name, "labels": dict(labels)},
+            "spec": {"capacity": {"storage": size}, "accessModes": [access],
+                     "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                     "mountOptions": ["nfsvers=4.1", "proto=tcp", "hard"],
+                     "nfs": {"server": server, "path": path}}}
+
+
 def deployment(name: str, replicas: int, image: str, labels: dict[str, str], *, vcpus: int | None = None,
                memory_mb: int | None = None, claim_name: str = "",
                pull_policy: str = "IfNotPresent") -> dict[str, Any]:
@@ -89,17 +102,28 @@ def node_port_service(name: str, pod_label: str, port: int, labels: dict[str, st
 
 
 def group(name: str, replicas: int, image: str, labels: dict[str, str], *, vcpus: int | None = None,
-          memory_mb: int | None = None, claim_size: str = "", storage_class: str = "") -> list[dict[str, Any]]:
-    """The documents of one group: the claim first (a pod that names it needs it), then the Deployment.
-    One claim serves every pod of the group: ReadWriteMany when there are several (study 004's pods
-    shared NFS volumes), and each pod writes under a directory of its own."""
+          memory_mb: int | None = None, claim_size: str = "", storage_class: str = "",
+          nfs: tuple[str, str] | None = None) -> list[dict[str, Any]]:
+    """The documents of one group: the volume and claim first (a pod that names it needs it), then
+    the Deployment. One claim serves every pod of the group: ReadWriteMany when there are several
+    (study 004's pods shared NFS volumes), and each pod writes under a directory of its own.
+    nfs = (server, exported path): the claim is bound by name to an NFS PersistentVolume instead of
+    coming from a storage class."""
     labels = {**labels, "virtbench.group": name}
     docs = []
     claim_name = ""
+    if nfs and not claim_size:
+        raise ValueError("an NFS PersistentVolume needs a claim size")
     if claim_size:
         claim_name = f"{name}-data"
-        docs.append(claim(claim_name, claim_size, labels, storage_class,
-                          "ReadWriteOnce" if replicas == 1 else "ReadWriteMany"))
+        access = "ReadWriteOnce" if replicas == 1 and not nfs else "ReadWriteMany"
+        if nfs:
+            docs.append(nfs_volume(f"{name}-nfs", nfs[0], nfs[1], claim_size, labels))
+            pvc = claim(claim_name, claim_size, labels, "", access)
+            pvc["spec"].update({"storageClassName": "", "volumeName": f"{name}-nfs"})
+            docs.append(pvc)
+        else:
+            docs.append(claim(claim_name, claim_size, labels, storage_class, access))
     docs.append(deployment(name, replicas, image, labels, vcpus=vcpus, memory_mb=memory_mb, claim_name=claim_name))
     return docs
 

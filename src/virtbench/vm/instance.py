@@ -41,6 +41,12 @@ DEFAULT_MEMORY_MB = 1024
 NIC_MODULES = {"virtio": "virtio_net", "e1000": "e1000", "rtl8139": "8139too"}
 TCG_NOTE = "software emulation (QEMU TCG): not hardware virtualization; CPU-bound work runs ~10x slower"
 SPAWN_RETRIES = 3
+# Guest ports QEMU's user-mode network relays to a server on the VM's machine (guestfwd, allowed
+# with restrict=on): the guest dials RELAY_ADDR:port, QEMU runs socat for each connection, and
+# socat dials the address written in the instance's relay-PORT file (set_relay), so the target
+# can be chosen while the VM runs. No file: the connection is closed at once.
+RELAY_ADDR = "10.0.2.100"
+RELAY_PORTS = (2049,)  # NFS (storage=nfs in a VM: the guest kernel's NFSv4.1 client)
 
 
 class BootFailure(UserError):
@@ -135,7 +141,31 @@ class VmInstance(Instance):
             vcpus=shape.vcpus or self._host_cores(), memory_mb=shape.memory_mb or DEFAULT_MEMORY_MB,
             kernel=str(boot.kernel), initrd=str(boot.initrd if self.s["initrd"] == "minimal" else boot.debian_initrd),
             append=self._append(), disk=str(self.disk_path), disk_format=self.disk_format, disk_model=disk_model,
-            disk_cache=self.s["disk_cache"], nic_model=nic_model, ssh_port=self.port, cpu=self.s["cpu"])
+            disk_cache=self.s["disk_cache"], nic_model=nic_model, ssh_port=self.port, cpu=self.s["cpu"],
+            guestfwd=[self._relay_rule(port) for port in RELAY_PORTS])
+
+    def _relay_rule(self, port: int) -> str:
+        # stderr would go into the guest's connection: silenced. $(cat) of a missing file gives
+        # socat no address, so it exits and the guest sees the connection closed.
+        target = self.mdir / f"relay-{port}"
+        return (f"tcp:{RELAY_ADDR}:{port}-cmd:sh -c 'exec 2>/dev/null; "
+                f"exec socat -b 262144 - TCP:$(cat {target}),nodelay'")
+
+    def set_relay(self, port: int, target: tuple[str, int] | None) -> tuple[str, int]:
+        """Make the guest's RELAY_ADDR:port reach `target` (host, port as the VM's machine dials it),
+        or nothing (None). Returns the address the guest dials. New connections only."""
+        if port not in RELAY_PORTS:
+            raise UserError(f"{self.name}: guest port {port} is not relayed (only {RELAY_PORTS})")
+        path = str(self.mdir / f"relay-{port}")
+        if target is None:
+            self.machine.run(["rm", "-f", path], timeout=30)
+        else:
+            host, tport = target
+            addr = f"[{host}]:{tport}" if ":" in host else f"{host}:{tport}"
+            res = self.machine.run(["sh", "-c", 'printf "%s\n" "$1" > "$2"', "sh", addr, path], timeout=30)
+            if not res.ok:
+                raise UserError(f"{self.name}: cannot write {path}: {res.describe_failure()}")
+        return RELAY_ADDR, port
 
     def _host_cores(self) -> int:
         if self.machine.is_local:
@@ -288,7 +318,9 @@ class VmInstance(Instance):
                 "image_hash": self.driver.image.hash, "kernel_version": self.bootfiles.kernel_version,
                 "kernel_flavour": self.s["kernel"],
                 "qemu_version": self.site.qemu_version(), "guest_uptime_at_init": self.guest_uptime_at_init}
-        meta["network"] = "qemu user-mode (restrict=on; SSH and forwarded ports on 127.0.0.1 only)"
+        meta["network"] = ("qemu user-mode (restrict=on; SSH and forwarded ports on 127.0.0.1 only; the guest "
+                           f"reaches only {RELAY_ADDR}:{','.join(map(str, RELAY_PORTS))}, relayed to a storage=nfs "
+                           "server while one is set)")
         if not self.machine.is_local:
             meta["network"] += f"; reached over the SSH connection to {self.machine.name}"
         if self.segment is not None:

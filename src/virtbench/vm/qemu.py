@@ -251,6 +251,7 @@ class Machine:
     ssh_port: int | None = None
     cpu: str | None = None
     rng: bool = True
+    guestfwd: list[str] = field(default_factory=list)  # user-mode guestfwd rules (tcp:ADDR:PORT-DEV)
     extra: list[str] = field(default_factory=list)
 
     def argv(self, qmp: str, console: str, pidfile: str | None = None) -> list[str]:
@@ -278,7 +279,9 @@ class Machine:
                 raise ValueError(f"unknown disk model {self.disk_model}")
         if self.nic_model != "none":
             fwd = f",hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22" if self.ssh_port else ""
-            # restrict=on: the guest reaches nothing outside; only the forwarded port reaches it.
+            # guestfwd (allowed with restrict=on) opens exactly one guest address:port to the outside.
+            fwd += "".join(f",guestfwd={_escape(rule)}" for rule in self.guestfwd)
+            # restrict=on: the guest reaches nothing outside; only the forwarded ports are open.
             argv += ["-netdev", f"user,id=net0,restrict=on{fwd}"]
             if self.nic_model == "virtio":
                 argv += ["-device", "virtio-net-pci,netdev=net0"]
