@@ -29,7 +29,9 @@ if not shutil.which("qemu-system-x86_64") or not shutil.which("qemu-img"):
 if not shutil.which("ssh"):
     pytest.skip("no ssh client (apt-get install openssh-client)", allow_module_level=True)
 
-SMALL = EnvSpec("vm", "vm", Shape("t", vcpus=1, memory_mb=256), {"ready_timeout": 240.0})
+# Pinned to the last CPU (the cpuset option): test_qemu_runs_on_its_cpuset reads it back.
+PIN = str(sorted(os.sched_getaffinity(0))[-1])
+SMALL = EnvSpec("vm", "vm", Shape("t", vcpus=1, memory_mb=256), {"ready_timeout": 240.0, "cpuset": PIN})
 
 
 def _driver(guest_image, tmp_path):
@@ -71,6 +73,16 @@ def test_lifecycle_from_events(booted):
     markers = [m.text.split()[0] for m in inst.console.markers]
     assert markers[:3] == ["VIRTBENCH-INITRD", "VIRTBENCH-INIT", "VIRTBENCH-SSHD"]
     assert inst.alive()
+
+
+def test_qemu_runs_on_its_cpuset(booted):
+    _, inst = booted
+    pid = int((inst.mdir / "qemu.pid").read_text())
+    status = open(f"/proc/{pid}/status").read()
+    assert f"Cpus_allowed_list:\t{PIN}\n" in status
+    for tid in os.listdir(f"/proc/{pid}/task"):  # vCPU and I/O threads alike
+        assert f"Cpus_allowed_list:\t{PIN}\n" in open(f"/proc/{pid}/task/{tid}/status").read()
+    assert inst.metadata()["cpuset"] == PIN
 
 
 def test_exec_arguments_env_stdin_exit(booted):

@@ -1,4 +1,4 @@
-"""The `cpuset` environment option: pin an environment's instances to a set of CPUs (issue 14:
+"""The `cpuset` environment option of host, container and vm: pin an environment's instances to a set of CPUs (issue 14:
 "optional CPU pinning of instances where the platform allows"). On a small noisy machine, pinning the
 measured instances away from the CPU that runs the harness, the monitor or other programs narrows the
 intervals; pinning two environments to the same CPUs makes them compete alike.

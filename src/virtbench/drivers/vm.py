@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import image, procs
+from .. import cpuset, image, procs
 from ..errors import MissingTool, UserError
 from ..machines import MachineUnreachable
 from ..model import EnvSpec
@@ -75,6 +75,7 @@ class VmDriver(Driver):
                                  ("none", "writeback", "writethrough", "directsync", "unsafe")),
         "ready_timeout": OptionSpec(float, 300.0, "seconds a VM may take from QEMU start to SSH answering"),
         "kernel_args": OptionSpec(str, "", "extra kernel command-line arguments"),
+        "cpuset": cpuset.OPTION,
     }
 
     def __init__(self, context):
@@ -189,6 +190,10 @@ class VmDriver(Driver):
             raise UserError(f"vm option free_space: {exc}") from None
         if opts["free_bytes"] is None:
             opts["free_bytes"] = disk.AUTO_FREE
+        if opts["cpuset"] and site.machine.is_local:  # a remote machine's taskset says what it lacks
+            problems = cpuset.problems(opts["cpuset"], self.name)
+            if problems:
+                raise UserError(problems[0].what, problems[0].fix)
         return opts
 
     # -- Driver interface -----------------------------------------------------------------------

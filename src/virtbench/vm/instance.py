@@ -181,6 +181,8 @@ class VmInstance(Instance):
             self.port = qemu.free_port(m)
             qmp_path, con_path = str(self.mdir / "qmp.sock"), str(self.mdir / "console.sock")
             argv = self.qemu_config().argv(qmp_path, con_path, str(self.mdir / "qemu.pid"))
+            if self.s["cpuset"]:  # every QEMU thread (vCPUs, I/O) stays on the cpuset
+                argv = ["taskset", "-c", self.s["cpuset"], *argv]
             self.proc = qemu.spawn(m, argv, str(self.mdir / "qemu.log"))
             qmp_here, con_here = m.forward_unix(qmp_path), m.forward_unix(con_path)
             self._reach += [qmp_here, con_here]
@@ -309,6 +311,7 @@ class VmInstance(Instance):
         meta = {**super().metadata(), "accelerator": accel,
                 "virtualization": "hardware (KVM)" if accel == "kvm" else "emulation (TCG)",
                 "machine_type": self.s["machine_type"], "cpu_model": self.s["cpu"] or "qemu default",
+                **({"cpuset": self.s["cpuset"]} if self.s["cpuset"] else {}),
                 "vcpus": shape.vcpus or self._host_cores(), "memory_mb": shape.memory_mb or DEFAULT_MEMORY_MB,
                 "devices": self.s["devices"], "disk_model": disk_model, "nic_model": nic_model,
                 "rng": "virtio-rng", "disk_cache": self.s["disk_cache"], "initrd": self.s["initrd"],
