@@ -5,6 +5,8 @@ PingPong and an NPB kernel across the bridge, and torn down with nothing left be
 import shutil
 import uuid
 
+import os
+
 import pytest
 
 from virtbench import analysis, cluster, procs, suite, workloads
@@ -46,6 +48,22 @@ def test_placement_block_and_round_robin():
     with pytest.raises(ValueError, match="evenly"):
         c.placement(3)
     assert c.oversubscribed(4, 1) is False and c.oversubscribed(4, 2) is True
+
+
+def test_passive_openmp_wait_only_when_threads_share_cores():
+    """Threads per rank > 1 on instances with fewer vCPUs than busy threads: OMP_WAIT_POLICY=passive (spinning
+    waiters would take the cores the other threads need); one thread per rank, or room for all: unchanged."""
+    # two SSH hosts of 2 vCPUs each (their own machines)
+    a, b = FakeInstance("a", "ssh", "10.88.0.2"), FakeInstance("b", "ssh", "10.88.0.3")
+    c = cluster.Cluster([a, b], "ssh", "10.88.0.0/16", [2, 2])
+    for ranks, threads, passive in ((4, 2, True), (2, 2, False), (4, 1, False), (8, 1, False)):
+        run = c.run(["x"], ranks, threads=threads)
+        assert ("OMP_WAIT_POLICY=passive" in run.argv) is passive, (ranks, threads)
+        assert ("OMP_WAIT_POLICY=passive" in c.metadata(run, threads)["mpirun"]) is passive
+    # two containers of 2 vCPUs on this machine: 2 x 2 threads are more than its cores (if it has fewer than 4)
+    local = cluster.Cluster([FakeInstance("a"), FakeInstance("b", address="10.88.0.3")], "ssh", "10.88.0.0/16", [2, 2])
+    run = local.run(["x"], 2, threads=2)
+    assert ("OMP_WAIT_POLICY=passive" in run.argv) is (len(os.sched_getaffinity(0)) < 4)
 
 
 def test_mpirun_options_for_an_ssh_cluster():
