@@ -2,10 +2,9 @@
 kill inside a memory-limited container), and a real 2-container cluster brought up, used for
 PingPong and an NPB kernel across the bridge, and torn down with nothing left behind."""
 
+import os
 import shutil
 import uuid
-
-import os
 
 import pytest
 
