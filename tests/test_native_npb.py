@@ -127,6 +127,19 @@ def test_ep_hybrid_threads(vb_npb):
     assert rec["verified"] is True
 
 
+def test_omp_num_threads_when_threads_absent(vb_npb):
+    """OMP_NUM_THREADS sets the threads per rank when --threads is absent (its first value), --threads
+    wins over it, and a one-thread kernel (is) runs with 1 rather than refusing the environment's value."""
+    env = {"OMP_NUM_THREADS": "2,1", "OMP_WAIT_POLICY": "passive"}
+    r = mpirun(1, vb_npb, "ep", "S", env=env, extra=["--bind-to", "none"])
+    assert r.returncode == 0, r.stderr
+    assert parse(r.stdout)["threads"] == 2
+    r = mpirun(1, vb_npb, "ep", "S", "--threads", "1", env=env)
+    assert r.returncode == 0 and parse(r.stdout)["threads"] == 1, r.stderr
+    r = mpirun(1, vb_npb, "is", "S", env=env)
+    assert r.returncode == 0 and parse(r.stdout)["threads"] == 1, r.stderr
+
+
 def test_perturbed_input_fails_verification(vb_npb):
     """--perturb changes one input value (CG's diagonal shift): exit 0, verified false."""
     r = mpirun(1, vb_npb, "cg", "S", "--perturb")
@@ -138,7 +151,7 @@ def test_perturbed_input_fails_verification(vb_npb):
 
 BAD_INPUT = [
     (2, ["cg", "Q"], "vb-npb: class 'Q' is not one of S, W, A, B, C"),
-    (2, ["lu", "S"], "vb-npb: kernel 'lu' is not one of ep, cg, mg, ft, is"),
+    (2, ["ua", "S"], "vb-npb: kernel 'ua' is not one of ep, cg, mg, ft, is, lu, sp, bt, sp-mz, bt-mz, lu-mz"),
     (2, ["cg"], "vb-npb: need KERNEL and CLASS"),
     (2, ["ep", "S", "--threads", "0"], "vb-npb: --threads needs a whole number"),
     (2, ["is", "S", "--threads", "2"], "vb-npb: is runs one thread per rank"),

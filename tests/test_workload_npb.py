@@ -4,11 +4,12 @@ warning), and bad input refused before anything starts."""
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from virtbench import analysis, suite, workloads
+from virtbench import analysis, paths, suite, workloads
 from virtbench.errors import SuiteError, UserError
 from virtbench.model import EnvSpec, Shape
 from virtbench.runner import Runner
@@ -16,7 +17,7 @@ from virtbench.store import Store
 from virtbench.workloads import mpijob, npb
 
 DATA = Path(__file__).parent / "data" / "mpiwl"
-KERNELS = ["ep", "cg", "mg", "ft", "is"]
+KERNELS = ["ep", "cg", "mg", "ft", "is", "lu", "sp", "bt", "sp-mz", "bt-mz", "lu-mz"]
 
 needs_mpi = pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI (mpirun) not installed")
 
@@ -111,7 +112,10 @@ def test_analysis_row_is_unverified_when_any_sample_failed(tmp_path):
 
 @pytest.mark.parametrize("params, message", [
     ({"class": "X"}, "not one of S, W, A, B"),
-    ({"kernel": "bt"}, "not one of ep, cg, mg, ft, is"),
+    ({"kernel": "xx"}, "not one of ep, cg, mg, ft, is, lu, sp, bt, sp-mz, bt-mz, lu-mz"),
+    ({"kernel": "lu", "ranks": "7"}, "lu class S can use at most 6 ranks"),
+    ({"kernel": "bt", "class": "W", "ranks": "13"}, "bt class W can use at most 12 ranks"),
+    ({"kernel": "sp-mz", "ranks": "5"}, "sp-mz class S can use at most 4 ranks"),
     ({"kernel": "cg", "ranks": "3"}, "power-of-two"),
     ({"kernel": "is", "ranks": "6"}, "power-of-two"),
     ({"kernel": "mg", "ranks": "32"}, "at most 16 ranks"),
@@ -162,6 +166,18 @@ def test_cluster_larger_than_a_shape_or_the_machine_fails_before_the_run_starts(
     problems = npb.NPB().check_capacity({"kernel": "ep", "class": "S", "ranks": 8, "instances": 1, "threads": 1},
                                         EnvSpec("ctr", "container", Shape("one", 1, None)))
     assert any("far above the shape's 1 vCPU" in p for p in problems)
+
+
+@needs_mpi
+@pytest.mark.parametrize("kernel", ["lu", "sp", "bt", "sp-mz", "bt-mz", "lu-mz"])
+def test_pseudo_app_rank_limits_are_the_binarys(kernel):
+    """One rank above the Python limit, vb-npb itself refuses (exit 2, before computing)."""
+    top = npb.max_ranks(kernel, "S")
+    assert npb.rank_problem(kernel, "S", top) is None and npb.rank_problem(kernel, "S", top + 1)
+    binary = paths.native_bin_dir() / "vb-npb"
+    res = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(top + 1), str(binary),
+                          kernel, "S"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stdout == "" and kernel in res.stderr, res.stderr
 
 
 def test_rank_rules_match_the_kernel_binary():

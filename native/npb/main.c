@@ -1,12 +1,13 @@
 /*
- * vb-npb: virtbench's implementation of the NAS Parallel Benchmark kernels EP, CG,
- * MG, FT and IS in C11 + MPI (+ OpenMP), written from the published specification
- * (NAS reports RNR-94-007 and NAS-95-020), not from the NPB sources.
+ * vb-npb: virtbench's implementation of the NAS Parallel Benchmarks in C11 + MPI (+ OpenMP):
+ * the kernels EP, CG, MG, FT, IS, the pseudo-applications LU, SP, BT and the multi-zone
+ * SP-MZ, BT-MZ, LU-MZ, written from the published specifications (NAS reports RNR-94-007,
+ * NAS-95-020, NAS-03-010) and verification tables, not from the NPB sources.
  *
  *   mpirun -np R vb-npb KERNEL CLASS [--threads T]
  *
- * KERNEL: ep | cg | mg | ft | is      CLASS: S | W | A | B | C
- * --threads T   OpenMP threads per rank (ep, cg, mg, ft; is runs with 1)
+ * KERNEL: ep | cg | mg | ft | is | lu | sp | bt | sp-mz | bt-mz | lu-mz   CLASS: S W A B C
+ * --threads T   OpenMP threads per rank (default: OMP_NUM_THREADS, else 1; is runs with 1)
  *
  * Exit status: 0 run finished (verified or not: see the JSON line), 1 runtime error,
  * 2 bad input (kernel, class, options, rank count), 3 not enough memory.
@@ -32,16 +33,19 @@
 #include <omp.h>
 #endif
 
-static const struct npb_kernel *const kernels[] = {&npb_ep, &npb_cg, &npb_mg, &npb_ft, &npb_is};
+static const struct npb_kernel *const kernels[] = {&npb_ep, &npb_cg, &npb_mg,   &npb_ft,   &npb_is,
+                                                   &npb_lu, &npb_sp, &npb_bt,   &npb_spmz, &npb_btmz,
+                                                   &npb_lumz};
 #define NKERNELS (sizeof kernels / sizeof kernels[0])
 
 static void usage(FILE *f)
 {
     fputs("usage: mpirun -np R vb-npb KERNEL CLASS [--threads T]\n"
-          "  KERNEL  ep | cg | mg | ft | is\n"
+          "  KERNEL  ep | cg | mg | ft | is | lu | sp | bt | sp-mz | bt-mz | lu-mz\n"
           "  CLASS   S | W | A | B | C\n"
-          "  --threads T  OpenMP threads per rank (default 1; is supports only 1)\n"
-          "Rank counts: ep any; cg, mg, ft, is a power of two (within the class's grid).\n"
+          "  --threads T  OpenMP threads per rank (default OMP_NUM_THREADS, else 1; is supports only 1)\n"
+          "Rank counts: ep any; cg, mg, ft, is a power of two (within the class's grid);\n"
+          "  lu, sp, bt any from 1 to n/2 of the n^3 grid; sp-mz, bt-mz, lu-mz 1 to the zones.\n"
           "Prints one JSON line with time_s, mops and verification on rank 0's stdout.\n",
           f);
 }
@@ -58,7 +62,7 @@ static int parse_args(int argc, char **argv, int nranks, struct args *a, char *m
 {
     a->kernel = NULL;
     a->cls = 0;
-    a->threads = 1;
+    a->threads = 0; /* 0: not given; OMP_NUM_THREADS, else 1 (below) */
     a->perturb = 0;
     msg[0] = '\0';
     const char *pos[2] = {NULL, NULL};
@@ -98,7 +102,7 @@ static int parse_args(int argc, char **argv, int nranks, struct args *a, char *m
         if (!strcmp(pos[0], kernels[k]->name))
             a->kernel = kernels[k];
     if (!a->kernel) {
-        snprintf(msg, len, "kernel '%s' is not one of ep, cg, mg, ft, is", pos[0]);
+        snprintf(msg, len, "kernel '%s' is not one of ep, cg, mg, ft, is, lu, sp, bt, sp-mz, bt-mz, lu-mz", pos[0]);
         return 2;
     }
     char c = (char)toupper((unsigned char)pos[1][0]);
@@ -107,6 +111,14 @@ static int parse_args(int argc, char **argv, int nranks, struct args *a, char *m
         return 2;
     }
     a->cls = c;
+    if (a->threads == 0) {
+        /* OpenMP's own variable when --threads is absent (its first value: "4,2" nests) */
+        const char *env = getenv("OMP_NUM_THREADS");
+        char *end;
+        long t = env ? strtol(env, &end, 10) : 0;
+        a->threads = (env && end != env && (*end == '\0' || *end == ',') && t >= 1 && t <= 1024 &&
+                      a->kernel->multithreaded) ? (int)t : 1;
+    }
     if (a->threads > 1 && !a->kernel->multithreaded) {
         snprintf(msg, len, "%s runs one thread per rank; --threads %d is not supported (use more ranks)",
                  a->kernel->name, a->threads);
@@ -212,7 +224,9 @@ static int memory_check(const struct npb_ctx *ctx, const struct npb_kernel *k)
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
+    /* FUNNELED: OpenMP threads inside a rank, only the master thread calls MPI (lu pipelines that way) */
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     struct npb_ctx ctx;
     ctx.comm = MPI_COMM_WORLD;
     MPI_Comm_rank(ctx.comm, &ctx.rank);

@@ -47,6 +47,8 @@ struct npb_kernel {
 };
 
 extern const struct npb_kernel npb_ep, npb_cg, npb_mg, npb_ft, npb_is;
+/* pseudo-applications (lu.c, sp.c, bt.c) and their multi-zone versions */
+extern const struct npb_kernel npb_lu, npb_sp, npb_bt, npb_spmz, npb_btmz, npb_lumz;
 
 #include "report.h"
 

@@ -1,5 +1,6 @@
-"""NAS Parallel Benchmark kernels EP, CG, MG, FT and IS through virtbench's own `vb-npb` (native/npb),
-on a cluster of instances (study 000 item 5, study 001 items 3-4).
+"""NAS Parallel Benchmarks through virtbench's own `vb-npb` (native/npb): the kernels EP, CG, MG, FT, IS,
+the pseudo-applications LU, SP, BT and the multi-zone SP-MZ, BT-MZ, LU-MZ (MPI + OpenMP), on a cluster of
+instances (study 000 item 5, study 001 items 3-4).
 
 A failed verification is a result, not a lost one: the samples are kept with `verified: false` and
 a warning saying which check failed. The rank rules and memory estimates below mirror the kernels'
@@ -16,7 +17,9 @@ from ..model import EnvSpec, Sample
 from . import mpijob
 from .base import MetricSpec, Param, RunContext, Workload
 
-KERNELS = ("ep", "cg", "mg", "ft", "is")
+KERNELS = ("ep", "cg", "mg", "ft", "is", "lu", "sp", "bt", "sp-mz", "bt-mz", "lu-mz")
+APPS = ("lu", "sp", "bt")  # pseudo-applications: a z-slab (LU: y-rows) of the n^3 grid per rank
+MZ = ("sp-mz", "bt-mz", "lu-mz")  # multi-zone: whole zones per rank
 CLASSES = ("S", "W", "A", "B")
 MB = mpijob.MB
 
@@ -26,6 +29,11 @@ CG_NA = {"S": (1400, 7), "W": (7000, 8), "A": (14000, 11), "B": (75000, 13)}
 MG_N = {"S": 32, "W": 128, "A": 256, "B": 256}
 FT_N = {"S": (64, 64, 64), "W": (128, 128, 32), "A": (256, 256, 128), "B": (512, 256, 256)}
 IS_LOG2 = {"S": (16, 11), "W": (20, 16), "A": (23, 19), "B": (25, 21)}
+APP_N = {"lu": {"S": 12, "W": 33, "A": 64, "B": 102}, "sp": {"S": 12, "W": 36, "A": 64, "B": 102},
+         "bt": {"S": 12, "W": 24, "A": 64, "B": 102}}
+# NPB-MZ: zones (x_zones * y_zones; LU-MZ always 4 x 4) and grid points of the whole problem.
+MZ_ZONES = {"S": 4, "W": 16, "A": 16, "B": 64}
+MZ_POINTS = {"S": 3456, "W": 32768, "A": 262144, "B": 1074944}
 # Seconds one repetition may take, by class, on one core of a slow, loaded machine (x ranks' share).
 CLASS_SECONDS = {"S": 30, "W": 120, "A": 900, "B": 3600}
 
@@ -43,12 +51,16 @@ def max_ranks(kernel: str, cls: str) -> int:
         return MG_N[cls] // 2
     if kernel == "ft":
         return min(FT_N[cls][1:])
+    if kernel in APPS:
+        return APP_N[kernel][cls] // 2  # at least 2 planes (LU: rows) per rank
+    if kernel in MZ:
+        return 16 if kernel == "lu-mz" else MZ_ZONES[cls]  # at least one zone per rank
     return 1 << 10
 
 
 def rank_problem(kernel: str, cls: str, ranks: int) -> str | None:
     """Why `kernel` class `cls` cannot run on `ranks` ranks, or None."""
-    if kernel != "ep" and not _pow2(ranks):
+    if kernel not in ("ep", *APPS, *MZ) and not _pow2(ranks):
         return f"{kernel} needs a power-of-two number of ranks (1, 2, 4, 8, ...), got {ranks}"
     if ranks > max_ranks(kernel, cls):
         return f"{kernel} class {cls} can use at most {max_ranks(kernel, cls)} ranks, got {ranks}"
@@ -69,6 +81,25 @@ def mem_per_rank(kernel: str, cls: str, ranks: int) -> float:
     elif kernel == "ft":
         nx, ny, nz = FT_N[cls]
         need = nx * ny * nz / ranks * (4 * 16 + 8) + 4 * MB
+    elif kernel == "lu":
+        n = APP_N["lu"][cls]
+        need = n * n * (math.ceil(n / ranks) + 4) * 136
+    elif kernel == "sp":
+        n = APP_N[kernel][cls]
+        # u, rhs, forcing and the derived fields of a z-slab with halo planes; with 2+ ranks the y-slab
+        # copies and transpose buffers (cfd_mem_per_rank in native/npb/cfd.c)
+        q = n * n * (n / ranks + 1)
+        need = 8 * (n * n * (n / ranks + 5) * 22 + (17 * q + 20 * (q + 4 * ranks * n * n) if ranks > 1 else 0))
+    elif kernel == "bt":
+        n = APP_N[kernel][cls]
+        need = 8 * (21 * n * n * (n / ranks + 4)
+                    + (17 * n * n * (n / ranks + 1) + 20 * n * n * (n / ranks + 4) if ranks > 1 else 0)) + 38400 * n
+    elif kernel in MZ:
+        points = MZ_POINTS[cls]
+        zones = 16 if kernel == "lu-mz" else MZ_ZONES[cls]
+        # the rank's zones (bin packing: at most its share plus the largest zone; BT-MZ's largest is
+        # several times the mean) at ~320 bytes per point, and the exchange buffers
+        need = 320 * (points / ranks + 4 * points / zones) + 2 * 40 * points / ranks + MB
     else:
         keys, maxkey = IS_LOG2[cls]
         need = 4 * (2**keys / ranks) * 7 + 4 * 2**maxkey + MB
@@ -77,7 +108,8 @@ def mem_per_rank(kernel: str, cls: str, ranks: int) -> float:
 
 class NPB(Workload):
     name = "npb"
-    description = "NAS Parallel Benchmark kernels (EP, CG, MG, FT, IS; classes S-B) with MPI (+ OpenMP), verified"
+    description = ("NAS Parallel Benchmarks (kernels EP, CG, MG, FT, IS; pseudo-applications LU, SP, BT; multi-zone "
+                   "SP-MZ, BT-MZ, LU-MZ; classes S-B) with MPI (+ OpenMP), verified")
     params = (
         Param("kernel", str, list(KERNELS), "NPB kernel", choices=KERNELS),
         Param("class", str, "S", "problem class", choices=CLASSES),
