@@ -24,10 +24,24 @@ sys.path.insert(0, str(ROOT / "src"))
 from virtbench import paths  # noqa: E402
 
 
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+
+
 def timed(argv: list[str]) -> float:
     t0 = time.perf_counter()
     subprocess.run(argv, check=True, capture_output=True, timeout=3600)
     return time.perf_counter() - t0
+
+
+def questgen(bindir: Path, prefix: Path, transactions: int, items: int, parts: int = 1) -> None:
+    """Quest T10I4 transactions (seed 1) into prefix.0 .. prefix.(parts-1)."""
+    subprocess.run([str(bindir / "vb-questgen"), "--transactions", str(transactions), "--items", str(items),
+                    "--parts", str(parts), "--out", str(prefix)], check=True, capture_output=True, timeout=3600)
+
+
+def hpa_argv(binary: Path, ranks: int, prefix: Path, support: float, itemsets: Path, *extra: str) -> list[str]:
+    return [*MPIRUN, "-np", str(ranks), str(binary), "--input", str(prefix), "--support", str(support),
+            "--itemsets-out", str(itemsets), *extra]
 
 
 def main() -> None:
@@ -40,10 +54,8 @@ def main() -> None:
     bindir = paths.native_bin_dir()
     with tempfile.TemporaryDirectory(prefix="vb-hpa-bench-") as tmp:
         prefix = Path(tmp) / "data"
-        subprocess.run([str(bindir / "vb-questgen"), "--transactions", str(args.transactions), "--items",
-                        str(args.items), "--out", str(prefix)], check=True, capture_output=True)
-        hpa = ["mpirun", "--allow-run-as-root", "-np", "1", str(bindir / "vb-hpa"), "--input", str(prefix),
-               "--support", str(args.support), "--itemsets-out", str(Path(tmp) / "hpa.txt")]
+        questgen(bindir, prefix, args.transactions, args.items)
+        hpa = hpa_argv(bindir / "vb-hpa", 1, prefix, args.support, Path(tmp) / "hpa.txt")
         ref = [sys.executable, str(ROOT / "tests" / "hpa_reference.py"), "--input", str(prefix),
                "--support", str(args.support), "--itemsets-out", str(Path(tmp) / "ref.txt")]
         t_hpa, t_ref = [], []

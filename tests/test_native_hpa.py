@@ -30,7 +30,8 @@ import hpa_reference  # noqa: E402
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
 D, N, SEED = 2000, 100, 7
 SUPPORTS = ["0.01", "0.02", "0.05"]
-PASS_KEYS = ["pass", "candidates", "frequent", "time_s", "bytes_sent"]
+PASS_KEYS_V1 = ["pass", "candidates", "frequent", "time_s", "bytes_sent"]
+PASS_KEYS = [*PASS_KEYS_V1, "gen_s", "count_s", "exchange_s", "gather_s", "subsets", "imbalance"]
 SUMMARY_KEYS = ["summary", "transactions", "items", "support", "confidence", "min_count", "ranks",
                 "frequent_itemsets", "rules", "time_s", "read_time_s", "bytes_exchanged",
                 "passes", "version"]
@@ -70,15 +71,24 @@ def check_output(stdout, ranks):
     recs = [json.loads(line) for line in stdout.splitlines()]
     passes, summary = recs[:-1], recs[-1]
     assert passes, "no pass line"
+    version = summary["version"]
     for i, p in enumerate(passes, start=1):
-        assert list(p) == PASS_KEYS
+        assert list(p) == (PASS_KEYS_V1 if version == 1 else PASS_KEYS)
         assert p["pass"] == i
         assert 0 <= p["frequent"] <= p["candidates"]
         assert p["time_s"] >= 0 and p["bytes_sent"] >= 0
         if ranks == 1:
             assert p["bytes_sent"] == 0
+        if version >= 2:  # the phases are parts of the pass; imbalance = busiest rank / mean
+            phases = p["gen_s"] + p["count_s"] + p["exchange_s"] + p["gather_s"]
+            assert min(p["gen_s"], p["count_s"], p["exchange_s"], p["gather_s"]) >= 0
+            assert phases <= p["time_s"] * 1.001 + 1e-5
+            assert p["subsets"] >= 0
+            assert 1.0 <= p["imbalance"] <= ranks + 1e-3
+            if ranks == 1:
+                assert p["imbalance"] == 1.0
     assert list(summary) == SUMMARY_KEYS
-    assert summary["summary"] is True and summary["version"] == 1
+    assert summary["summary"] is True and version in (1, 2)
     assert summary["ranks"] == ranks
     assert summary["passes"] == len(passes)
     assert summary["frequent_itemsets"] == sum(p["frequent"] for p in passes)
@@ -139,6 +149,36 @@ def test_rules_match_reference(bins, dataset, reference, tmp_path):
     assert rules.read_text().splitlines() == expected
     assert summary["rules"] == len(expected) > 0
     assert summary["confidence"] == 0.8
+
+
+@pytest.mark.parametrize("batch", [None, 50])
+def test_rank_counts_and_shipping_modes_agree(bins, dataset, reference, tmp_path, batch):
+    """1, 2 and 3 ranks, both --ship modes: the same itemsets (the reference's), the same
+    candidates, frequent sets and subsets counted per pass; per-pass bytes add up to the
+    summary's; prefix-compressed shipping moves fewer bytes than one record per subset."""
+    support = "0.02"
+    runs = {}
+    for ship in ("prefix", "subsets"):
+        for ranks in (1, 2, 3):
+            out = tmp_path / f"{ship}{ranks}"
+            extra = ["--batch", batch] if batch else []
+            proc = hpa(bins, ranks, "--input", dataset / f"p{ranks}", "--support", support,
+                       "--ship", ship, "--itemsets-out", out, *extra)
+            assert proc.returncode == 0, proc.stderr
+            passes, summary = check_output(proc.stdout, ranks)
+            assert summary["version"] == 2 and summary["passes"] == len(passes) >= 3
+            assert summary["bytes_exchanged"] == sum(p["bytes_sent"] for p in passes)
+            if ranks > 1:
+                assert all(p["bytes_sent"] > 0 for p in passes[1:-1])
+            assert passes[0]["subsets"] == sum(len(t) for t in
+                                               hpa_reference.read_transactions(str(dataset / "p1")))
+            assert out.read_text().splitlines() == hpa_reference.itemset_lines(reference[support][1])
+            runs[ship, ranks] = passes, summary
+    shape = {key: [(p["candidates"], p["frequent"], p["subsets"]) for p in passes]
+             for key, (passes, _) in runs.items()}
+    assert len(set(map(tuple, shape.values()))) == 1, shape
+    for ranks in (2, 3):
+        assert runs["prefix", ranks][1]["bytes_exchanged"] < runs["subsets", ranks][1]["bytes_exchanged"]
 
 
 def test_tiny_batches_and_max_k(bins, dataset, reference, tmp_path):
@@ -230,6 +270,7 @@ def test_generator_bad_input(bins, tmp_path, args, needle):
     (["--support", "0.1", "--confidence", "2"], "--confidence"),
     (["--support", "0.1", "--max-k", "0"], "--max-k"),
     (["--support", "0.1", "--frobnicate", "1"], "unknown option"),
+    (["--support", "0.1", "--ship", "pairs"], "--ship must be 'prefix' or 'subsets'"),
 ])
 def test_hpa_bad_arguments_exit_2(bins, dataset, args, needle):
     proc = subprocess.run([str(bins / "vb-hpa"), "--input", str(dataset / "p1"), *args],

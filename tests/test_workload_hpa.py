@@ -114,6 +114,31 @@ def test_parse_captured_output():
         wl.parse((DATA / "hpa_d20k_s0.01_np2_2inst_host.raw").read_text(), {**params, "ranks": 4})
 
 
+def test_parse_captured_output_with_pass_profile():
+    """vb-hpa version 2 prints a profile per pass; the parser carries it into the metadata."""
+    wl = workloads.get("hpa")
+    params = {"transactions": 20000, "items": 1000, "support": 0.01, "confidence": 0.5, "ranks": 2, "instances": 2,
+              "avg_size": 10.0, "pattern_size": 4.0, "seed": 1, "total_vcpus": 0, "ship": "prefix"}
+    time_, count = wl.parse((HERE / "data" / "hpa" / "hpa_d20k_s0.01_np2_2inst_host_v2.raw").read_text(), params)
+    old, _ = wl.parse((DATA / "hpa_d20k_s0.01_np2_2inst_host.raw").read_text(), params)
+    assert count.value == 490 and time_.metadata["code_version"] == 2
+    meta = time_.metadata
+    assert meta["itemsets_sha256"] == old.metadata["itemsets_sha256"]  # same sets as version 1 found
+    assert len(meta["passes"]) == meta["pass_count"] == 4
+    assert list(meta["passes"][1]) == [*hpa.PASS_FIELDS, *hpa.PASS_PROFILE_FIELDS]
+    assert meta["bytes_exchanged"] == sum(p["bytes_sent"] for p in meta["passes"]) > 0
+    assert meta["bytes_exchanged"] < old.metadata["bytes_exchanged"]  # prefix-compressed shipping
+    for p in meta["passes"]:
+        assert p["gen_s"] + p["count_s"] + p["exchange_s"] + p["gather_s"] <= p["time_s"] * 1.001 + 1e-5
+        assert p["subsets"] > 0 and 1 <= p["imbalance"] <= 2
+    assert list(old.metadata["passes"][1]) == list(hpa.PASS_FIELDS)  # version 1: no profile keys
+
+
+def test_ship_must_be_prefix_or_subsets():
+    with pytest.raises(UserError, match="prefix, subsets"):
+        suite.adhoc("hpa", {"ship": "pairs"}, ["host"])
+
+
 @pytest.mark.parametrize("support", ["0", "-0.1", "1.5", "nan"])
 def test_support_outside_0_1_is_refused(support):
     with pytest.raises(UserError, match=r"support must be a fraction in \(0, 1\]"):

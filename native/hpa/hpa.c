@@ -3,6 +3,7 @@
  *
  *   mpirun -np R vb-hpa --input PREFIX --support S [--confidence C] [--max-k K]
  *                       [--rules-out FILE] [--itemsets-out FILE] [--batch B]
+ *                       [--ship prefix|subsets]
  *
  * Written for virtbench from the published description of HPA (Shintani and
  * Kitsuregawa, 1996) and of Apriori (Agrawal and Srikant, 1994).
@@ -12,13 +13,14 @@
  *
  *   pass 1   every rank counts items locally, MPI_Allreduce sums the counts.
  *   pass k   candidates C(k) = apriori-gen(L(k-1)) (join + prune).  Each candidate
- *            belongs to rank hash(itemset) % R, which alone keeps a counter for it.
- *            Every rank scans its transactions, enumerates the k-subsets that can
- *            be candidates, and ships each one to its owner: per destination a
- *            buffer of B subsets; when one fills, all ranks swap buffers with
- *            MPI_Alltoall (sizes) + MPI_Alltoallv (subsets).  Owners count in an
- *            open-addressing hash table.  The frequent k-itemsets go to every
- *            rank with MPI_Allgatherv, and the next pass begins.
+ *            belongs to one rank, chosen by a hash of the itemset, which alone keeps
+ *            a counter for it (pairs: a triangular matrix; longer: a hash table).
+ *            Every rank scans its transactions and sends each k-subset that can be
+ *            a candidate to its owner, in rounds (queues of about B subsets per
+ *            destination; MPI_Alltoall of sizes, MPI_Alltoallv of the data), and
+ *            counts what arrives.  The frequent k-itemsets go to every rank with
+ *            MPI_Allgatherv, and the next pass begins.  See "counting pass" for
+ *            the two ways (--ship) subsets travel.
  *   end      rank 0 derives the rules X\A => A ... (confidence >= C) and prints.
  *
  * Pruning of the subsets a rank enumerates (none changes the result):
@@ -28,13 +30,16 @@
  *     j-item prefix (2 < j < k) is not in L(j): no candidate can have it.
  *
  * Output (rank 0, stdout): one JSON line per pass, then a summary line:
- *   {"pass":k,"candidates":..,"frequent":..,"time_s":..,"bytes_sent":..}
+ *   {"pass":k,"candidates":..,"frequent":..,"time_s":..,"bytes_sent":..,
+ *    "gen_s":..,"count_s":..,"exchange_s":..,"gather_s":..,"subsets":..,"imbalance":..}
  *   {"summary":true,"transactions":D,"items":N,"support":S,"confidence":C,
  *    "min_count":..,"ranks":R,"frequent_itemsets":..,"rules":..,"time_s":..,
- *    "read_time_s":..,"bytes_exchanged":..,"passes":..,"version":1}
- * bytes_sent is the volume of candidate subsets shipped between distinct ranks in
+ *    "read_time_s":..,"bytes_exchanged":..,"passes":..,"version":2}
+ * bytes_sent is the volume of subset records shipped between distinct ranks in
  * that pass (all ranks together); the small pass-1 Allreduce and the Allgatherv
- * of frequent itemsets are not included.  N is the largest item id + 1.
+ * of frequent itemsets are not included.  N is the largest item id + 1.  The
+ * phase times are rank 0's; subsets = subsets counted by all ranks, imbalance =
+ * the busiest rank's count / the mean (see README.md).
  *
  * Exit status: 0 success, 2 bad arguments or input, 3 out of memory.
  */
@@ -43,12 +48,13 @@
 
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define VERSION 1
+#define VERSION 2
 #define KMAX 64
 
 static int rank, nranks;
@@ -212,6 +218,7 @@ static void itab_add(itab *t, const uint32_t *key, uint64_t h, uint32_t count)
 #ifndef TRI_MAX_F
 #define TRI_MAX_F 4096
 #endif
+_Static_assert(TRI_MAX_F <= 65536, "pair positions are kept in 16 bits");
 #ifndef PAIRBITS_MAX_F
 #define PAIRBITS_MAX_F 8192 /* F x F bits of L(2) for the subset filter */
 #endif
@@ -449,6 +456,7 @@ typedef struct {
     int m, k, d;
     int pos[KMAX + 1];
     uint32_t cur[KMAX];
+    const uint8_t *first_ok; /* first item x allowed only if first_ok[x]; NULL: all */
 } subenum;
 
 typedef struct {
@@ -474,6 +482,7 @@ static void sub_init(subenum *e, const uint32_t *a, int m, int k)
     e->k = k;
     e->d = 0;
     e->pos[0] = 0;
+    e->first_ok = NULL;
 }
 
 /* 1 and the subset in e->cur, or 0 when exhausted */
@@ -492,6 +501,10 @@ static int sub_next(subenum *e, const prefilter *pf)
             continue;
         }
         uint32_t x = e->a[p];
+        if (d == 0 && e->first_ok && !e->first_ok[x]) {
+            e->pos[0]++;
+            continue;
+        }
         if (k >= 3 && d >= 1) {
             int ok = 1;
             for (int i = 0; i < d && ok; i++)
@@ -522,6 +535,7 @@ struct options {
     int max_k;
     const char *rules_out, *itemsets_out;
     long batch;
+    int ship_prefix;
 };
 
 static int usage_error(const char *fmt, const char *arg)
@@ -541,14 +555,20 @@ static int parse_args(int argc, char **argv, struct options *o)
     o->confidence = 0.5;
     o->max_k = KMAX;
     o->batch = 65536;
+    o->ship_prefix = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             if (rank == 0)
                 printf("usage: mpirun -np R vb-hpa --input PREFIX --support S [--confidence C=0.5]\n"
                        "           [--max-k K] [--rules-out FILE] [--itemsets-out FILE] [--batch B]\n"
-                       "  rank r reads PREFIX.r; S is a fraction in (0,1]; B subsets per peer per "
-                       "exchange\n");
+                       "           [--ship prefix|subsets]\n"
+                       "  rank r reads PREFIX.r; S is a fraction in (0,1]; queues of B subsets' worth "
+                       "per peer;\n"
+                       "  prefix: a candidate's owner hashes its first item, a transaction's subsets for "
+                       "one owner\n"
+                       "  travel as one suffix; subsets: owner hashes the whole set, each subset "
+                       "travels alone\n");
             return -1;
         }
         if (i + 1 >= argc)
@@ -579,6 +599,10 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (errno || end == v || *end || b < 1 || b > (1L << 24))
                 return usage_error("--batch must be an integer in 1..16777216, got '%s'", v);
             o->batch = b;
+        } else if (!strcmp(a, "--ship")) {
+            if (strcmp(v, "prefix") && strcmp(v, "subsets"))
+                return usage_error("--ship must be 'prefix' or 'subsets', got '%s'", v);
+            o->ship_prefix = !strcmp(v, "prefix");
         } else if (!strcmp(a, "--rules-out")) {
             o->rules_out = v;
         } else if (!strcmp(a, "--itemsets-out")) {
@@ -605,24 +629,142 @@ static int cmp_itemset(const void *a, const void *b)
 }
 
 /* ----------------------------------------------------------------- counting pass */
+/*
+ * Ownership.  Every candidate X has one owner rank, computed the same way on every
+ * rank from X alone:
+ *   --ship subsets  owner = hash of all of X (the pair's triangle index for pairs);
+ *   --ship prefix   owner = hash of X's first item (item_owner[x1]).
+ * What travels.  With `subsets`, each k-subset of a transaction is one record for
+ * its owner: the pair's triangle index (1 word) or the k item ids.  With `prefix`
+ * (default) the subsets of one transaction bound for one owner are those whose
+ * first item that owner owns; they are sent together, prefix-compressed, as the
+ * transaction's suffix from the first such item: [m, a_p .. a_(m-1)] in 16-bit
+ * words when the dense item ids fit.  The owner expands exactly its subsets from
+ * it (it knows item_owner), so every subset is still counted by its owner and
+ * only there; the sender no longer touches every subset, it looks at each item once.
+ *
+ * Every destination, this rank included, has a byte queue; when one fills, all
+ * ranks swap queues with MPI_Alltoall (sizes + done flags) and MPI_Alltoallv and
+ * count what arrives.
+ */
+static int ship_prefix = 1;     /* --ship prefix (1) or subsets (0) */
+static int *item_owner;         /* dense item id -> owner rank of the sets it starts */
+static uint8_t *item_mine;      /* item_owner[i] == rank */
+
+static inline int pair_owner(uint32_t idx)
+{
+    /* Fibonacci hashing of the pair's index: consecutive pairs scatter over ranks */
+    return (int)(((uint64_t)(uint32_t)(idx * 0x9E3779B1u) * (uint64_t)nranks) >> 32);
+}
+
+static inline int set_owner(const uint32_t *x, uint64_t h)
+{
+    return ship_prefix ? item_owner[x[0]] : owner_of(h);
+}
+
 typedef struct {
-    int k;
-    long batch;
-    uint32_t *sbuf; /* destination r's queue: sbuf[r * batch * k ...], batch subsets */
-    int *scount;    /* items (not subsets) queued per destination */
-    uint32_t *rbuf;
+    int k, es;          /* es: bytes per word on the wire (2 or 4) */
+    size_t cap;         /* bytes per destination queue */
+    uint8_t *sbuf;      /* destination r's queue: sbuf[r * cap ...] */
+    int *scount;        /* bytes queued per destination */
+    uint8_t *rbuf;
     size_t rcap;
     int *sendcnt, *recvcnt, *sdispl, *rdispl, *flags_out, *flags_in;
-    uint64_t bytes_sent;
+    uint64_t bytes_sent, counted;
+    double t_exchange;
+    ctab *cand;
+    const prefilter *pf;
+    const uint32_t *row;   /* triangle mode: row[i] + j = index of pair (i, j) */
+    uint32_t *tmp;         /* one decoded suffix */
+    uint64_t *stamp, txn;  /* prefix mode: stamp[r] == txn when r has this suffix */
+    size_t qmax;           /* prefix mode: fullest queue, bytes */
 } exchanger;
 
-/* Swap the queued subsets among all ranks and count what arrives.  Returns 1 when
- * every rank has reported that it has nothing more to send. */
-static int exchange(exchanger *x, ctab *cand, int local_done)
+/* prefix mode: count the subsets of a[0..m) whose first item this rank owns */
+static void count_own(exchanger *x, const uint32_t *a, size_t m)
 {
     const int k = x->k;
+    if (x->row) {
+        uint32_t *tri = x->cand->tri;
+        const uint32_t *row = x->row;
+        if (nranks == 1) {
+            for (size_t p = 0; p + 1 < m; p++) {
+                const uint32_t base = row[a[p]];
+                for (size_t q = p + 1; q < m; q++)
+                    tri[base + a[q]]++;
+            }
+            x->counted += (uint64_t)m * (m - 1) / 2;
+            return;
+        }
+        /* the owned first positions, collected without a branch: whether an item
+         * is ours is a coin flip, a branch on it would mispredict half the time */
+        uint16_t own[TRI_MAX_F];
+        size_t n = 0;
+        for (size_t p = 0; p + 1 < m; p++) {
+            own[n] = (uint16_t)p;
+            n += item_mine[a[p]];
+        }
+        for (size_t i = 0; i < n; i++) {
+            const size_t p = own[i];
+            const uint32_t base = row[a[p]];
+            for (size_t q = p + 1; q < m; q++)
+                tri[base + a[q]]++;
+            x->counted += m - 1 - p;
+        }
+        return;
+    }
+    subenum e;
+    sub_init(&e, a, (int)m, k);
+    e.first_ok = item_mine;
+    while (sub_next(&e, x->pf)) {
+        ctab_hit(x->cand, e.cur, hash_items(e.cur, k));
+        x->counted++;
+    }
+}
+
+/* count what arrived: suffixes (prefix mode) or subset records */
+static void count_received(exchanger *x, const uint8_t *p, size_t nbytes)
+{
+    if (ship_prefix) {
+        const uint8_t *end = p + nbytes;
+        while (p < end) {
+            size_t m;
+            if (x->es == 2) {
+                const uint16_t *w = (const uint16_t *)p;
+                m = w[0];
+                for (size_t i = 0; i < m; i++)
+                    x->tmp[i] = w[1 + i];
+            } else {
+                const uint32_t *w = (const uint32_t *)p;
+                m = w[0];
+                memcpy(x->tmp, w + 1, sizeof(uint32_t) * m);
+            }
+            p += (m + 1) * (size_t)x->es;
+            count_own(x, x->tmp, m);
+        }
+    } else if (x->cand->tri) {
+        const uint32_t *w = (const uint32_t *)p;
+        uint32_t *tri = x->cand->tri;
+        for (size_t i = 0; i < nbytes / 4; i++)
+            tri[w[i]]++;
+        x->counted += nbytes / 4;
+    } else {
+        const uint32_t *w = (const uint32_t *)p;
+        const int k = x->k;
+        for (size_t i = 0; i < nbytes / 4; i += (size_t)k) {
+            ctab_hit(x->cand, w + i, hash_items(w + i, k));
+            x->counted++;
+        }
+    }
+}
+
+/* Swap the queued records among all ranks and count what arrives and the own
+ * queue.  Returns 1 when every rank has reported that it has nothing more to send. */
+static int exchange(exchanger *x, int local_done)
+{
+    double t0 = MPI_Wtime();
     for (int r = 0; r < nranks; r++) {
-        x->flags_out[2 * r] = x->scount[r];
+        x->flags_out[2 * r] = r == rank ? 0 : x->scount[r];
         x->flags_out[2 * r + 1] = local_done;
     }
     MPI_Alltoall(x->flags_out, 2, MPI_INT, x->flags_in, 2, MPI_INT, MPI_COMM_WORLD);
@@ -635,35 +777,249 @@ static int exchange(exchanger *x, ctab *cand, int local_done)
         total += (size_t)x->recvcnt[r];
     }
     for (int r = 0; r < nranks; r++) {
-        x->sendcnt[r] = x->scount[r];
-        x->sdispl[r] = (int)((size_t)r * (size_t)x->batch * (size_t)k);
+        x->sendcnt[r] = x->flags_out[2 * r];
+        x->sdispl[r] = (int)((size_t)r * x->cap);
     }
     if (total > x->rcap) {
         x->rcap = total;
-        x->rbuf = xrealloc(x->rbuf, sizeof(uint32_t) * total);
+        x->rbuf = xrealloc(x->rbuf, total);
     }
-    MPI_Alltoallv(x->sbuf, x->sendcnt, x->sdispl, MPI_UINT32_T, x->rbuf, x->recvcnt, x->rdispl,
-                  MPI_UINT32_T, MPI_COMM_WORLD);
-    for (size_t i = 0; i < total; i += (size_t)k)
-        ctab_hit(cand, x->rbuf + i, cand->tri ? 0 : hash_items(x->rbuf + i, k));
+    MPI_Alltoallv(x->sbuf, x->sendcnt, x->sdispl, MPI_BYTE, x->rbuf, x->recvcnt, x->rdispl,
+                  MPI_BYTE, MPI_COMM_WORLD);
+    x->t_exchange += MPI_Wtime() - t0;
+    count_received(x, x->rbuf, total);
+    count_received(x, x->sbuf + (size_t)rank * x->cap, (size_t)x->scount[rank]);
     for (int r = 0; r < nranks; r++) {
-        x->bytes_sent += sizeof(uint32_t) * (uint64_t)x->scount[r];
+        if (r != rank)
+            x->bytes_sent += (uint64_t)x->scount[r];
         x->scount[r] = 0;
     }
     return all_done;
 }
 
-/* Count the k-subsets of the local transactions against the owned candidates. */
-static uint64_t count_pass(const txdb *db, int k, ctab *cand, const prefilter *pf, long batch)
+/* room for n more bytes in queue o: count the own queue in place, or swap */
+static inline uint8_t *reserve(exchanger *x, int o, size_t n)
 {
+    if ((size_t)x->scount[o] + n > x->cap) {
+        if (o == rank) {
+            count_received(x, x->sbuf + (size_t)rank * x->cap, (size_t)x->scount[rank]);
+            x->scount[rank] = 0;
+        } else {
+            exchange(x, 0);
+        }
+    }
+    uint8_t *q = x->sbuf + (size_t)o * x->cap + (size_t)x->scount[o];
+    x->scount[o] += (int)n;
+    return q;
+}
+
+/* prefix mode: queue one transaction's suffix for every other owner of one of its
+ * first items (a subset's first item has at least k-1 items after it); the caller
+ * has checked that (m + 1) words fit in every queue */
+static void pack_suffixes(exchanger *x, const uint32_t *a, size_t m)
+{
+    const int k = x->k;
+    if (m < (size_t)k)
+        return;
+    x->txn++;
+    int left = nranks - 1;
+    for (size_t p = 0; p + (size_t)k <= m && left > 0; p++) {
+        int o = item_owner[a[p]];
+        if (o == rank || x->stamp[o] == x->txn)
+            continue;
+        x->stamp[o] = x->txn; /* the first suffix for o holds all later ones */
+        left--;
+        size_t len = m - p;
+        uint8_t *q = x->sbuf + (size_t)o * x->cap + (size_t)x->scount[o];
+        x->scount[o] += (int)((len + 1) * (size_t)x->es);
+        if ((size_t)x->scount[o] > x->qmax)
+            x->qmax = (size_t)x->scount[o];
+        if (x->es == 2) {
+            uint16_t w = (uint16_t)len;
+            memcpy(q, &w, 2);
+            for (size_t i = 0; i < len; i++) {
+                w = (uint16_t)a[p + i];
+                memcpy(q + 2 * (i + 1), &w, 2);
+            }
+        } else {
+            uint32_t w = (uint32_t)len;
+            memcpy(q, &w, 4);
+            memcpy(q + 4, a + p, 4 * len);
+        }
+    }
+}
+
+/* prefix mode: push the round's nonblocking exchange on; *stage 0 = sizes in
+ * flight, 1 = data in flight, 2 = complete.  wait: block until complete. */
+static void progress(exchanger *x, MPI_Request *req, int *stage, size_t *total, int wait)
+{
+    double t0 = MPI_Wtime();
+    while (*stage < 2) {
+        int flag = 0;
+        MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+        /* waiting: give the core away between polls, in case a peer (or anything
+         * else) needs it -- MPI_Wait would spin */
+        while (wait && !flag) {
+            sched_yield();
+            MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+        }
+        if (!flag)
+            break;
+        if (*stage == 1) {
+            *stage = 2;
+            break;
+        }
+        *total = 0;
+        for (int r = 0; r < nranks; r++) {
+            x->recvcnt[r] = x->flags_in[2 * r];
+            x->rdispl[r] = (int)*total;
+            *total += (size_t)x->recvcnt[r];
+            x->sendcnt[r] = x->flags_out[2 * r];
+            x->sdispl[r] = (int)((size_t)r * x->cap);
+        }
+        if (*total > x->rcap) {
+            x->rcap = *total;
+            x->rbuf = xrealloc(x->rbuf, *total);
+        }
+        MPI_Ialltoallv(x->sbuf, x->sendcnt, x->sdispl, MPI_BYTE, x->rbuf, x->recvcnt, x->rdispl,
+                       MPI_BYTE, MPI_COMM_WORLD, req);
+        *stage = 1;
+    }
+    x->t_exchange += MPI_Wtime() - t0;
+}
+
+/* prefix mode, in rounds: pack the suffixes of as many transactions as the queues
+ * hold, start the nonblocking exchange (sizes + done flags, then the data), count
+ * the own subsets of those transactions meanwhile (testing the exchange now and
+ * then so that it moves), then count what arrived.  Until every rank is done. */
+static void count_prefix(const txdb *db, exchanger *x)
+{
+    if (nranks == 1) { /* every item is this rank's */
+        for (size_t t = 0; t < db->n; t++)
+            count_own(x, db->items + db->off[t], db->off[t + 1] - db->off[t]);
+        return;
+    }
+    size_t t = 0;
+    for (;;) {
+        const size_t t0 = t;
+        for (; t < db->n; t++) {
+            size_t m = db->off[t + 1] - db->off[t];
+            if (x->qmax + (m + 1) * (size_t)x->es > x->cap)
+                break;
+            pack_suffixes(x, db->items + db->off[t], m);
+        }
+        const int done = t >= db->n;
+        for (int r = 0; r < nranks; r++) {
+            x->flags_out[2 * r] = x->scount[r];
+            x->flags_out[2 * r + 1] = done;
+        }
+        MPI_Request req;
+        int stage = 0;
+        size_t total = 0;
+        double tx = MPI_Wtime();
+        MPI_Ialltoall(x->flags_out, 2, MPI_INT, x->flags_in, 2, MPI_INT, MPI_COMM_WORLD, &req);
+        x->t_exchange += MPI_Wtime() - tx;
+        for (size_t s = t0; s < t; s++) {
+            count_own(x, db->items + db->off[s], db->off[s + 1] - db->off[s]);
+            if ((s & 255) == 255 && stage < 2)
+                progress(x, &req, &stage, &total, 0);
+        }
+        progress(x, &req, &stage, &total, 1);
+        count_received(x, x->rbuf, total);
+        int all_done = 1;
+        for (int r = 0; r < nranks; r++) {
+            all_done &= x->flags_in[2 * r + 1];
+            x->bytes_sent += (uint64_t)x->scount[r];
+            x->scount[r] = 0;
+        }
+        x->qmax = 0;
+        if (all_done)
+            break;
+    }
+}
+
+/* subsets mode (several ranks), pairs in the triangle: queue each pair's index (4 bytes) for the pair's owner, the own ones too
+ * (no branch on a coin-flip owner) */
+static void count_pairs_subsets(const txdb *db, exchanger *x)
+{
+    const uint32_t *row = x->row;
+    for (size_t t = 0; t < db->n; t++) {
+        const uint32_t *a = db->items + db->off[t];
+        const size_t m = db->off[t + 1] - db->off[t];
+        for (size_t p = 0; p + 1 < m; p++) {
+            const uint32_t base = row[a[p]];
+            for (size_t q = p + 1; q < m; q++) {
+                uint32_t idx = base + a[q];
+                memcpy(reserve(x, pair_owner(idx), 4), &idx, 4);
+            }
+        }
+    }
+}
+
+/* subsets mode, k >= 3 (or pairs without the triangle): enumerate the subsets that
+ * survive the prefix filter, count own ones directly, queue the k item ids of the
+ * others */
+static void count_general_subsets(const txdb *db, exchanger *x)
+{
+    const int k = x->k;
+    subenum e;
+    for (size_t t = 0; t < db->n; t++) {
+        size_t a = db->off[t], b = db->off[t + 1];
+        sub_init(&e, db->items + a, (int)(b - a), k);
+        while (sub_next(&e, x->pf)) {
+            uint64_t h = hash_items(e.cur, k);
+            int o = nranks > 1 ? owner_of(h) : 0;
+            if (o == rank) {
+                ctab_hit(x->cand, e.cur, h);
+                x->counted++;
+            } else {
+                memcpy(reserve(x, o, 4 * (size_t)k), e.cur, 4 * (size_t)k);
+            }
+        }
+    }
+}
+
+typedef struct {
+    uint64_t bytes_sent, counted;
+    double t_count, t_exchange;
+    uint64_t bytes_all, counted_all, counted_max; /* over all ranks, filled by a collective */
+} pass_stats;
+
+/* Count the k-subsets of the local transactions against the owned candidates. */
+static pass_stats count_pass(const txdb *db, int k, ctab *cand, const prefilter *pf, long batch)
+{
+    double t0 = MPI_Wtime();
     exchanger x;
     memset(&x, 0, sizeof x);
     x.k = k;
-    if ((size_t)batch * (size_t)k * (size_t)nranks > 0x7FFFFFFF) /* MPI int displacements */
-        batch = (long)(0x7FFFFFFF / ((size_t)k * (size_t)nranks));
-    x.batch = batch;
+    x.cand = cand;
+    x.pf = pf;
+    x.es = ship_prefix && pf->F <= 0xFFFF ? 2 : 4;
+    size_t maxm = 0;
+    for (size_t t = 0; t < db->n; t++)
+        if (db->off[t + 1] - db->off[t] > maxm)
+            maxm = db->off[t + 1] - db->off[t];
+    /* --batch B: the memory of B subsets of k items; at least one whole suffix */
+    x.cap = (size_t)batch * (size_t)k * 4;
+    if (x.cap < (maxm + 1) * (size_t)x.es)
+        x.cap = (maxm + 1) * (size_t)x.es;
+    if (x.cap * (size_t)nranks > 0x7FFFFFFF) /* MPI int displacements */
+        x.cap = 0x7FFFFFFF / (size_t)nranks / 4 * 4;
+    if (x.cap < (maxm + 1) * (size_t)x.es) {
+        fprintf(stderr, "vb-hpa: rank %d: a transaction of %zu items does not fit the exchange "
+                        "buffers of %d ranks; use fewer ranks\n", rank, maxm, nranks);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    uint32_t *row = NULL;
+    if (cand->tri) {
+        const size_t F = cand->F;
+        row = xmalloc(sizeof(uint32_t) * F);
+        for (size_t i = 0; i < F; i++) /* tri_index(i, 0) modulo 2^32: exact for j > i */
+            row[i] = (uint32_t)((uint64_t)i * (F - 1) - (uint64_t)i * (i + 1) / 2 - 1);
+        x.row = row;
+    }
     if (nranks > 1) {
-        x.sbuf = xmalloc(sizeof(uint32_t) * (size_t)batch * (size_t)k * (size_t)nranks);
+        x.sbuf = xmalloc(x.cap * (size_t)nranks);
         x.scount = xcalloc((size_t)nranks, sizeof(int));
         x.sendcnt = xmalloc(sizeof(int) * (size_t)nranks);
         x.recvcnt = xmalloc(sizeof(int) * (size_t)nranks);
@@ -671,55 +1027,18 @@ static uint64_t count_pass(const txdb *db, int k, ctab *cand, const prefilter *p
         x.rdispl = xmalloc(sizeof(int) * (size_t)nranks);
         x.flags_out = xmalloc(sizeof(int) * 2 * (size_t)nranks);
         x.flags_in = xmalloc(sizeof(int) * 2 * (size_t)nranks);
+        x.stamp = xcalloc((size_t)nranks, sizeof(uint64_t));
     }
-    const int full = (int)(batch * k);
-    subenum e;
-    size_t ti = 0;
-    int active = 0;
-    uint32_t pending[KMAX];
-    int pending_to = -1;
-
-    for (;;) {
-        int paused = 0;
-        if (pending_to >= 0) { /* the subset that did not fit last round */
-            memcpy(x.sbuf + (size_t)pending_to * (size_t)full + (size_t)x.scount[pending_to], pending, sizeof(uint32_t) * (size_t)k);
-            x.scount[pending_to] += k;
-            pending_to = -1;
-        }
-        while (!paused) {
-            if (!active) {
-                if (ti >= db->n)
-                    break;
-                size_t a = db->off[ti], b = db->off[ti + 1];
-                sub_init(&e, db->items + a, (int)(b - a), k);
-                active = 1;
-            }
-            while (sub_next(&e, pf)) {
-                uint64_t h = nranks > 1 || !cand->tri ? hash_items(e.cur, k) : 0;
-                int o = nranks > 1 ? owner_of(h) : 0;
-                if (o == rank) {
-                    ctab_hit(cand, e.cur, h);
-                } else if (x.scount[o] + k > full) {
-                    memcpy(pending, e.cur, sizeof(uint32_t) * (size_t)k);
-                    pending_to = o;
-                    paused = 1;
-                    break;
-                } else {
-                    memcpy(x.sbuf + (size_t)o * (size_t)full + (size_t)x.scount[o], e.cur, sizeof(uint32_t) * (size_t)k);
-                    x.scount[o] += k;
-                }
-            }
-            if (!paused) {
-                active = 0;
-                ti++;
-            }
-        }
-        if (nranks == 1)
-            break;
-        if (exchange(&x, cand, !paused))
-            break;
-    }
+    x.tmp = xmalloc(sizeof(uint32_t) * (pf->F + 1));
+    if (ship_prefix || nranks == 1)
+        count_prefix(db, &x);
+    else if (cand->tri)
+        count_pairs_subsets(db, &x);
+    else
+        count_general_subsets(db, &x);
     if (nranks > 1) {
+        while (!ship_prefix && !exchange(&x, 1)) /* drain: until every rank is done */
+            ;
         free(x.sbuf);
         free(x.scount);
         free(x.sendcnt);
@@ -729,12 +1048,17 @@ static uint64_t count_pass(const txdb *db, int k, ctab *cand, const prefilter *p
         free(x.flags_out);
         free(x.flags_in);
         free(x.rbuf);
+        free(x.stamp);
     }
-    return x.bytes_sent;
+    free(x.tmp);
+    free(row);
+    pass_stats s = {x.bytes_sent, x.counted, MPI_Wtime() - t0 - x.t_exchange, x.t_exchange, 0, 0, 0};
+    return s;
 }
 
-/* Gather the frequent itemsets of every owner into a sorted L(k) on all ranks. */
-static void gather_frequent(const ctab *cand, uint32_t min_count, itab *out)
+/* Gather the frequent itemsets of every owner into a sorted L(k) on all ranks, and
+ * the pass statistics of every rank with them (one collective fewer). */
+static void gather_frequent(const ctab *cand, uint32_t min_count, itab *out, pass_stats *st)
 {
     const int k = cand->k, w = k + 1;
     size_t nf = 0, cap = 1024;
@@ -742,8 +1066,8 @@ static void gather_frequent(const ctab *cand, uint32_t min_count, itab *out)
     if (cand->tri) { /* pairs: every (i, j) owned by this rank */
         for (uint32_t i = 0; i + 1 < cand->F; i++)
             for (uint32_t j = i + 1; j < cand->F; j++) {
-                uint32_t c = cand->tri[tri_index(i, j, cand->F)], key[2] = {i, j};
-                if (c < min_count || (nranks > 1 && owner_of(hash_items(key, 2)) != rank))
+                uint32_t idx = (uint32_t)tri_index(i, j, cand->F), c = cand->tri[idx];
+                if (c < min_count || (nranks > 1 && (ship_prefix ? item_owner[i] : pair_owner(idx)) != rank))
                     continue;
                 if (nf == cap)
                     mine = xrealloc(mine, sizeof(uint32_t) * (cap *= 2) * (size_t)w);
@@ -764,14 +1088,23 @@ static void gather_frequent(const ctab *cand, uint32_t min_count, itab *out)
             nf++;
         }
     }
-    int cnt = (int)(nf * (size_t)w);
+    uint64_t info[3] = {nf * (uint64_t)w, st->bytes_sent, st->counted};
+    uint64_t *infos = xmalloc(sizeof(uint64_t) * 3 * (size_t)nranks);
+    MPI_Allgather(info, 3, MPI_UINT64_T, infos, 3, MPI_UINT64_T, MPI_COMM_WORLD);
+    int cnt = (int)info[0];
     int *cnts = xmalloc(sizeof(int) * (size_t)nranks), *displs = xmalloc(sizeof(int) * (size_t)nranks);
-    MPI_Allgather(&cnt, 1, MPI_INT, cnts, 1, MPI_INT, MPI_COMM_WORLD);
     size_t total = 0;
+    st->bytes_all = st->counted_all = st->counted_max = 0;
     for (int r = 0; r < nranks; r++) {
+        cnts[r] = (int)infos[3 * r];
         displs[r] = (int)total;
         total += (size_t)cnts[r];
+        st->bytes_all += infos[3 * r + 1];
+        st->counted_all += infos[3 * r + 2];
+        if (infos[3 * r + 2] > st->counted_max)
+            st->counted_max = infos[3 * r + 2];
     }
+    free(infos);
     uint32_t *all = xmalloc(sizeof(uint32_t) * total);
     MPI_Allgatherv(mine, cnt, MPI_UINT32_T, all, cnts, displs, MPI_UINT32_T, MPI_COMM_WORLD);
     size_t n = total / (size_t)w;
@@ -833,7 +1166,7 @@ static uint64_t gen_candidates(const itab *prev, int k, ctab *cand, uint8_t *use
                 for (int t = 0; t <= m; t++)
                     used[c[t]] = 1;
                 uint64_t h = hash_items(c, k);
-                if (nranks == 1 || owner_of(h) == rank)
+                if (nranks == 1 || set_owner(c, h) == rank)
                     ctab_add(cand, c, h);
             }
         }
@@ -897,6 +1230,24 @@ static uint64_t make_rules(const itab *levels, int maxlen, double conf, const ui
     return nrules;
 }
 
+/* Print one pass line (rank 0); returns the bytes all ranks sent.  Phase times are
+ * rank 0's; subsets and imbalance come from every rank's counted subsets. */
+static uint64_t report_pass(int k, uint64_t ncand, size_t nfreq, double dt, double t_gen,
+                            const pass_stats *st, double t_gather)
+{
+    uint64_t sum[2] = {st->bytes_all, st->counted_all}, most = st->counted_max;
+    if (rank == 0) {
+        double imbalance = sum[1] ? (double)most * nranks / (double)sum[1] : 1.0;
+        printf("{\"pass\":%d,\"candidates\":%llu,\"frequent\":%zu,\"time_s\":%.6f,"
+               "\"bytes_sent\":%llu,\"gen_s\":%.6f,\"count_s\":%.6f,\"exchange_s\":%.6f,"
+               "\"gather_s\":%.6f,\"subsets\":%llu,\"imbalance\":%.4f}\n",
+               k, (unsigned long long)ncand, nfreq, dt, (unsigned long long)sum[0], t_gen, st->t_count,
+               st->t_exchange, t_gather, (unsigned long long)sum[1], imbalance);
+        fflush(stdout);
+    }
+    return sum[0];
+}
+
 /* ----------------------------------------------------------------------- main */
 int main(int argc, char **argv)
 {
@@ -910,6 +1261,7 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return rc < 0 ? 0 : 2;
     }
+    ship_prefix = o.ship_prefix;
 
     MPI_Barrier(MPI_COMM_WORLD);
     double t_start = MPI_Wtime();
@@ -922,39 +1274,51 @@ int main(int argc, char **argv)
     int ok = read_db(path, &db, msg, sizeof msg) == 0, all_ok;
     if (!ok)
         fprintf(stderr, "vb-hpa: rank %d: %s\n", rank, msg);
-    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    /* one collective: did any rank fail, and the slowest rank's reading time */
+    double rd[2] = {ok ? 0.0 : 1.0, MPI_Wtime() - t_start}, rd_max[2];
+    MPI_Allreduce(rd, rd_max, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    all_ok = rd_max[0] == 0.0;
     if (!all_ok) {
         MPI_Finalize();
         return 2;
     }
-    double t_read = MPI_Wtime() - t_start, read_max;
-    MPI_Allreduce(&t_read, &read_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double read_max = rd_max[1];
 
     /* ---- pass 1 ---- */
     double t_pass = MPI_Wtime();
-    uint64_t local_n = db.n, total_tx;
-    MPI_Allreduce(&local_n, &total_tx, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    /* two collectives: the largest item id (and occurrences, for the balance), then
+     * the item counts with the transaction and occurrence totals appended */
+    double t_phase = MPI_Wtime();
+    uint64_t mx[3] = {0, db.nitems > 0, db.nitems}, gmx[3];
+    for (size_t i = 0; i < db.nitems; i++)
+        if (db.items[i] > mx[0])
+            mx[0] = db.items[i];
+    double t_c = MPI_Wtime() - t_phase;
+    t_phase = MPI_Wtime();
+    MPI_Allreduce(mx, gmx, 3, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    double t_x = MPI_Wtime() - t_phase;
+    const size_t N = gmx[1] ? (size_t)gmx[0] + 1 : 0;
+
+    t_phase = MPI_Wtime();
+    uint64_t *lc = xcalloc(N + 2, sizeof(uint64_t)), *gc = xcalloc(N + 2, sizeof(uint64_t));
+    for (size_t i = 0; i < db.nitems; i++)
+        lc[db.items[i]]++;
+    lc[N] = db.n;
+    lc[N + 1] = db.nitems;
+    t_c += MPI_Wtime() - t_phase;
+    t_phase = MPI_Wtime();
+    MPI_Allreduce(lc, gc, (int)N + 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    t_x += MPI_Wtime() - t_phase;
+    pass_stats st1 = {0, db.nitems, t_c, t_x, 0, gc[N + 1], gmx[2]};
+    const uint64_t total_tx = gc[N];
+    free(lc);
     if (total_tx > 0xFFFFFFFFull) {
         if (rank == 0)
             fprintf(stderr, "vb-hpa: more than 2^32-1 transactions are not supported\n");
         MPI_Finalize();
         return 2;
     }
-    uint32_t local_max = 0;
-    int local_any = db.nitems > 0, any;
-    for (size_t i = 0; i < db.nitems; i++)
-        if (db.items[i] > local_max)
-            local_max = db.items[i];
-    uint32_t gmax;
-    MPI_Allreduce(&local_max, &gmax, 1, MPI_UINT32_T, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Allreduce(&local_any, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    const size_t N = any ? (size_t)gmax + 1 : 0;
-
-    uint64_t *lc = xcalloc(N, sizeof(uint64_t)), *gc = xcalloc(N, sizeof(uint64_t));
-    for (size_t i = 0; i < db.nitems; i++)
-        lc[db.items[i]]++;
-    MPI_Allreduce(lc, gc, (int)N, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-    free(lc);
+    t_phase = MPI_Wtime();
 
     double mc = ceil(o.support * (double)total_tx - 1e-9);
     const uint32_t min_count = mc < 1 ? 1 : (uint32_t)mc;
@@ -980,19 +1344,25 @@ int main(int argc, char **argv)
     free(gc);
     db_filter(&db, dense, 2);
     free(dense);
+    /* owner of the itemsets that start with item j (prefix mode), from its original
+     * id so that it does not depend on the support */
+    item_owner = xmalloc(sizeof(int) * (F ? F : 1));
+    item_mine = xmalloc(F ? F : 1);
+    for (size_t j = 0; j < F; j++) {
+        item_owner[j] = owner_of(hash_items(&orig[j], 1));
+        item_mine[j] = item_owner[j] == rank;
+    }
 
     uint64_t bytes_total = 0, n_frequent = F;
     int passes = 1, maxlen = F ? 1 : 0;
-    double dt = MPI_Wtime() - t_pass;
-    if (rank == 0) {
-        printf("{\"pass\":1,\"candidates\":%zu,\"frequent\":%zu,\"time_s\":%.6f,\"bytes_sent\":0}\n",
-               N, F, dt);
-        fflush(stdout);
-    }
+    double t_gather = MPI_Wtime() - t_phase;
+    report_pass(1, N, F, MPI_Wtime() - t_pass, 0, &st1, t_gather);
 
     /* ---- passes k >= 2 ---- */
     uint8_t *used = xmalloc(F ? F : 1), *pairbits = NULL;
     uint32_t *keep = xmalloc(sizeof(uint32_t) * (F ? F : 1));
+    uint8_t *alive = xmalloc(F ? F : 1); /* items still in the transactions */
+    memset(alive, 1, F ? F : 1);
     prefilter pf = {NULL, F, levels};
     for (int k = 2; k <= o.max_k && levels[k - 1].n > 0; k++) {
         t_pass = MPI_Wtime();
@@ -1004,14 +1374,21 @@ int main(int argc, char **argv)
             ctab_free(&cand);
             break;
         }
-        /* items in no candidate cannot be in any later one either: drop them */
-        for (size_t j = 0; j < F; j++)
+        /* items in no candidate cannot be in any later one either: drop them (a pass
+         * over all local items, so only when some item is really dropped) */
+        int drop = 0;
+        for (size_t j = 0; j < F; j++) {
+            drop |= alive[j] && !used[j];
+            alive[j] = used[j];
             keep[j] = used[j] ? (uint32_t)j : UINT32_MAX;
-        db_filter(&db, keep, (size_t)k);
+        }
+        if (drop)
+            db_filter(&db, keep, (size_t)k);
+        double t_gen = MPI_Wtime() - t_pass;
 
-        uint64_t sent = count_pass(&db, k, &cand, &pf, o.batch), sent_all;
-        MPI_Allreduce(&sent, &sent_all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-        gather_frequent(&cand, min_count, &levels[k]);
+        pass_stats st = count_pass(&db, k, &cand, &pf, o.batch);
+        t_phase = MPI_Wtime();
+        gather_frequent(&cand, min_count, &levels[k], &st);
         ctab_free(&cand);
 
         if (k == 2 && F > 0 && F <= PAIRBITS_MAX_F && levels[2].n > 0) { /* bit matrix of L(2) */
@@ -1023,17 +1400,11 @@ int main(int argc, char **argv)
             pf.pairbits = pairbits;
         }
         passes++;
-        bytes_total += sent_all;
+        t_gather = MPI_Wtime() - t_phase;
+        bytes_total += report_pass(k, ncand, levels[k].n, MPI_Wtime() - t_pass, t_gen, &st, t_gather);
         n_frequent += levels[k].n;
         if (levels[k].n > 0)
             maxlen = k;
-        dt = MPI_Wtime() - t_pass;
-        if (rank == 0) {
-            printf("{\"pass\":%d,\"candidates\":%llu,\"frequent\":%zu,\"time_s\":%.6f,"
-                   "\"bytes_sent\":%llu}\n",
-                   k, (unsigned long long)ncand, levels[k].n, dt, (unsigned long long)sent_all);
-            fflush(stdout);
-        }
     }
     if (rank == 0 && maxlen == KMAX && o.max_k == KMAX)
         fprintf(stderr, "vb-hpa: stopped at itemsets of length %d (the compiled-in limit)\n", KMAX);
@@ -1094,6 +1465,9 @@ int main(int argc, char **argv)
     free(pairbits);
     free(used);
     free(keep);
+    free(alive);
+    free(item_owner);
+    free(item_mine);
     free(orig);
     free(path);
     free(db.items);

@@ -107,6 +107,9 @@ class HPA(Workload):
         Param("avg_size", float, 10.0, "average transaction size T", min=1.0, max=1000.0),
         Param("pattern_size", float, 4.0, "average size of the potentially frequent patterns I", min=1.0, max=100.0),
         Param("seed", int, 1, "generator seed (same seed, same data)", min=0, max=2**63 - 1),
+        Param("ship", str, "prefix", "how k-subsets travel to their owner rank: prefix = owner hashes the first "
+              "item, a transaction's subsets for one owner go as one suffix; subsets = owner hashes the whole "
+              "set, one record per subset (study 003's volume)", choices=("prefix", "subsets")),
         mpijob.TOTAL_VCPUS,
     )
     metrics = (
@@ -184,7 +187,7 @@ class HPA(Workload):
                 gen_record = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else "{}"
             argv = [cl.launcher.bin("vb-hpa"), "--input", f"{links}/part", "--support", repr(params["support"]),
                     "--confidence", repr(params["confidence"]), "--itemsets-out", f"{links}/itemsets",
-                    "--rules-out", f"{links}/rules"]
+                    "--rules-out", f"{links}/rules", "--ship", params.get("ship", "prefix")]
             raw = mpijob.run(cl, argv, params, ctx, "vb-hpa",
                              extra={"data_dirs": data, "generator": _json_or_empty(gen_record)})
             digest = cl.launcher.exec(["sha256sum", f"{links}/itemsets", f"{links}/rules"], timeout=120)
@@ -214,7 +217,7 @@ class HPA(Workload):
             raise ValueError(f"vb-hpa printed {len(passes)} pass records, its summary says {s['passes']}")
         meta = mpijob.harness_metadata(harness)
         meta.update(
-            passes=[{k: p.get(k) for k in ("pass", "candidates", "frequent", "time_s", "bytes_sent")} for p in passes],
+            passes=[_pass_record(p) for p in passes],
             pass_count=s["passes"], bytes_exchanged=s["bytes_exchanged"], rules=s["rules"],
             min_count=s["min_count"], read_time_s=s.get("read_time_s"), items_seen=s.get("items"),
             data_dirs=harness.get("data_dirs"), generator=harness.get("generator"), code_version=s.get("version"),
@@ -249,6 +252,20 @@ def _vm_free_bytes(options: dict[str, Any]) -> int | None:
     except ValueError:
         return None  # the driver refuses the option itself
     return disk.AUTO_FREE if free is None else free
+
+
+PASS_FIELDS = ("pass", "candidates", "frequent", "time_s", "bytes_sent")
+# vb-hpa version 2 adds, per pass: rank 0's seconds in candidate generation (+ transaction
+# filtering), counting (+ packing), MPI exchange calls (incl. waiting) and gathering L(k); the
+# subsets counted over all ranks; and the busiest rank's share of them over the mean.
+PASS_PROFILE_FIELDS = ("gen_s", "count_s", "exchange_s", "gather_s", "subsets", "imbalance")
+
+
+def _pass_record(p: dict) -> dict:
+    """One pass line as sample metadata: the fields every version prints, the profile when present."""
+    rec = {k: p.get(k) for k in PASS_FIELDS}
+    rec.update({k: p[k] for k in PASS_PROFILE_FIELDS if k in p})
+    return rec
 
 
 def _json_or_empty(line: str) -> dict:
