@@ -46,6 +46,8 @@ def store(tmp_path_factory):
         "mpi": vb("run", "--workload", "mpi", "--param", "op=pingpong,allreduce,sendrecv", "--param", "max_bytes=4K",
                   "--param", "time_budget=0.005", "--repeat", "3", *run).stdout,
         "hpa": vb("run", "--workload", "hpa", "--param", "transactions=2000,4000,8000", "--repeat", "3", *run).stdout,
+        "npb": vb("run", "--workload", "npb", "--param", "kernel=sp-mz,bt-mz", "--param", "class=S",
+                  "--param", "threads=1,2", "--repeat", "2", *run).stdout,
         "web": vb("run", "--workload", "web", "--param", "replicas=1,2", "--param", "duration=1", "--param",
                   "connections=8", "--repeat", "2", *run).stdout,
     }
@@ -91,6 +93,20 @@ def _check_numbers(path, stored, workload):
         checked += 1
     assert seen == {k for k, r in by_key.items() if r["workload"] == workload}, "a stored result is missing"
     return checked
+
+
+def test_npb_mz_beside_study_001(store):
+    """SP-MZ and BT-MZ times in their own keyed rows, beside study 001's single-node table (host = BMM)."""
+    path, stored = _report(store, "npb")
+    assert _check_numbers(path, stored, "npb") >= 4
+    beside = [(a, c) for a, c, cap in html_rows(path) if cap.startswith("NPB-MZ times beside study 001")]
+    assert {c[0] for a, c in beside} == {"SP-MZ", "BT-MZ"} and len(beside) == 4  # 2 codes x threads 1, 2
+    for attrs, cells in beside:
+        row = next(r for r in stored if (r["cell_key"], r["metric"], r["environment"])
+                   == (attrs["data-cell"], attrs["data-metric"], attrs["data-env"]))
+        assert row["metric"] == "time" and row["metadata"]["verified"] is True
+        assert cells[1] == f"S · 1 x {row['params']['threads']}" and cells[2] == "host"
+        assert cells[7] == "BMM" and cells[8] == {"SP-MZ": "86.63", "BT-MZ": "131.83"}[cells[0]] and cells[9] == "1.000"
 
 
 def test_mpi_section(store):

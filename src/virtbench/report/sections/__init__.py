@@ -19,6 +19,7 @@ WORKLOAD_SECTIONS: dict[str, str] = {
     "mpi": "virtbench.report.sections.mpi:build",
     "web": "virtbench.report.sections.web:build",
     "hpa": "virtbench.report.sections.hpa:build",
+    "npb": "virtbench.report.sections.npb:build",
     "bonnie": "virtbench.report.sections.storage:build",
     "iozone-like": "virtbench.report.sections.storage:build",
     "dd": "virtbench.report.sections.storage:build",
