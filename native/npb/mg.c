@@ -84,107 +84,166 @@ struct mg {
 
 static int big(const struct level *L) { return (long)L->nzl * L->n * L->n >= 32768; }
 
-/* periodic borders of a level array, exchanging ghost planes with neighbours */
-static void comm3(const struct mg *g, const struct level *L, double *a)
+/*
+ * Periodic borders.  The i and j borders of a plane are copies within that plane, so every
+ * operator below fills them right after computing the plane, while it is still in cache,
+ * instead of in a separate pass over the array; only the z borders (ghost planes, from the
+ * neighbouring ranks when the level is distributed) are left for comm3_z.
+ */
+static void borders_ij(const struct level *L, double *a, int k)
 {
     const int n = L->n;
-#pragma omp parallel for if (big(L))
-    for (int k = 1; k <= L->nzl; k++) {
-        for (int j = 1; j <= n; j++) {
-            AT(L, a, 0, j, k) = AT(L, a, n, j, k);
-            AT(L, a, n + 1, j, k) = AT(L, a, 1, j, k);
-        }
-        memcpy(&AT(L, a, 0, 0, k), &AT(L, a, 0, n, k), sizeof(double) * L->sx);
-        memcpy(&AT(L, a, 0, n + 1, k), &AT(L, a, 0, 1, k), sizeof(double) * L->sx);
+    double *p = a + (size_t)k * L->plane;
+    for (int j = 1; j <= n; j++) {
+        double *row = p + (size_t)j * L->sx;
+        row[0] = row[n];
+        row[n + 1] = row[1];
     }
+    memcpy(p, p + (size_t)n * L->sx, sizeof(double) * L->sx);
+    memcpy(p + (size_t)(n + 1) * L->sx, p + L->sx, sizeof(double) * L->sx);
+}
+
+static void comm3_z(const struct mg *g, const struct level *L, double *a)
+{
+    const size_t last = (size_t)L->nzl * L->plane, ghost_hi = (size_t)(L->nzl + 1) * L->plane;
     if (!L->dist || g->nranks == 1) {
-        memcpy(a, a + (size_t)L->nzl * L->plane, sizeof(double) * L->plane);
-        memcpy(a + (size_t)(L->nzl + 1) * L->plane, a + L->plane, sizeof(double) * L->plane);
+        memcpy(a, a + last, sizeof(double) * L->plane);
+        memcpy(a + ghost_hi, a + L->plane, sizeof(double) * L->plane);
         return;
     }
+    /* both planes in flight at once (with two ranks they go to the same peer) */
     int up = (g->rank + 1) % g->nranks, down = (g->rank + g->nranks - 1) % g->nranks;
-    MPI_Sendrecv(a + (size_t)L->nzl * L->plane, (int)L->plane, MPI_DOUBLE, up, 1, a, (int)L->plane,
-                 MPI_DOUBLE, down, 1, g->comm, MPI_STATUS_IGNORE);
-    MPI_Sendrecv(a + L->plane, (int)L->plane, MPI_DOUBLE, down, 2,
-                 a + (size_t)(L->nzl + 1) * L->plane, (int)L->plane, MPI_DOUBLE, up, 2, g->comm,
-                 MPI_STATUS_IGNORE);
+    MPI_Request rq[4];
+    MPI_Irecv(a, (int)L->plane, MPI_DOUBLE, down, 1, g->comm, &rq[0]);
+    MPI_Irecv(a + ghost_hi, (int)L->plane, MPI_DOUBLE, up, 2, g->comm, &rq[1]);
+    MPI_Isend(a + last, (int)L->plane, MPI_DOUBLE, up, 1, g->comm, &rq[2]);
+    MPI_Isend(a + L->plane, (int)L->plane, MPI_DOUBLE, down, 2, g->comm, &rq[3]);
+    MPI_Waitall(4, rq, MPI_STATUSES_IGNORE);
+}
+
+/* all periodic borders of a level array (for arrays not made by the operators below) */
+static void comm3(const struct mg *g, const struct level *L, double *a)
+{
+#pragma omp parallel for if (big(L))
+    for (int k = 1; k <= L->nzl; k++)
+        borders_ij(L, a, k);
+    comm3_z(g, L, a);
 }
 
 /*
- * out = base + sign * (s0 x + s1 faces(x) + s2 edges(x) + s3 corners(x)) on the interior,
- * i.e. resid (out = v - A u: base v, sign -1) and psinv (u = u + S r: base u, sign +1).
- * base may equal out (each point reads only its own base value).
+ * out = base + s0 x + s1 faces(x) + s2 edges(x) + s3 corners(x) on the interior of plane k:
+ * resid (out = v - A u: coefficients -A, base v) and psinv (u = u + S r: coefficients S,
+ * base u).  Per row, the sums of the four neighbours in the j-k plane that share a face
+ * (x1) and an edge (x2) with the row are formed once (the NPB reference's partial sums):
+ * a point's edge sum is then x2[i] + x1[i-1] + x1[i+1], its corner sum x2[i-1] + x2[i+1].
+ * A has no face term and S no corner term (0 for every class), as in the reference those
+ * terms are skipped when their coefficient is zero.  base may equal out (each point reads
+ * only its own base value); x must not.  x1, x2: n + 2 doubles of scratch.
  */
-static void stencil(const struct mg *g, const struct level *L, const double *s, double sign,
-                    const double *x, const double *base, double *out)
+static void stencil_plane(const struct level *L, const double *s, const double *x,
+                          const double *base, double *out, int k, double *x1, double *x2)
 {
     const int n = L->n;
-    const double s0 = sign * s[0], s1 = sign * s[1], s2 = sign * s[2], s3 = sign * s[3];
-#pragma omp parallel for collapse(2) if (big(L))
-    for (int k = 1; k <= L->nzl; k++)
-        for (int j = 1; j <= n; j++) {
-            double x1[n + 2], x2[n + 2];
-            const double *c = &AT(L, x, 0, j, k);
-            const double *ym = &AT(L, x, 0, j - 1, k), *yp = &AT(L, x, 0, j + 1, k);
-            const double *zm = &AT(L, x, 0, j, k - 1), *zp = &AT(L, x, 0, j, k + 1);
-            const double *mm = &AT(L, x, 0, j - 1, k - 1), *pm = &AT(L, x, 0, j + 1, k - 1);
-            const double *mp = &AT(L, x, 0, j - 1, k + 1), *pp = &AT(L, x, 0, j + 1, k + 1);
-            for (int i = 0; i <= n + 1; i++) {
-                x1[i] = ym[i] + yp[i] + zm[i] + zp[i];
-                x2[i] = mm[i] + pm[i] + mp[i] + pp[i];
-            }
-            const double *b = &AT(L, base, 0, j, k);
-            double *o = &AT(L, out, 0, j, k);
-            for (int i = 1; i <= n; i++) {
-                double faces = c[i - 1] + c[i + 1] + x1[i];
-                double edges = x2[i] + x1[i - 1] + x1[i + 1];
-                double corners = x2[i - 1] + x2[i + 1];
-                o[i] = b[i] + s0 * c[i] + s1 * faces + s2 * edges + s3 * corners;
-            }
+    const long sx = L->sx, pl = L->plane;
+    const double s0 = s[0], s1 = s[1], s2 = s[2], s3 = s[3];
+    for (int j = 1; j <= n; j++) {
+        const double *c = &AT(L, x, 0, j, k);
+        const double *b = &AT(L, base, 0, j, k);
+        double *o = &AT(L, out, 0, j, k);
+#pragma omp simd
+        for (int i = 0; i <= n + 1; i++) {
+            x1[i] = c[i - sx] + c[i + sx] + c[i - pl] + c[i + pl];
+            x2[i] = c[i - sx - pl] + c[i + sx - pl] + c[i - sx + pl] + c[i + sx + pl];
         }
-    (void)g;
+        if (s1 == 0.0) {
+#pragma omp simd
+            for (int i = 1; i <= n; i++)
+                o[i] = b[i] + s0 * c[i] + s2 * (x2[i] + x1[i - 1] + x1[i + 1]) +
+                       s3 * (x2[i - 1] + x2[i + 1]);
+        } else if (s3 == 0.0) {
+#pragma omp simd
+            for (int i = 1; i <= n; i++)
+                o[i] = b[i] + s0 * c[i] + s1 * (c[i - 1] + c[i + 1] + x1[i]) +
+                       s2 * (x2[i] + x1[i - 1] + x1[i + 1]);
+        } else {
+#pragma omp simd
+            for (int i = 1; i <= n; i++)
+                o[i] = b[i] + s0 * c[i] + s1 * (c[i - 1] + c[i + 1] + x1[i]) +
+                       s2 * (x2[i] + x1[i - 1] + x1[i + 1]) + s3 * (x2[i - 1] + x2[i + 1]);
+        }
+    }
+    borders_ij(L, out, k);
+}
+
+static void stencil(const struct mg *g, const struct level *L, const double *s, const double *x,
+                    const double *base, double *out)
+{
+    const int n = L->n;
+#pragma omp parallel if (big(L))
+    {
+        double x1[n + 2], x2[n + 2];
+#pragma omp for
+        for (int k = 1; k <= L->nzl; k++)
+            stencil_plane(L, s, x, base, out, k, x1, x2);
+    }
+    comm3_z(g, L, out);
 }
 
 static void resid(const struct mg *g, const struct level *L, const double *u, const double *v,
                   double *r)
 {
-    stencil(g, L, g->a, -1.0, u, v, r);
-    comm3(g, L, r);
+    const double na[4] = {-g->a[0], -g->a[1], -g->a[2], -g->a[3]};
+    stencil(g, L, na, u, v, r);
 }
 
 static void psinv(const struct mg *g, const struct level *L, const double *r, double *u)
 {
-    stencil(g, L, g->c, 1.0, r, u, u);
-    comm3(g, L, u);
+    stencil(g, L, g->c, r, u, u);
 }
 
-/* restriction: coarse planes [gc0, gc0 + cnt) (global) of C from F */
+/*
+ * Restriction of coarse plane kc (local) = global plane gc of C from F; the fine centre
+ * row of coarse row jc is fine row 2 jc on fine plane 2 gc + 2 - F->z0.  As in stencil,
+ * x1/y1 hold the face and edge neighbour sums in the j-k plane for every fine point of the
+ * row, so each coarse point adds three of each.  x1, y1: 2 nc + 2 doubles of scratch.
+ */
+static void rprj3_plane(const struct level *F, const double *rf, const struct level *C,
+                        double *rc, int gc, double *x1, double *y1)
+{
+    const int nc = C->n;
+    const long fx = F->sx, fp = F->plane;
+    const int kc = gc - C->z0 + 1;
+    const int kf = 2 * gc + 2 - F->z0;
+    for (int jc = 1; jc <= nc; jc++) {
+        const double *c = &AT(F, rf, 0, 2 * jc, kf);
+#pragma omp simd
+        for (int i = 0; i <= 2 * nc + 1; i++) {
+            x1[i] = c[i - fx] + c[i + fx] + c[i - fp] + c[i + fp];
+            y1[i] = c[i - fx - fp] + c[i + fx - fp] + c[i - fx + fp] + c[i + fx + fp];
+        }
+        double *o = &AT(C, rc, 0, jc, kc);
+#pragma omp simd
+        for (int ic = 1; ic <= nc; ic++) {
+            const int i = 2 * ic;
+            o[ic] = 0.5 * c[i] + 0.25 * (c[i - 1] + c[i + 1] + x1[i]) +
+                    0.125 * (x1[i - 1] + x1[i + 1] + y1[i]) + 0.0625 * (y1[i - 1] + y1[i + 1]);
+        }
+    }
+    borders_ij(C, rc, kc);
+}
+
+/* coarse planes [gc0, gc0 + cnt) (global) of C from F */
 static void rprj3_planes(const struct level *F, const double *rf, const struct level *C,
                          double *rc, int gc0, int cnt)
 {
     const int nc = C->n;
-    const long fx = F->sx;
-#pragma omp parallel for collapse(2) if (big(C))
-    for (int q = 0; q < cnt; q++)
-        for (int jc = 1; jc <= nc; jc++) {
-            int gc = gc0 + q;
-            int kc = gc - C->z0 + 1;
-            int kf = 2 * gc + 2 - F->z0;
-            int jf = 2 * jc;
-            double x1[2 * nc + 2], y1[2 * nc + 2];
-            const double *c = &AT(F, rf, 0, jf, kf);
-            for (int i = 0; i <= 2 * nc + 1; i++) {
-                x1[i] = c[i - fx] + c[i + fx] + c[i - F->plane] + c[i + F->plane];
-                y1[i] = c[i - fx - F->plane] + c[i + fx - F->plane] + c[i - fx + F->plane] +
-                        c[i + fx + F->plane];
-            }
-            double *o = &AT(C, rc, 0, jc, kc);
-            for (int ic = 1; ic <= nc; ic++) {
-                int i = 2 * ic;
-                o[ic] = 0.5 * c[i] + 0.25 * (c[i - 1] + c[i + 1] + x1[i]) +
-                        0.125 * (x1[i - 1] + x1[i + 1] + y1[i]) + 0.0625 * (y1[i - 1] + y1[i + 1]);
-            }
-        }
+#pragma omp parallel if (big(C))
+    {
+        double x1[2 * nc + 2], y1[2 * nc + 2];
+#pragma omp for
+        for (int q = 0; q < cnt; q++)
+            rprj3_plane(F, rf, C, rc, gc0 + q, x1, y1);
+    }
 }
 
 static void rprj3(const struct mg *g, const struct level *F, const double *rf,
@@ -194,52 +253,69 @@ static void rprj3(const struct mg *g, const struct level *F, const double *rf,
         /* same ownership pattern: every rank computes its own coarse planes */
         rprj3_planes(F, rf, C, rc, C->z0, C->nzl);
     } else {
-        /* fine distributed, coarse replicated: compute own share, then gather all planes */
+        /* fine distributed, coarse replicated: compute own share (with its i-j borders),
+         * then gather all planes */
         int share = F->nzl / 2;
         rprj3_planes(F, rf, C, rc, F->z0 / 2, share);
         MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rc + C->plane, (int)(share * C->plane),
                       MPI_DOUBLE, g->comm);
     }
-    comm3(g, C, rc);
+    comm3_z(g, C, rc);
 }
 
-/* uf += Q uc (trilinear interpolation), then borders */
-static void interp(const struct mg *g, const struct level *C, const double *uc,
-                   const struct level *F, double *uf)
+/* one fine row from its coarse-row values t[0..nc] (fine 2ic on coarse ic, 2ic-1 between) */
+static void interp_row(int nc, const double *t, double *o, int add)
 {
-    const int nf = F->n, nc = C->n;
-#pragma omp parallel for collapse(2) if (big(F))
-    for (int k = 1; k <= F->nzl; k++)
-        for (int j = 1; j <= nf; j++) {
-            int gk = k - 1 + F->z0;
-            int ka, kb, ja, jb;
-            double wk, wj;
-            if (gk & 1) { /* on a coarse plane */
-                ka = kb = (gk - 1) / 2 - C->z0 + 1;
-                wk = 0.5; /* counted twice below */
-            } else {
-                ka = gk / 2 - C->z0;
-                kb = ka + 1;
-                wk = 0.5;
-            }
-            if (j % 2 == 0) { /* fine global j-1 odd: on a coarse row */
-                ja = jb = j / 2;
-            } else {
-                ja = (j - 1) / 2;
-                jb = ja + 1;
-            }
-            wj = 0.5;
-            double t[nc + 2];
-            const double *aa = &AT(C, uc, 0, ja, ka), *ab = &AT(C, uc, 0, jb, ka);
-            const double *ba = &AT(C, uc, 0, ja, kb), *bb = &AT(C, uc, 0, jb, kb);
-            const double w = wk * wj;
-            for (int i = 0; i <= nc + 1; i++)
-                t[i] = w * (aa[i] + ab[i] + ba[i] + bb[i]);
-            double *o = &AT(F, uf, 0, j, k);
-            for (int i = 1; i <= nf; i++)
-                o[i] += (i % 2 == 0) ? t[i / 2] : 0.5 * (t[(i - 1) / 2] + t[(i + 1) / 2]);
+    if (add) {
+#pragma omp simd
+        for (int ic = 1; ic <= nc; ic++) {
+            o[2 * ic - 1] += 0.5 * (t[ic - 1] + t[ic]);
+            o[2 * ic] += t[ic];
         }
-    comm3(g, F, uf);
+    } else {
+#pragma omp simd
+        for (int ic = 1; ic <= nc; ic++) {
+            o[2 * ic - 1] = 0.5 * (t[ic - 1] + t[ic]);
+            o[2 * ic] = t[ic];
+        }
+    }
+}
+
+/*
+ * uf (+)= Q uc, trilinear interpolation; add = 0 stores instead (uf was zero: saves
+ * clearing it).  Fine planes 2m-1, 2m (local) lie between coarse planes lo, lo+1 and on
+ * lo+1; fine rows 2jc-1, 2jc between coarse rows jc-1, jc and on jc.  Each pair of coarse
+ * rows is read once for the four fine rows it feeds (like the reference's z1/z2/z3).
+ */
+static void interp(const struct mg *g, const struct level *C, const double *uc,
+                   const struct level *F, double *uf, int add)
+{
+    const int nc = C->n;
+#pragma omp parallel if (big(F))
+    {
+        double tb[nc + 1], te[nc + 1], tc[nc + 1];
+#pragma omp for
+        for (int m = 1; m <= F->nzl / 2; m++) {
+            const int lo = F->z0 / 2 + m - 1 - C->z0;
+            for (int jc = 1; jc <= nc; jc++) {
+                const double *A = &AT(C, uc, 0, jc - 1, lo), *B = &AT(C, uc, 0, jc, lo);
+                const double *Cr = &AT(C, uc, 0, jc - 1, lo + 1), *D = &AT(C, uc, 0, jc, lo + 1);
+#pragma omp simd
+                for (int ic = 0; ic <= nc; ic++) {
+                    te[ic] = 0.5 * (Cr[ic] + D[ic]);
+                    tb[ic] = 0.5 * (B[ic] + D[ic]);
+                    tc[ic] = 0.25 * (A[ic] + B[ic] + Cr[ic] + D[ic]);
+                }
+                interp_row(nc, D, &AT(F, uf, 0, 2 * jc, 2 * m), add);
+                interp_row(nc, te, &AT(F, uf, 0, 2 * jc - 1, 2 * m), add);
+                interp_row(nc, tb, &AT(F, uf, 0, 2 * jc, 2 * m - 1), add);
+                interp_row(nc, tc, &AT(F, uf, 0, 2 * jc - 1, 2 * m - 1), add);
+            }
+            borders_ij(F, uf, 2 * m - 1);
+            borders_ij(F, uf, 2 * m);
+        }
+    }
+    comm3_z(g, F, uf);
 }
 
 static void zero(const struct level *L, double *a)
@@ -257,12 +333,11 @@ static void mg3p(struct mg *g)
     zero(&lv[1], lv[1].u);
     psinv(g, &lv[1], lv[1].r, lv[1].u);
     for (int k = 2; k < lt; k++) {
-        zero(&lv[k], lv[k].u);
-        interp(g, &lv[k - 1], lv[k - 1].u, &lv[k], lv[k].u);
+        interp(g, &lv[k - 1], lv[k - 1].u, &lv[k], lv[k].u, 0); /* u_k = Q u_{k-1} */
         resid(g, &lv[k], lv[k].u, lv[k].r, lv[k].r);
         psinv(g, &lv[k], lv[k].r, lv[k].u);
     }
-    interp(g, &lv[lt - 1], lv[lt - 1].u, &lv[lt], lv[lt].u);
+    interp(g, &lv[lt - 1], lv[lt - 1].u, &lv[lt], lv[lt].u, 1);
     resid(g, &lv[lt], lv[lt].u, g->v, lv[lt].r);
     psinv(g, &lv[lt], lv[lt].r, lv[lt].u);
 }
@@ -358,10 +433,11 @@ static double norm2(const struct mg *g, const struct level *L, const double *r)
 {
     double s = 0.0;
     const int n = L->n;
-#pragma omp parallel for collapse(2) reduction(+ : s) if (big(L))
+#pragma omp parallel for reduction(+ : s) if (big(L))
     for (int k = 1; k <= L->nzl; k++)
         for (int j = 1; j <= n; j++) {
             const double *o = &AT(L, r, 0, j, k);
+#pragma omp simd reduction(+ : s)
             for (int i = 1; i <= n; i++)
                 s += o[i] * o[i];
         }

@@ -24,11 +24,15 @@
 /* a * x mod 2^46 */
 static inline uint64_t lcg_mul(uint64_t a, uint64_t x) { return (a * x) & NPB_MASK46; }
 
+/* the deviate of state x: x * 2^-46.  x < 2^46 fits a signed 64-bit integer, whose
+ * conversion is one instruction (cvtsi2sd); the unsigned one needs a sign-bit branch. */
+static inline double lcg_deviate(uint64_t x) { return (double)(int64_t)x * NPB_R46; }
+
 /* advance *x once with multiplier a, return the new deviate x * 2^-46 */
 static inline double randlc(uint64_t *x, uint64_t a)
 {
     *x = lcg_mul(a, *x);
-    return (double)*x * NPB_R46;
+    return lcg_deviate(*x);
 }
 
 /* the next n deviates into out[0..n-1] */
