@@ -29,7 +29,7 @@ from .errors import UserError
 FLAG_VARS = ("CC", "MPICC", "CFLAGS", "CPPFLAGS", "LDFLAGS")
 COMPILER_PACKAGES = "build-essential"
 MPI_PACKAGES = "libopenmpi-dev openmpi-bin"
-MPI_KERNELS = ("vb-npb", "vb-mpibench", "vb-hpa")
+MPI_KERNELS = ("vb-npb", "vb-mpibench", "vb-hpa", "vb-eigen")
 KEEP = 3  # built directories kept in an installed package's data directory
 BUILD_TIMEOUT = 1800.0
 

@@ -11,6 +11,7 @@ REGISTRY: dict[str, str] = {
     "npb": "virtbench.workloads.npb:NPB",
     "mpi": "virtbench.workloads.mpi:MPIBench",
     "hpa": "virtbench.workloads.hpa:HPA",
+    "eigen": "virtbench.workloads.eigen:Eigen",
     "web": "virtbench.workloads.web:Web",
     "fio": "virtbench.workloads.fio:Fio",
     "iozone-like": "virtbench.workloads.iozone:IozoneLike",
