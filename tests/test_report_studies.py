@@ -88,6 +88,8 @@ def _check_numbers(path, stored, workload):
             assert triple[0] in cells, (caption, cells, r)
         elif caption.startswith("Published beside ours"):  # means, as the study published
             assert fmt.value(r["mean"]) in cells, (caption, cells, r)
+        elif caption.startswith("HPA: each mining pass"):  # per-pass medians: test_hpa_section checks them
+            pass
         else:
             assert any(cells[i:i + 3] == triple for i in range(len(cells))), (caption, cells, triple)
         checked += 1
@@ -137,6 +139,28 @@ def test_hpa_section(store):
     assert "not the study&#39;s four sizes scaled" in text or "not the study's four sizes scaled" in text
     assert "grows only slowly with 10-50 ms delay" in text  # the published finding
     assert "host.cpu_util_mean" in text  # the monitor's CPU beside the time
+    # each mining pass: medians over the samples' per-pass records (pure check below)
+    passes = [(a, c) for a, c, cap in html_rows(path) if cap.startswith("HPA: each mining pass")]
+    assert passes
+    for attrs, cells in passes:
+        row = next(r for r in stored if (r["cell_key"], r["metric"], r["environment"])
+                   == (attrs["data-cell"], attrs["data-metric"], attrs["data-env"]))
+        pm = {p["pass"]: p for p in row["metadata"]["pass_medians"]}[int(cells[4])]
+        assert cells[0] == str(row["params"]["transactions"]) and cells[5] == fmt.value(pm["candidates"])
+        assert cells[7] == fmt.value(pm["time_s"]) and cells[10] == f"{pm['bytes_sent'] / 1e6:.3g}"
+    assert {int(c[4]) for a, c in passes} >= {1, 2}
+
+
+def test_pass_medians_are_per_pass_medians():
+    from virtbench.workloads import hpa
+
+    metas = [{"passes": [{"pass": 1, "candidates": 10, "time_s": t, "bytes_sent": 0},
+                         {"pass": 2, "candidates": 45, "time_s": 2 * t, "bytes_sent": 100 * t}]} for t in (1.0, 3.0, 2.0)]
+    metas.append({"passes": [{"pass": 1, "candidates": 10, "time_s": 9.0, "bytes_sent": 0}]})  # a run with one pass
+    got = hpa.pass_medians(metas)
+    assert got[0] == {"pass": 1, "runs": 4, "candidates": 10, "time_s": 2.5, "bytes_sent": 0}
+    assert got[1]["runs"] == 3 and got[1]["time_s"] == 4.0 and got[1]["bytes_sent"] == 200.0
+    assert hpa.pass_medians([{"warnings": []}]) == []
 
 
 def test_web_section(store):

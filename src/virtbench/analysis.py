@@ -229,6 +229,8 @@ def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reason
         meta["verified"] = all(verified)
     condition = {**cell["condition"], **_measured_condition(metas)}
     wl = workloads.get(cell["workload"])
+    if metas:
+        meta.update(wl.summarize_metadata(metas))
     base = wl.index_baselines.get(metric)
     if base and values:
         meta.update(index=summary.median / base * 10, index_ci_low=summary.ci_low / base * 10,

@@ -127,6 +127,11 @@ class Workload(ABC):
     def parse(self, raw: str, params: dict[str, Any]) -> list[Sample]:
         """Pure: raw output -> samples. Raise ValueError on output it cannot read."""
 
+    def summarize_metadata(self, metas: list[dict[str, Any]]) -> dict[str, Any]:
+        """Pure: what a result row should say about its samples' metadata beyond what they all share
+        (e.g. per-pass medians); analysis adds it to the row's metadata."""
+        return {}
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,

@@ -20,6 +20,7 @@ import os
 import re
 import secrets
 import shutil
+import statistics
 import subprocess
 import tempfile
 from typing import Any
@@ -199,6 +200,10 @@ class HPA(Workload):
             for inst in cl.instances:
                 inst.exec(["rm", "-rf", data[inst.name], links], timeout=120)
 
+    def summarize_metadata(self, metas: list[dict[str, Any]]) -> dict[str, Any]:
+        passes = pass_medians(metas)
+        return {"pass_medians": passes} if passes else {}
+
     def parse(self, raw: str, params: dict[str, Any]) -> list[Sample]:
         records, harness = mpijob.read_output(raw)
         summary = [r for r in records if r.get("summary")]
@@ -259,6 +264,26 @@ PASS_FIELDS = ("pass", "candidates", "frequent", "time_s", "bytes_sent")
 # filtering), counting (+ packing), MPI exchange calls (incl. waiting) and gathering L(k); the
 # subsets counted over all ranks; and the busiest rank's share of them over the mean.
 PASS_PROFILE_FIELDS = ("gen_s", "count_s", "exchange_s", "gather_s", "subsets", "imbalance")
+
+
+def pass_medians(metas: list[dict]) -> list[dict]:
+    """Per mining pass, over the samples that have it: the median of each timing and volume field
+    (candidates and frequent itemsets are the same in every correct run: their median is that value)."""
+    by_pass: dict[int, list[dict]] = {}
+    for m in metas:
+        for p in m.get("passes") or []:
+            if isinstance(p, dict) and isinstance(p.get("pass"), int):
+                by_pass.setdefault(p["pass"], []).append(p)
+    out = []
+    for k in sorted(by_pass):
+        recs = by_pass[k]
+        row: dict[str, Any] = {"pass": k, "runs": len(recs)}
+        for f in PASS_FIELDS[1:] + PASS_PROFILE_FIELDS:
+            vals = [r[f] for r in recs if isinstance(r.get(f), (int, float))]
+            if vals:
+                row[f] = statistics.median(vals)
+        out.append(row)
+    return out
 
 
 def _pass_record(p: dict) -> dict:

@@ -66,6 +66,7 @@ def build(data: RunData, rows: list[dict]) -> Section:
         section.blocks.append(Note("One dataset size and no delay sweep: no curve to draw (the tables have "
                                    "every result)."))
     section.blocks += _monitor_table(data, rows, timed)
+    section.blocks += _passes_table(timed)
     section.blocks += _same_itemsets(data, rows)
     section.blocks += _beside_study(data, timed)
     section.blocks.append(all_results(data, "hpa", rows, lambda r: [
@@ -109,6 +110,35 @@ def _monitor_table(data: RunData, rows: list[dict], timed: list[dict]) -> list:
                   note="Medians over the repetitions. *.cpu_util_mean: mean CPU use of that role during the run "
                        "(host = the whole machine); *.net_peak: the highest 1-second network rate. The study "
                        "found HPA CPU-bound (~100 % CPU) with peak network ~60 MB/s (dom0) and 45 + 24 MB/s (domU).")]
+
+
+PASS_COLUMNS = (("candidates", "candidates"), ("frequent", "frequent"), ("time_s", "time [s]"),
+                ("count_s", "counting [s]"), ("exchange_s", "exchange [s]"), ("bytes_sent", "MB sent"),
+                ("imbalance", "imbalance"))
+
+
+def _passes_table(timed: list[dict]) -> list:
+    """Per timed result and mining pass: medians over the repetitions of the time, its counting and
+    exchange parts and the bytes every rank sent (vb-hpa output v2; older runs show what they have)."""
+    cells, keys = [], []
+    for r in timed:
+        for p in r["metadata"].get("pass_medians") or []:
+            vals = []
+            for field, _ in PASS_COLUMNS:
+                v = p.get(field)
+                vals.append("-" if v is None else f"{v / 1e6:.3g}" if field == "bytes_sent" else fmt.value(v))
+            cells.append([str(r["params"].get("transactions")), str(r["params"].get("ranks")), r["environment"],
+                          describe({}, r["condition"]), str(p["pass"]), *vals])
+            keys.append({"cell": r["cell_key"], "metric": r["metric"], "env": r["environment"]})
+    if not cells:
+        return []
+    return [Table("HPA: each mining pass (medians over the repetitions)",
+                  ["transactions", "ranks", "environment", "condition", "pass k",
+                   *(label for _, label in PASS_COLUMNS)], cells, keys, numeric=set(range(4, 5 + len(PASS_COLUMNS))),
+                  note="Pass k counts the candidate k-itemsets. counting and exchange are rank 0's (exchange includes "
+                       "waiting for the other ranks); MB sent: by all ranks together (10^6 bytes); imbalance: the "
+                       "busiest rank's share of the counted subsets over the mean (1 = even). Where exchange "
+                       "dominates, the network path matters; where counting does, the CPU.")]
 
 
 def _same_itemsets(data: RunData, rows: list[dict]) -> list:
