@@ -48,6 +48,8 @@ def store(tmp_path_factory):
         "hpa": vb("run", "--workload", "hpa", "--param", "transactions=2000,4000,8000", "--repeat", "3", *run).stdout,
         "npb": vb("run", "--workload", "npb", "--param", "kernel=sp-mz,bt-mz", "--param", "class=S",
                   "--param", "threads=1,2", "--repeat", "2", *run).stdout,
+        "eigen": vb("run", "--workload", "eigen", "--param", "class=S", "--param", "ranks=1,2", "--repeat", "2",
+                    *run).stdout,
         "web": vb("run", "--workload", "web", "--param", "replicas=1,2", "--param", "duration=1", "--param",
                   "connections=8", "--repeat", "2", *run).stdout,
     }
@@ -109,6 +111,23 @@ def test_npb_mz_beside_study_001(store):
         assert row["metric"] == "time" and row["metadata"]["verified"] is True
         assert cells[1] == f"S · 1 x {row['params']['threads']}" and cells[2] == "host"
         assert cells[7] == "BMM" and cells[8] == {"SP-MZ": "86.63", "BT-MZ": "131.83"}[cells[0]] and cells[9] == "1.000"
+
+
+def test_eigen_beside_bloss_and_algorithmic_ideal(store):
+    """vb-eigen's times beside study 001's Bloss column, and its efficiency curve with the Amdahl ideal from
+    the duplicated fraction f its 1-rank run measured (study 001 Fig. 4)."""
+    path, stored = _report(store, "eigen")
+    assert _check_numbers(path, stored, "eigen") >= 2
+    beside = [c for a, c, cap in html_rows(path) if cap.startswith("vb-eigen times beside study 001")]
+    assert {c[0] for c in beside} == {"Bloss (min)"} and {c[1] for c in beside} == {"S · 1 x 1", "S · 2 x 1"}
+    assert all(c[7] == "BMM" and c[8] == "21.06" for c in beside)
+    one = next(r for r in stored if r["metric"] == "time" and r["params"]["ranks"] == 1)
+    f = one["metadata"]["duplicated_fraction_median"]
+    assert 0 < f < 1
+    text = path.read_text()
+    # the scaling table's last column at 2 cores (its rows carry no keys: found by text)
+    assert f"<td>{fmt.value(1 / (2 * f + 1 - f))}</td></tr>" in text.replace("<td class=\"num\">", "<td>")
+    assert f"host: algorithmic ideal (f = {f:.3g})" in text
 
 
 def test_mpi_section(store):

@@ -3,7 +3,9 @@
 Strong scaling: within one (workload, other parameters, condition, environment), the row with
 1 rank and 1 thread gives T1; every row with p = ranks x threads cores gets
 speedup S(p) = T1 / Tp and efficiency E(p) = T1 / (p x Tp), with bootstrap 95 % CIs (both groups
-of samples resampled independently, as for the baseline ratios).
+of samples resampled independently, as for the baseline ratios). Where the 1-rank row's metadata
+has the fraction f of work every rank duplicates (`duplicated_fraction_median`, vb-eigen), each row
+also gets the algorithmic ideal E_ideal(p) = 1 / (p f + 1 - f) (Amdahl; study 001 Fig. 4).
 
 Shapes: cells with `total_vcpus` > 0 ask for a fixed number of cores arranged as instances x vCPUs
 (study 000: 16 x 1, 8 x 2, 4 x 4). An environment runs only the cells whose shape it makes, so
@@ -59,6 +61,8 @@ def efficiency(rows: list[dict], values: dict[tuple[str, str, str], list[float]]
             continue
         one = ones[0]
         t1 = values.get((one["cell_key"], one["metric"], one["environment"]), [])
+        # Amdahl's ideal where the code measures the work every rank repeats (vb-eigen: f on 1 rank)
+        f = _finite((one.get("metadata") or {}).get("duplicated_fraction_median"))
         workload, rest, condition, env = json.loads(key)
         for r in sorted(grp, key=lambda r: (r["params"]["ranks"] * r["params"].get("threads", 1),
                                             r["params"].get("instances", 1))):
@@ -71,7 +75,9 @@ def efficiency(rows: list[dict], values: dict[tuple[str, str, str], list[float]]
                         "threads": r["params"].get("threads", 1), "cores": p, "time": _finite(r["median"]),
                         "speedup": _finite(s.ratio), "speedup_ci_low": _finite(s.ci_low),
                         "speedup_ci_high": _finite(s.ci_high), "efficiency": _finite(s.ratio / p),
-                        "efficiency_ci_low": _finite(s.ci_low / p), "efficiency_ci_high": _finite(s.ci_high / p)})
+                        "efficiency_ci_low": _finite(s.ci_low / p), "efficiency_ci_high": _finite(s.ci_high / p),
+                        **({"ideal_efficiency": 1.0 / (p * f + 1.0 - f), "duplicated_fraction": f}
+                           if f is not None else {})})
     return out
 
 

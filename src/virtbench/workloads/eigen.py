@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from typing import Any
 
 from ..model import EnvSpec, Sample
@@ -130,6 +131,12 @@ class Eigen(Workload):
         argv = [cl.launcher.bin("vb-eigen"), params["class"], "--threads", str(params["threads"]),
                 "--points", str(points(params)), "--allreduce-bytes", str(reduced_bytes(params))]
         return mpijob.run(cl, argv, params, ctx, "vb-eigen", threads=params["threads"])
+
+    def summarize_metadata(self, metas: list[dict[str, Any]]) -> dict[str, Any]:
+        """The median duplicated fraction f over the repetitions: the scaling analysis draws the ideal
+        E(p) = 1 / (p f + 1 - f) from the 1-rank row's f."""
+        f = [m["duplicated_fraction"] for m in metas if isinstance(m.get("duplicated_fraction"), (int, float))]
+        return {"duplicated_fraction_median": statistics.median(f)} if f else {}
 
     def parse(self, raw: str, params: dict[str, Any]) -> list[Sample]:
         records, harness = mpijob.read_output(raw)

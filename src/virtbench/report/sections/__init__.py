@@ -20,6 +20,7 @@ WORKLOAD_SECTIONS: dict[str, str] = {
     "web": "virtbench.report.sections.web:build",
     "hpa": "virtbench.report.sections.hpa:build",
     "npb": "virtbench.report.sections.npb:build",
+    "eigen": "virtbench.report.sections.eigen:build",
     "bonnie": "virtbench.report.sections.storage:build",
     "iozone-like": "virtbench.report.sections.storage:build",
     "dd": "virtbench.report.sections.storage:build",

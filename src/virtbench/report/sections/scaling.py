@@ -66,15 +66,29 @@ def _lines(data: RunData, rows: list[dict], what: str) -> list[svg.Line]:
 def _efficiency(data: RunData, workload: str, where: str, rows: list[dict]) -> list[Chart]:
     cores = sorted({r["cores"] for r in rows})
     title = f"{workload} ({where})" if where else workload
+    ideal = any(r.get("ideal_efficiency") is not None for r in rows)
     cells = [[str(r["cores"]), r["environment"], str(r["ranks"]), str(r["instances"]), str(r["threads"]),
               fmt.value(r["time"]), fmt.value(r["speedup"]), fmt.value(r["speedup_ci_low"]),
               fmt.value(r["speedup_ci_high"]), fmt.value(r["efficiency"]), fmt.value(r["efficiency_ci_low"]),
-              fmt.value(r["efficiency_ci_high"])] for r in sorted(rows, key=lambda r: (r["cores"], r["environment"]))]
+              fmt.value(r["efficiency_ci_high"]), *([fmt.value(r.get("ideal_efficiency"))] if ideal else [])]
+             for r in sorted(rows, key=lambda r: (r["cores"], r["environment"]))]
     table = Table(f"{title}: speedup and efficiency", ["cores", "environment", "ranks", "instances", "threads",
                                                       "median time", "speedup", "CI low", "CI high", "efficiency",
-                                                      "CI low", "CI high"], cells, numeric=set(range(12)))
+                                                      "CI low", "CI high",
+                                                      *(["algorithmic ideal efficiency"] if ideal else [])],
+                  cells, numeric=set(range(13 if ideal else 12)),
+                  note=("algorithmic ideal: 1 / (p f + 1 - f), f = the fraction of the 1-rank run's work that "
+                        "every rank repeats (Amdahl), as the code measured it." if ideal else ""))
     speed = _lines(data, rows, "speedup") + [svg.Line("ideal", cores, cores, reference=True)]
     effic = _lines(data, rows, "efficiency") + [svg.Line("ideal", cores, [1.0] * len(cores), reference=True)]
+    # The code's own algorithmic ideal (Amdahl with the duplicated fraction f it measured on 1 rank),
+    # per environment: study 001 Fig. 4 puts it beside the measured efficiency.
+    amdahl = [r for r in rows if r.get("ideal_efficiency") is not None]
+    for env in [e for e in data.env_order if any(r["environment"] == e for r in amdahl)]:
+        pts = sorted((r for r in amdahl if r["environment"] == env), key=lambda r: r["cores"])
+        effic.append(svg.Line(f"{env}: algorithmic ideal (f = {pts[0]['duplicated_fraction']:.3g})",
+                              [r["cores"] for r in pts], [r["ideal_efficiency"] for r in pts],
+                              style=data.env_order.index(env), reference=True))
     sid = slug(data.id, "scaling", workload, where)
     return [
         Chart(f"{sid}-speedup", f"{title}: speedup against cores",
@@ -83,7 +97,9 @@ def _efficiency(data: RunData, workload: str, where: str, rows: list[dict]) -> l
               lambda uid: svg.lines(uid, f"{title}: speedup", speed, "cores (ranks x threads)", "speedup T1 / Tp"),
               table),
         Chart(f"{sid}-efficiency", f"{title}: parallel efficiency against cores",
-              "Lines: efficiency per environment with 95 % CI error bars; the dotted line is ideal (E = 1).",
+              "Lines: efficiency per environment with 95 % CI error bars; the dotted line is ideal (E = 1)"
+              + ("; the other dotted lines are each environment's algorithmic ideal 1 / (p f + 1 - f)."
+                 if ideal else "."),
               lambda uid: svg.lines(uid, f"{title}: efficiency", effic, "cores (ranks x threads)",
                                     "efficiency S / p"), table),
     ]
