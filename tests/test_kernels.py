@@ -83,3 +83,17 @@ def test_shipped_suite_found_from_anywhere(tmp_path, monkeypatch):
     assert suite.load("suites/quick.toml").environments
     with pytest.raises(Exception, match="does not exist"):
         suite.load("elsewhere/quick.toml")
+
+
+def test_missing_lapack_is_named(tmp_path, monkeypatch):
+    """vb-eigen needs LAPACK's static library: a compiler that cannot find liblapack.a (it prints the bare
+    name back) makes the build advice name liblapack-dev. The stand-in compiler answers only that question,
+    because a machine without the package cannot be made here."""
+    from virtbench import kernels
+
+    assert kernels.LAPACK_PACKAGE not in kernels.missing_packages()  # this machine has it (setup.sh installs it)
+    fake = tmp_path / "mpicc"
+    fake.write_text('#!/bin/sh\ncase "$1" in -print-file-name=*) echo "${1#-print-file-name=}";; esac\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("MPICC", str(fake))
+    assert kernels.missing_packages() == [kernels.LAPACK_PACKAGE]

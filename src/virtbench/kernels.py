@@ -29,6 +29,7 @@ from .errors import UserError
 FLAG_VARS = ("CC", "MPICC", "CFLAGS", "CPPFLAGS", "LDFLAGS")
 COMPILER_PACKAGES = "build-essential"
 MPI_PACKAGES = "libopenmpi-dev openmpi-bin"
+LAPACK_PACKAGE = "liblapack-dev"  # vb-eigen links LAPACK statically
 MPI_KERNELS = ("vb-npb", "vb-mpibench", "vb-hpa", "vb-eigen")
 KEEP = 3  # built directories kept in an installed package's data directory
 BUILD_TIMEOUT = 1800.0
@@ -97,12 +98,18 @@ def advice() -> str:
 
 def missing_packages() -> list[str]:
     """Debian packages a full build still needs here: a C compiler and make; Open MPI's mpicc
-    (without it the MPI kernels are left out)."""
+    (without it the MPI kernels are left out); LAPACK's static library (without it vb-eigen is)."""
     out = []
     if not (shutil.which(shlex.split(os.environ.get("CC") or "cc")[0]) and shutil.which("make")):
         out.append(COMPILER_PACKAGES)
-    if not shutil.which(shlex.split(os.environ.get("MPICC") or "mpicc")[0]):
+    mpicc = shutil.which(shlex.split(os.environ.get("MPICC") or "mpicc")[0])
+    if not mpicc:
         out.append(MPI_PACKAGES)
+    else:
+        # the compiler prints the bare name back when it finds no such file (as native/eigen/Makefile asks)
+        res = procs.run([mpicc, "-print-file-name=liblapack.a"], timeout=60)
+        if res.ok and "/" not in res.stdout.strip():
+            out.append(LAPACK_PACKAGE)
     return out
 
 
