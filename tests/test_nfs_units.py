@@ -36,15 +36,80 @@ def test_nfs_kinds_are_remote_storage(value):
     assert storage.split(value)[0] in network.REMOTE_STORAGE
 
 
-def test_pod_refusal_points_to_the_persistent_volume():
-    """The pods driver's reason (pure: it reads the instance's driver name and this kernel)."""
+def test_pods_without_nfs_share_are_told_to_set_it():
+    from virtbench.conditions import targets
+
+    for backend in ("kubernetes", "kube-play"):
+        with pytest.raises(targets.ConditionUnavailable, match='set nfs_share = "SERVER:/EXPORT"'):
+            targets.pod_nfs_choice(backend, "", None, False)
+
+
+def test_pods_with_nfs_share_use_its_mount():
+    from virtbench.conditions import targets
+
+    k8s = targets.pod_nfs_choice("kubernetes", "nfs.example.org:/bench", None, False)
+    assert k8s["storage_mounted_by"] == "kubelet (PersistentVolume)" and k8s["storage_fs"] == "nfs4"
+    assert "nfs.example.org:/bench" in k8s["storage_mechanism"] and k8s["storage_nfs_share"] == "nfs.example.org:/bench"
+    play = targets.pod_nfs_choice("kube-play", "10.0.0.5:/x", None, False)
+    assert play["storage_mounted_by"] == "podman (kube play volume)"
+    assert "podman NFS volume" in play["storage_mechanism"]
+
+
+def test_pod_share_refusal_and_network_conditions():
+    from virtbench.conditions import targets
+
+    with pytest.raises(targets.ConditionUnavailable, match="^why not$"):
+        targets.pod_nfs_choice("kube-play", "h:/x", "why not", False)
+    with pytest.raises(targets.ConditionUnavailable, match="delay_ms/rate_mbit cannot be put in the path"):
+        targets.pod_nfs_choice("kubernetes", "h:/x", None, True)
+
+
+def test_kube_play_refusal_matches_the_containers_on_this_kernel():
+    """Real: this machine's kernel. Where it has no NFS client (these machines) the kube-play pods'
+    share is refused with the same kernel reason as the container way."""
     from types import SimpleNamespace
 
     from virtbench.conditions import targets
+    from virtbench.machines import local
     from virtbench.model import EnvSpec, Shape
 
-    pod = SimpleNamespace(env=EnvSpec("p", "pods", Shape("native"), {}), name="p-0")
-    why = targets._host_mount_refusal(pod)
-    assert "PersistentVolume" in why and "storage_class" in why
-    if not targets.kernel_nfs_client()[0]:
-        assert "no NFS client" in why
+    ok, why = targets.kernel_nfs_client()
+    got = targets.kube_play_nfs_refusal("10.0.0.5:/vb", local())
+    if ok:
+        assert got is None
+        return
+    ctr = targets._host_mount_refusal(SimpleNamespace(env=EnvSpec("c", "container", Shape("native"), {}), name="c"))
+    assert got.startswith("storage=nfs in a kube-play pod: nfs_share 10.0.0.5:/vb is a podman NFS volume")
+    assert got.endswith(why) and ctr.endswith(why) and "no NFS client" in why
+
+
+class _FakeClusterPod:
+    """Stands in for a kubernetes-backend pod because no cluster can be reached here: it records the
+    commands the condition runs in the pod (the kube-play pod of tests/test_pods_kubeplay.py is real)."""
+
+    backend_name, nfs_share, nfs_refusal, name = "kubernetes", "nfs.example.org:/bench", None, "p-0"
+
+    def __init__(self):
+        from virtbench.model import EnvSpec, Shape
+
+        self.env = EnvSpec("k", "pods", Shape("native"), {"backend": "kubernetes"})
+        self.ran = []
+
+    def nfs_dir(self):
+        return "/vb-nfs/vb-run-k-main-g1-abc"
+
+    def exec(self, argv, timeout=None):
+        from virtbench.model import ExecResult
+
+        self.ran.append(list(argv))
+        return ExecResult(list(argv), 0, "", "", 0.0, 0.0, False)
+
+
+def test_storage_nfs_on_a_cluster_pod_is_its_share_directory():
+    from virtbench.conditions import base, targets
+
+    pod, applied = _FakeClusterPod(), base.Applied()
+    path, meta = targets.nfs(pod, None, applied)
+    assert path == pod.nfs_dir() and pod.ran == [["mkdir", "-p", path]]
+    assert meta["storage_mounted_by"] == "kubelet (PersistentVolume)"
+    assert applied.close() == [] and pod.ran[-1] == ["rm", "-rf", path]  # nothing left on the user's share

@@ -1,6 +1,7 @@
 """Pods driver, kube-play backend, for real: the manifests of 1, 2 and 8 replicas under `podman
 kube play`, a claim as a podman named volume, an image that cannot be pulled, the system and web
-workloads through `virtbench run`, the report's label, Ctrl-C and a killed run's leftovers."""
+workloads through `virtbench run`, the report's label, Ctrl-C and a killed run's leftovers, and
+storage = "nfs" on pods with nfs_share (skipped with the kernel's reason where it has no NFS client)."""
 
 import json
 import signal
@@ -170,3 +171,76 @@ def test_killed_runs_pods_are_cleaned_up(guest_image, tmp_path):
     removed = PodsDriver(DriverContext("other", tmp_path, guest_image)).cleanup_stale()
     assert len([r for r in removed if run_id[-8:] in r]) == 3
     assert ours(label) == [] and ours(label, "volume") == []
+
+
+def test_nfs_share_in_kube_play_pods(driver, tmp_path):
+    """storage = "nfs" on pods with nfs_share, for real. Without a kernel NFS client (these machines)
+    the pods are made without the share, their other cells run, and storage = "nfs" is skipped with
+    the same kernel reason as the container way. With one, nfs-ganesha on a server link is the
+    share, and each pod writes in a directory of its own on it."""
+    from virtbench import conditions
+    from virtbench.conditions import base, targets
+    from virtbench.machines import local
+
+    ok, why = targets.kernel_nfs_client()
+    applied = base.Applied()
+    try:
+        share = "127.0.0.1:/vb"
+        if ok:  # a real server for the real mount
+            srv = targets._Ganesha(type("I", (), {"machine": local()})(), applied, "test")
+            share = f"{srv.link.ns_addr}:{targets.NFS_PSEUDO}"
+        insts = driver.provision(EnvSpec("pods", "pods", SMALL, {"nfs_share": share}), 2, "main")
+        run = f"virtbench.run={driver.context.run_id}"
+        meta = insts[0].metadata()
+        assert meta["nfs_share"] == share and meta["nfs_mounted"] is ok and meta["pvc"] is None
+        if not ok:
+            assert ours(run, "volume") == []  # no NFS volume made that no pod could mount
+            with pytest.raises(conditions.ConditionUnavailable) as err:
+                conditions.apply_all({"storage": "nfs"}, {"main": insts})
+            assert str(err.value).startswith(f"storage=nfs in a kube-play pod: nfs_share {share} is a podman NFS")
+            assert str(err.value).endswith(why)
+            local_cell = conditions.apply_all({"storage": "local"}, {"main": insts})  # the pods still serve
+            assert local_cell.storage_dir(insts[0]) == insts[0].scratch_dir() and local_cell.close() == []
+        else:
+            (vol,) = ours(run, "volume")
+            cell = conditions.apply_all({"storage": "nfs"}, {"main": insts})
+            try:
+                a, b = (cell.storage_dir(i) for i in insts)
+                assert a == insts[0].nfs_dir() and a != b and a.startswith("/vb-nfs/")
+                assert cell.metadata["storage_mounted_by"] == "podman (kube play volume)"
+                assert insts[0].exec(["stat", "-f", "-c", "%T", a], timeout=30).stdout.strip() == "nfs"
+                assert insts[0].exec(["sh", "-c", f"echo hi > {a}/f"], timeout=30).ok
+                assert (srv.export / insts[0].pod / "f").read_text() == "hi\n"  # on the server's export
+            finally:
+                assert cell.close() == []
+            assert not (srv.export / insts[0].pod).exists()  # the cell left nothing on the share
+        for inst in insts:
+            inst.teardown()
+        assert ours(run) == [] and ours(run, "volume") == []
+    finally:
+        assert applied.close() == []
+
+
+@pytest.mark.slow
+def test_storage_nfs_on_pods_through_virtbench_run(guest_image, tmp_path):
+    """A real run: dd on a pods environment with nfs_share, storage = nfs and local. On a kernel
+    without an NFS client the nfs cell is skipped with the kube-play reason and the local one runs."""
+    from virtbench.conditions import targets
+
+    ok, _ = targets.kernel_nfs_client()
+    if ok:
+        pytest.skip("this kernel has an NFS client: test_nfs_share_in_kube_play_pods mounts a real share")
+    suite = tmp_path / "pods-nfs.toml"
+    suite.write_text('[suite]\nname = "pods-nfs"\n\n[environments.pod]\ndriver = "pods"\nshape = "m1.small"\n'
+                     'nfs_share = "127.0.0.1:/vb"\n\n[[workloads]]\nname = "dd"\n'
+                     'params = { file_size_mb = 64, block_mb = 1, scale = 0.0625 }\n'
+                     'condition = { storage = ["nfs", "local"] }\n')
+    db = tmp_path / "vb.sqlite"
+    out = json.loads(_run(["run", str(suite), "--repeat", "1", "--json"], db).stdout)
+    rows = [r for r in out["results"] if r["environment"] == "pod"]
+    (nfs,) = [r for r in rows if r["condition"]["storage"] == "nfs"]
+    assert nfs["n"] == 0 and "kube-play pod: nfs_share 127.0.0.1:/vb" in nfs["skipped"]
+    assert "no NFS client" in nfs["skipped"]
+    ran = {r["metric"]: r for r in rows if r["condition"]["storage"] == "local"}
+    assert ran["write"]["n"] == ran["read"]["n"] == 1 and not ran["write"].get("skipped")
+    assert ours(f"virtbench.run={out['run_id']}") == []

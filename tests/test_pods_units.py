@@ -151,3 +151,16 @@ def test_kubernetes_environment_checked_before_the_run(monkeypatch, tmp_path):
     assert "needs option image" in what and "cannot load the kubeconfig" in what
     play = EnvSpec("p", "pods", Shape("native"), {"storage_class": "fast"})
     assert [p.what for p in d.check_env(play)] == ["option storage_class is for the kubernetes backend"]
+
+
+def test_nfs_share_checked_before_the_run(tmp_path):
+    from virtbench.drivers.base import DriverContext
+    from virtbench.drivers.pods import PodsDriver
+    from virtbench.model import EnvSpec, Shape
+
+    d = PodsDriver(DriverContext("u", tmp_path))
+    bad = EnvSpec("p", "pods", Shape("native"), {"nfs_share": "nfs.example.org/export"})
+    (problem,) = d.check_env(bad)
+    assert problem.what.startswith("option nfs_share: 'nfs.example.org/export' is not an NFS share")
+    assert "SERVER:/EXPORT" in problem.fix
+    assert d.check_env(EnvSpec("p", "pods", Shape("native"), {"nfs_share": "10.0.0.5:/export"})) == []

@@ -58,6 +58,11 @@ class Applied:
     def add_router(self, router: Callable[[str, int], tuple[str, int]]) -> None:
         self._routers.append(router)
 
+    @property
+    def routed(self) -> bool:
+        """Does a network condition (delay, rate) stand between clients and servers of this cell?"""
+        return bool(self._routers)
+
     def route(self, host: str, port: int) -> tuple[str, int]:
         """The address a client should dial to reach (host, port) under these conditions."""
         for router in self._routers:

@@ -14,7 +14,9 @@ Values are `KIND`, `KIND:SIZE` (e.g. `nbd`, `nbd:8g`, `tmpfs:2g`) or `nbd://HOST
 - nfs     nfs-ganesha (NFSv4.1) on a server link, mounted by the instance's kernel: on a host by its
           own NFS client, in a container by the host's (passed in, as a pod's PersistentVolume), in a
           VM by the guest kernel over a guestfwd relay; skipped with the reason where the host's
-          kernel has no NFS client (hosts and containers);
+          kernel has no NFS client (hosts and containers). Pods use their environment's `nfs_share`
+          instead (an existing export mounted when the pods were made: a PersistentVolume + claim);
+          without one the cell is skipped with a reason that says to set it;
 - nfs-datastore  a VM's disk image on nfs-ganesha's export, opened by QEMU's NFS client (libnfs,
           NFSv3 + rpcbind) with no mount: the hypervisor's NFS datastore; VMs only;
 - nbd://  an existing NBD export someone else serves: attached, never formatted;

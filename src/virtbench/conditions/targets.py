@@ -337,41 +337,82 @@ exec ganesha.nfsd -F -L "$2" -f "$1" -p "$3"
 """
 
 
-def kernel_nfs_client() -> tuple[bool, str]:
-    """Has this machine's kernel an NFS client (after trying to load it)?"""
-    def has() -> bool:
-        with contextlib.suppress(OSError):
-            names = {line.split()[-1] for line in Path("/proc/filesystems").read_text().splitlines() if line.strip()}
-            return bool(names & {"nfs", "nfs4"})
-        return False
-    if has():
-        return True, ""
-    if shutil.which("modprobe"):
-        local().run(["modprobe", "-q", "nfs"], timeout=60)
+_NO_NFS_CLIENT = ("no NFS client (no nfs/nfs4 in /proc/filesystems, 'modprobe nfs' failed), and no "
+                  "user-space NFS client can mount a file system; a VM mounts NFS with its own kernel "
+                  "(storage=nfs or nfs-datastore with the vm driver), and remote storage works here with "
+                  "storage=nbd or storage=iscsi")
+_HAS_NFS = "grep -qwE 'nfs4?' /proc/filesystems"
+
+
+def kernel_nfs_client(machine: Machine | None = None) -> tuple[bool, str]:
+    """Has the kernel of `machine` (default: this one) an NFS client, after trying to load it?"""
+    m = machine or local()
+    if m.is_local:
+        def has() -> bool:
+            with contextlib.suppress(OSError):
+                names = {ln.split()[-1] for ln in Path("/proc/filesystems").read_text().splitlines() if ln.strip()}
+                return bool(names & {"nfs", "nfs4"})
+            return False
         if has():
             return True, ""
-    return False, ("this kernel has no NFS client (no nfs/nfs4 in /proc/filesystems, 'modprobe nfs' failed), "
-                   "and no user-space NFS client can mount a file system; a VM mounts NFS with its own kernel "
-                   "(storage=nfs or nfs-datastore with the vm driver), and remote storage works here with "
-                   "storage=nbd or storage=iscsi")
+        if shutil.which("modprobe"):
+            m.run(["modprobe", "-q", "nfs"], timeout=60)
+            if has():
+                return True, ""
+        return False, f"this kernel has {_NO_NFS_CLIENT}"
+    res = m.run(["sh", "-c", f"{_HAS_NFS} || {{ modprobe -q nfs 2>/dev/null; {_HAS_NFS}; }}"], timeout=60)
+    return (True, "") if res.ok else (False, f"the kernel of {m.name} has {_NO_NFS_CLIENT}")
 
 
 def _host_mount_refusal(inst: Instance) -> str | None:
     """Why the host-mounted ways cannot serve `inst` here, or None."""
-    driver = inst.env.driver
     ok, why = kernel_nfs_client()
-    if driver == "pods":
-        # A pod gets NFS as a PersistentVolume (manifests.nfs_volume) bound when the pod is made.
-        return ("storage=nfs with the pods driver: a pod gets NFS as a PersistentVolume bound when it is "
-                "created, which a condition cannot add to running pods; on a Kubernetes cluster give the "
-                "pods driver storage_class = an NFS class and use storage=local (the scratch directory is "
-                "on the claim)" + ("" if ok else f"; and here the node could not mount it: {why}"))
     if ok:
         return None
-    if driver == "container":
+    if inst.env.driver == "container":
         return (f"storage=nfs in a container is mounted by the host's kernel NFS client and passed in "
                 f"(as a pod's PersistentVolume): {why}")
     return f"storage=nfs on {inst.machine.name} is mounted by its kernel NFS client: {why}"
+
+
+def kube_play_nfs_refusal(share: str, machine: Machine) -> str | None:
+    """Why the kube-play backend cannot mount the pods driver's `nfs_share` on `machine`, or None:
+    its NFS claim is a podman volume that the machine's kernel NFS client mounts at pod start (the
+    same client the container way needs)."""
+    ok, why = kernel_nfs_client(machine)
+    if ok:
+        return None
+    return (f"storage=nfs in a kube-play pod: nfs_share {share} is a podman NFS volume, mounted by the "
+            f"host's kernel NFS client when the pod starts (as a pod's PersistentVolume): {why}")
+
+
+POD_MOUNTED_BY = {"kubernetes": "kubelet (PersistentVolume)", "kube-play": "podman (kube play volume)"}
+
+
+def pod_nfs_choice(backend: str, share: str, refusal: str | None, routed: bool) -> dict[str, str]:
+    """What storage=nfs is for a pod (pure): the environment's `nfs_share`, mounted when the pod was
+    made, or ConditionUnavailable saying why not. A condition cannot add a volume to running pods,
+    so the condition's own server is never used here; `routed`: delay_ms/rate_mbit are in effect,
+    and they cannot sit in the path of a mount made before the cell."""
+    if not share:
+        raise ConditionUnavailable(
+            "storage=nfs with the pods driver mounts the environment's NFS share in every pod when the pods "
+            "are made (a PersistentVolume and its claim; a condition cannot add a volume to running pods): "
+            "set nfs_share = \"SERVER:/EXPORT\" on the pods environment (an export the cluster's nodes reach; "
+            "kube-play: this machine)")
+    if refusal:
+        raise ConditionUnavailable(refusal)
+    if routed:
+        raise ConditionUnavailable(
+            f"delay_ms/rate_mbit cannot be put in the path to nfs_share {share}: the pods mounted it when they "
+            "were made, before the cell's network conditions; use storage=nbd or iscsi for a delayed remote "
+            "disk, or delay the path to the share outside virtbench")
+    how = ("a PersistentVolume + claim, mounted by the node's kubelet (kernel NFSv4.1 client)"
+           if backend == "kubernetes" else
+           "the claim's podman NFS volume (kube play), mounted by the host's kernel NFSv4.1 client")
+    return {"storage_fs": "nfs4", "storage_mounted_by": POD_MOUNTED_BY.get(backend, backend),
+            "storage_mechanism": f"the existing NFS export {share} (nfs_share); {how}",
+            "storage_nfs_share": share}
 
 
 class _Ganesha:
@@ -412,6 +453,8 @@ class _Ganesha:
 def nfs(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
     if inst.env.driver == "vm":
         return _nfs_guest(inst, applied)
+    if inst.env.driver == "pods":
+        return _nfs_pod(inst, applied)
     m = _here_only(inst, "storage=nfs")
     refusal = _host_mount_refusal(inst)
     if refusal:
@@ -429,6 +472,20 @@ def nfs(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
                         "the container (as a pod's PersistentVolume)"}
     return inside, {"storage_fs": "nfs4", "storage_mounted_by": "host",
                     "storage_mechanism": "nfs-ganesha on a server link; the host's kernel NFSv4.1 client"}
+
+
+def _nfs_pod(inst: Instance, applied: Applied) -> tuple[str, dict]:
+    """The pod's own mount of the environment's nfs_share (drivers/pods.py), a directory per pod."""
+    meta = pod_nfs_choice(getattr(inst, "backend_name", ""), getattr(inst, "nfs_share", ""),
+                          getattr(inst, "nfs_refusal", None), applied.routed)
+    d = inst.nfs_dir()
+    res = inst.exec(["mkdir", "-p", d], timeout=120)
+    if not res.ok:
+        raise HostCommandFailed(f"cannot make {d} on nfs_share {inst.nfs_share} in {inst.name}: "
+                                f"{res.describe_failure()} (the export must let the pod's root user write: "
+                                "no_root_squash, or a top directory with mode 1777)")
+    applied.defer(lambda: inst.exec(["rm", "-rf", d], timeout=600))  # the share is the user's: leave nothing
+    return d, meta
 
 
 def _nfs_guest(inst: Instance, applied: Applied) -> tuple[str, dict]:

@@ -11,6 +11,12 @@ websocket stream only does with the v5 protocol, and returns the command's exit 
 Option `pvc` (a size, e.g. "2Gi") gives every pod of a group a PersistentVolumeClaim mounted at
 /vb-pvc (a podman named volume under kube-play; `storage_class` picks the cluster's class) and puts
 the instance's scratch directory, where disk workloads write with storage = "local", on it.
+
+Option `nfs_share` ("SERVER:/EXPORT", an existing export) mounts that share at /vb-nfs in every pod,
+as an NFS PersistentVolume and a claim bound to it by name (kube-play: the claim's podman volume of
+type nfs, which this machine's kernel client mounts at pod start; where it has none the volume is
+left out and storage = "nfs" is skipped with that reason). storage = "nfs" then writes under
+/vb-nfs/<pod> (conditions/targets.py); without nfs_share storage = "nfs" on pods is skipped.
 """
 
 from __future__ import annotations
@@ -52,10 +58,22 @@ class Group:
     key: tuple[str, str] = ("", "")  # (environment, role)
     live: set[str] = field(default_factory=set)
     services: dict[str, list[str]] = field(default_factory=dict)  # pod -> its Services
+    nfs_share: str = ""  # the environment's option, as given
+    nfs_refusal: str | None = None  # why the share is not mounted in the pods (kube-play: no NFS client)
 
     @property
     def claims(self) -> list[str]:
+        """Every claim of the group (removed with it)."""
         return [d["metadata"]["name"] for d in self.docs if d["kind"] == "PersistentVolumeClaim"]
+
+    @property
+    def scratch_claim(self) -> str | None:
+        """The claim of option pvc, where the scratch directory goes (not the NFS share's)."""
+        return next((c for c in self.claims if c == f"{self.name}-data"), None)
+
+    @property
+    def volumes(self) -> list[str]:
+        return [d["metadata"]["name"] for d in self.docs if d["kind"] == "PersistentVolume"]
 
     @property
     def manifest_sha256(self) -> str:
@@ -75,11 +93,24 @@ class _PodMixin:
     pod_phases: dict[str, float]
     backend_name: str
 
+    @property
+    def nfs_share(self) -> str:
+        return self.group.nfs_share
+
+    @property
+    def nfs_refusal(self) -> str | None:
+        return self.group.nfs_refusal
+
+    def nfs_dir(self) -> str:
+        """Where storage = "nfs" writes in this pod: a directory of its own on the share."""
+        return f"{manifests.NFS_DIR}/{self.pod}"
+
     def _pod_metadata(self) -> dict[str, Any]:
         return {"backend": self.backend_name, "pod": self.pod, "deployment": self.group.name,
                 "manifest_sha256": self.group.manifest_sha256, "pod_phases": self.pod_phases,
                 "pod_phase_resolution_s": RESOLUTION[self.backend_name],
-                "pvc": self.group.claims[0] if self.group.claims else None}
+                "pvc": self.group.scratch_claim, "nfs_share": self.group.nfs_share or None,
+                "nfs_mounted": bool(self.group.nfs_share) and not self.group.nfs_refusal}
 
     def _mark_phases(self, requested: float) -> None:
         self.mark("requested", requested)
@@ -109,14 +140,14 @@ class PlayPod(_PodMixin, container.ContainerInstance):
         self.pod_phases, self.address, self.image_id = got["phases"], got["address"], got["image_id"]
         self._mark_phases(requested)
         self._wait_ready()
-        if self.group.claims:
+        if self.group.scratch_claim:
             res = self.exec(["mkdir", "-p", self.scratch_dir()], timeout=30)
             if not res.ok:
                 raise UserError(f"cannot make {self.scratch_dir()} on the claim in {self.pod}: "
                                 f"{res.describe_failure()}")
 
     def scratch_dir(self) -> str:
-        return _scratch(self.pod, bool(self.group.claims))
+        return _scratch(self.pod, bool(self.group.scratch_claim))
 
     def metadata(self) -> dict[str, Any]:
         meta = {**super().metadata(), **self._pod_metadata(), "image": self.image_ref, "image_id": self.image_id,
@@ -195,7 +226,7 @@ class ClusterPod(_PodMixin, Instance):
         return f"{image.GUEST_BIN_DIR}/{name}"
 
     def scratch_dir(self) -> str:
-        return _scratch(self.pod, bool(self.group.claims))
+        return _scratch(self.pod, bool(self.group.scratch_claim))
 
     def alive(self) -> bool:
         if self._torn_down:
@@ -240,6 +271,9 @@ class PodsDriver(Driver):
                                      "local guest image)"),
         "pvc": OptionSpec(str, "", "size of a PersistentVolumeClaim for the pods' scratch directory (e.g. 2Gi)"),
         "storage_class": OptionSpec(str, "", "kubernetes: storage class of the claim (default: the cluster's)"),
+        "nfs_share": OptionSpec(str, "", "an existing NFS export SERVER:/EXPORT mounted at /vb-nfs in every pod "
+                                         "(a PersistentVolume + claim; kube-play: a podman NFS volume); "
+                                         "storage = \"nfs\" writes there"),
         "ready_timeout": OptionSpec(float, READY_TIMEOUT, "seconds a group of pods may take to become ready"),
         # the container driver's engine settings, for kube-play
         "runtime": OptionSpec(str, "auto", "kube-play: OCI runtime; auto = probe what works"),
@@ -275,10 +309,16 @@ class PodsDriver(Driver):
 
     def check_env(self, env: EnvSpec) -> list[Problem]:
         opts = self._opts(env)
-        if opts["backend"] != "kubernetes":
-            return [Problem(f"option {k} is for the kubernetes backend", "remove it or set backend = \"kubernetes\"")
-                    for k in ("context", "storage_class") if opts[k]]
         problems = []
+        if opts["nfs_share"]:
+            try:
+                manifests.parse_share(opts["nfs_share"])
+            except ValueError as exc:
+                problems.append(Problem(f"option nfs_share: {exc}", "set nfs_share = \"SERVER:/EXPORT\""))
+        if opts["backend"] != "kubernetes":
+            return problems + [Problem(f"option {k} is for the kubernetes backend",
+                                       "remove it or set backend = \"kubernetes\"")
+                               for k in ("context", "storage_class") if opts[k]]
         if not opts["image"]:
             problems.append(Problem("the kubernetes backend needs option image: a registry reference the cluster "
                                     "can pull", "push the guest image (see docs/architecture.md, Pods) and set "
@@ -300,6 +340,24 @@ class PodsDriver(Driver):
         return problems
 
     # -- provisioning ------------------------------------------------------------------------------
+    def _nfs(self, opts: dict[str, Any]) -> tuple[tuple[str, str] | None, str | None]:
+        """(server, export) of option nfs_share, and why it cannot be mounted (None: it can). Under
+        kube-play the podman machine's kernel mounts it: without an NFS client there the pods are made
+        without it (their other cells run) and storage = "nfs" is skipped with the reason. A cluster's
+        nodes are the cluster's business: a share they cannot mount leaves the pods Pending, and
+        wait_ready says why."""
+        if not opts["nfs_share"]:
+            return None, None
+        try:
+            share = manifests.parse_share(opts["nfs_share"])
+        except ValueError as exc:
+            raise UserError(f"option nfs_share: {exc}") from None
+        if opts["backend"] == "kubernetes":
+            return share, None
+        from ..conditions.targets import kube_play_nfs_refusal
+
+        return share, kube_play_nfs_refusal(opts["nfs_share"], self.context.machines.get(opts["machine"] or None))
+
     def _group_name(self, env: EnvSpec, role: str) -> str:
         short = re.sub(r"[^a-z0-9]", "", self.context.run_id.lower())[-8:] or "run"
         with _lock:
@@ -320,9 +378,12 @@ class PodsDriver(Driver):
         info = self._image()
         ref = (opts["image"] or info.tag).replace("{hash}", info.hash)
         name = self._group_name(env, role)
+        share, refusal = self._nfs(opts)
         docs = manifests.group(name, count, ref, self._labels(env, role), vcpus=env.shape.vcpus,
                                memory_mb=env.shape.memory_mb, claim_size=opts["pvc"],
-                               storage_class=opts["storage_class"] if opts["backend"] == "kubernetes" else "")
+                               storage_class=opts["storage_class"] if opts["backend"] == "kubernetes" else "",
+                               nfs=share if share and not refusal else None,
+                               namespace=opts["namespace"] if opts["backend"] == "kubernetes" else "")
         made: list[Instance] = []
         group = grown = None
         old: set[str] = set()
@@ -335,7 +396,8 @@ class PodsDriver(Driver):
                               and g.backend is cluster), None)
                 requested = time.time()
                 if grown is None:
-                    group = self.groups[name] = Group(name, cluster, docs, key=(env.name, role))
+                    group = self.groups[name] = Group(name, cluster, docs, key=(env.name, role),
+                                                      nfs_share=opts["nfs_share"], nfs_refusal=refusal)
                     cluster.create(docs)
                 else:
                     group, old = grown, set(grown.live)
@@ -359,7 +421,8 @@ class PodsDriver(Driver):
                     {"engine": "podman", "machine": opts["machine"], "runtime": opts["runtime"],
                      "cgroup_manager": opts["cgroup_manager"]})
                 play = KubePlay(machine, engine, info)
-                group = self.groups[name] = Group(name, play, docs)
+                group = self.groups[name] = Group(name, play, docs, nfs_share=opts["nfs_share"],
+                                                  nfs_refusal=refusal)
                 requested = time.time()
                 play.play(docs)
                 pods = play.pods(name)
@@ -415,11 +478,13 @@ class PodsDriver(Driver):
             group.backend.delete("Deployment", group.name)
             for name in group.claims:
                 group.backend.delete("PersistentVolumeClaim", name)
+            for name in group.volumes:
+                group.backend.delete("PersistentVolume", name)
         self.groups.pop(group.name, None)
 
     def cleanup_stale(self) -> list[str]:
         """kube-play pods and volumes on this machine whose creating process is gone (a killed run).
-        On a cluster: kubectl delete deploy,svc,pvc -l virtbench.run=RUN_ID removes a run's objects."""
+        On a cluster: kubectl delete deploy,svc,pvc,pv -l virtbench.run=RUN_ID removes a run's objects."""
         from ..pods.kubeplay import KubePlay
 
         try:

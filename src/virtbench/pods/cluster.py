@@ -67,6 +67,8 @@ class Cluster:
                 self.apps.create_namespaced_deployment(ns, doc)
             elif kind == "PersistentVolumeClaim":
                 self.core.create_namespaced_persistent_volume_claim(ns, doc)
+            elif kind == "PersistentVolume":  # cluster-scoped (an NFS share, nfs_share)
+                self.core.create_persistent_volume(doc)
             elif kind == "Service":
                 self.core.create_namespaced_service(ns, doc)
             else:
@@ -128,6 +130,13 @@ class Cluster:
     def delete(self, kind: str, name: str) -> None:
         """Delete one object; one that is gone already is fine."""
         ns = self.namespace
+        if kind == "PersistentVolume":  # cluster-scoped; Retain: the data on the share stays
+            try:
+                self.core.delete_persistent_volume(name, grace_period_seconds=1)
+            except self.ApiException as exc:
+                if exc.status != 404:
+                    raise
+            return
         call = {"Deployment": self.apps.delete_namespaced_deployment,
                 "PersistentVolumeClaim": self.core.delete_namespaced_persistent_volume_claim,
                 "Service": self.core.delete_namespaced_service}[kind]
@@ -146,4 +155,6 @@ class Cluster:
             self.namespace, label_selector=selector).items]
         out += [("PersistentVolumeClaim", c.metadata.name) for c in self.core.list_namespaced_persistent_volume_claim(
             self.namespace, label_selector=selector).items]
+        out += [("PersistentVolume", v.metadata.name) for v in self.core.list_persistent_volume(
+            label_selector=selector).items]
         return out

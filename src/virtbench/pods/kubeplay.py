@@ -67,7 +67,7 @@ class KubePlay:
         """Create and start everything in docs; a failure raises with podman's own reason."""
         self._pause_image()
         res = self.machine.run(["sh", "-c", _WITH_CONF, "sh", self.conf(), *self.engine.cli(), "kube", "play", "-"],
-                               timeout=TIMEOUT, stdin=manifests.to_yaml(docs).encode())
+                               timeout=TIMEOUT, stdin=manifests.to_yaml(playable(docs)).encode())
         if not res.ok:
             text = (res.stderr + "\n" + res.stdout).splitlines()
             lines = [ln.strip() for ln in text if ln.strip() and (
@@ -126,6 +126,12 @@ class KubePlay:
             name, _, labels = line.partition(" ")
             out.append((name, json.loads(labels or "{}") or {}))
         return out
+
+
+def playable(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The documents kube play acts on: it has no PersistentVolumes (it ignores them; an NFS share's
+    claim carries podman volume annotations for the same export instead)."""
+    return [d for d in docs if d["kind"] != "PersistentVolume"]
 
 
 def container_name(pod: str) -> str:

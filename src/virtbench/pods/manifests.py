@@ -2,11 +2,13 @@
 
 A group is one Deployment of `replicas` pods (the runner's instances of one role), all from one
 template: the guest image running `sleep infinity`, requests = limits from the shape (Guaranteed
-QoS, as a VM's fixed size), and optionally a PersistentVolumeClaim mounted at CLAIM_DIR: from a
-storage class, or bound to an NFS PersistentVolume (`nfs=`: study 004's pods on NFS, mounted by
-the node's kernel NFS client when the pod starts). The same
-documents go to a cluster and to `podman kube play` (which makes N pods of a Deployment, named
-`<name>-pod-<i>`, and a named volume for each claim).
+QoS, as a VM's fixed size), optionally a PersistentVolumeClaim from a storage class mounted at
+CLAIM_DIR (the scratch directory), and optionally an existing NFS export (`nfs=`, the pods
+driver's `nfs_share`: study 004's pods on NFS) as a PersistentVolume plus a claim bound to it by
+name, mounted at NFS_DIR. The same documents go to a cluster and to `podman kube play` (which makes
+N pods of a Deployment, named `<name>-pod-<i>`, and a named volume for each claim; it ignores the
+PersistentVolume and makes the NFS claim's volume from the claim's `volume.podman.io/*`
+annotations: the local driver with type nfs, mounted by the host's kernel client at pod start).
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ import yaml
 from . import CONTAINER
 
 CLAIM_DIR = "/vb-pvc"
+NFS_DIR = "/vb-nfs"  # where every container of a group with an NFS share sees it
+NFS_CAPACITY = "1Gi"  # a PersistentVolume needs one; NFS does not enforce it
+NFS_OPTIONS = ("nfsvers=4.1", "proto=tcp", "hard")
+_SHARE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(/[^\s,]*)$")
 # The imported guest image has no ENV: a runtime that adds no default PATH (kube play) needs it.
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -54,19 +60,46 @@ def claim(name: str, size: str, labels: dict[str, str], storage_class: str = "",
             "metadata": {"name": name, "labels": dict(labels)}, "spec": spec}
 
 
+def parse_share(text: str) -> tuple[str, str]:
+    """'SERVER:/EXPORT' (an IPv6 server in brackets) -> (server without brackets, exported path)."""
+    m = _SHARE.match(str(text).strip())
+    if not m:
+        raise ValueError(f"{text!r} is not an NFS share; write SERVER:/EXPORT, e.g. nfs.example.org:/srv/bench "
+                         "or 10.0.0.5:/export (an address the cluster's nodes reach)")
+    return m.group(1).strip("[]"), m.group(2)
+
+
 def nfs_volume(name: str, server: str, path: str, size: str, labels: dict[str, str],
-               access: str = "ReadWriteMany") -> dict[str, Any]:
-    """A PersistentVolume on an NFS export (server, exported path), claimable only by name (no
-    class): the node's kernel NFS client mounts it for the pod. NFSv4.1 over TCP, hard."""
+               access: str = "ReadWriteMany", claim: tuple[str, str] | None = None) -> dict[str, Any]:
+    """A PersistentVolume on an NFS export (server, exported path), with no class so that only a
+    claim naming it binds it; claim = (namespace, name) reserves it for that claim alone. The
+    node's kernel NFS client mounts it for the pod: NFSv4.1 over TCP, hard."""
+    spec: dict[str, Any] = {"capacity": {"storage": size}, "accessModes": [access],
+                            "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                            "mountOptions": list(NFS_OPTIONS), "nfs": {"server": server, "path": path}}
+    if claim:
+        spec["claimRef"] = {"namespace": claim[0], "name": claim[1]}
     return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name, "labels": dict(labels)},
-            "spec": {"capacity": {"storage": size}, "accessModes": [access],
-                     "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
-                     "mountOptions": ["nfsvers=4.1", "proto=tcp", "hard"],
-                     "nfs": {"server": server, "path": path}}}
+            "spec": spec}
+
+
+def nfs_claim(name: str, volume: str, server: str, path: str, size: str, labels: dict[str, str],
+              access: str = "ReadWriteMany") -> dict[str, Any]:
+    """The claim bound by name to `volume` (no class: a default class would provision another
+    volume). Its annotations are for `podman kube play`, which has no PersistentVolumes: they make
+    the claim's podman volume an NFS mount of the same export (a cluster ignores them)."""
+    pvc = claim(name, size, labels, "", access)
+    pvc["spec"].update({"storageClassName": "", "volumeName": volume})
+    device = f"[{server}]:{path}" if ":" in server else f"{server}:{path}"
+    pvc["metadata"]["annotations"] = {
+        "volume.podman.io/driver": "local", "volume.podman.io/type": "nfs",
+        "volume.podman.io/device": device,
+        "volume.podman.io/mount-options": ",".join(o.replace("nfsvers=", "vers=") for o in NFS_OPTIONS)}
+    return pvc
 
 
 def deployment(name: str, replicas: int, image: str, labels: dict[str, str], *, vcpus: int | None = None,
-               memory_mb: int | None = None, claim_name: str = "",
+               memory_mb: int | None = None, claim_name: str = "", nfs_claim_name: str = "",
                pull_policy: str = "IfNotPresent") -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": CONTAINER, "image": image, "imagePullPolicy": pull_policy,
@@ -82,9 +115,15 @@ def deployment(name: str, replicas: int, image: str, labels: dict[str, str], *, 
         "enableServiceLinks": False,  # no environment variables per Service in the namespace
         "automountServiceAccountToken": False,
     }
-    if claim_name:
-        container["volumeMounts"] = [{"name": "data", "mountPath": CLAIM_DIR}]
-        pod_spec["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}]
+    mounts: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
+    for vol, claim_of, path in (("data", claim_name, CLAIM_DIR), ("nfs", nfs_claim_name, NFS_DIR)):
+        if claim_of:
+            mounts.append({"name": vol, "mountPath": path})
+            volumes.append({"name": vol, "persistentVolumeClaim": {"claimName": claim_of}})
+    if volumes:
+        container["volumeMounts"] = mounts
+        pod_spec["volumes"] = volumes
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name, "labels": dict(labels)},
@@ -103,28 +142,26 @@ def node_port_service(name: str, pod_label: str, port: int, labels: dict[str, st
 
 def group(name: str, replicas: int, image: str, labels: dict[str, str], *, vcpus: int | None = None,
           memory_mb: int | None = None, claim_size: str = "", storage_class: str = "",
-          nfs: tuple[str, str] | None = None) -> list[dict[str, Any]]:
-    """The documents of one group: the volume and claim first (a pod that names it needs it), then
+          nfs: tuple[str, str] | None = None, namespace: str = "") -> list[dict[str, Any]]:
+    """The documents of one group: volumes and claims first (a pod that names one needs it), then
     the Deployment. One claim serves every pod of the group: ReadWriteMany when there are several
     (study 004's pods shared NFS volumes), and each pod writes under a directory of its own.
-    nfs = (server, exported path): the claim is bound by name to an NFS PersistentVolume instead of
-    coming from a storage class."""
+    nfs = (server, exported path): an NFS PersistentVolume `<name>-nfs` and the claim `<name>-nfs`
+    bound to it (reserved for it when `namespace` is given), mounted at NFS_DIR in every pod."""
     labels = {**labels, "virtbench.group": name}
     docs = []
-    claim_name = ""
-    if nfs and not claim_size:
-        raise ValueError("an NFS PersistentVolume needs a claim size")
+    claim_name = nfs_claim_name = ""
+    if nfs:
+        nfs_claim_name = f"{name}-nfs"
+        docs.append(nfs_volume(nfs_claim_name, nfs[0], nfs[1], NFS_CAPACITY, labels,
+                               claim=(namespace, nfs_claim_name) if namespace else None))
+        docs.append(nfs_claim(nfs_claim_name, nfs_claim_name, nfs[0], nfs[1], NFS_CAPACITY, labels))
     if claim_size:
         claim_name = f"{name}-data"
-        access = "ReadWriteOnce" if replicas == 1 and not nfs else "ReadWriteMany"
-        if nfs:
-            docs.append(nfs_volume(f"{name}-nfs", nfs[0], nfs[1], claim_size, labels))
-            pvc = claim(claim_name, claim_size, labels, "", access)
-            pvc["spec"].update({"storageClassName": "", "volumeName": f"{name}-nfs"})
-            docs.append(pvc)
-        else:
-            docs.append(claim(claim_name, claim_size, labels, storage_class, access))
-    docs.append(deployment(name, replicas, image, labels, vcpus=vcpus, memory_mb=memory_mb, claim_name=claim_name))
+        access = "ReadWriteOnce" if replicas == 1 else "ReadWriteMany"
+        docs.append(claim(claim_name, claim_size, labels, storage_class, access))
+    docs.append(deployment(name, replicas, image, labels, vcpus=vcpus, memory_mb=memory_mb, claim_name=claim_name,
+                           nfs_claim_name=nfs_claim_name))
     return docs
 
 
