@@ -4,8 +4,10 @@
 Generates Quest T10I4 transactions once per rank count (vb-questgen, seed 1; the same
 transactions split into R parts), then runs vb-hpa in interleaved rounds: every round runs
 every variant on every rank count, so load from other processes hits all of them alike.
-Reports median times (vb-hpa's own `time_s`: reading + mining + rules, and the wall clock of
-mpirun), the speed-up time(1 rank) / time(R ranks) against the bar (1.6 at 2 ranks, goal 1.8),
+Reports median and best times (vb-hpa's own `time_s`: reading + mining + rules, and the wall clock
+of mpirun), the speed-up time(1 rank) / time(R ranks) against the bar (1.6 at 2 ranks, goal 1.8;
+medians; the best-round ratio is shown too: on a machine other jobs share, the 2-rank runs are
+bimodal, whole when they get both cores and about twice as slow when they do not),
 checks that every run found exactly the same itemsets, and prints the per-pass table of the
 median run of each rank count.
 
@@ -101,19 +103,24 @@ def main() -> None:
     failed = len(itemsets) != 1
     for label, _, extra in variants:
         print(f"\n== {label} {' '.join(extra)}")
-        print(f"{'ranks':>5} {'median time_s':>13} {'speed-up':>8} {'median wall':>11} {'MB sent':>8}  rounds (time_s)")
+        print(f"{'ranks':>5} {'median time_s':>13} {'speed-up':>8} {'best time_s':>11} {'speed-up':>8} "
+              f"{'median wall':>11} {'MB sent':>8}  rounds (time_s)")
         t_base = statistics.median(t for t, _, _ in times[(label, base)])
+        b_base = min(t for t, _, _ in times[(label, base)])
         for r in ranks:
             runs = times[(label, r)]
             t = statistics.median(x for x, _, _ in runs)
+            b = min(x for x, _, _ in runs)
             w = statistics.median(x for _, x, _ in runs)
             mb = runs[0][2][-1]["bytes_exchanged"] / 1e6
-            print(f"{r:>5} {t:>13.3f} {t_base / t:>8.2f} {w:>11.3f} {mb:>8.1f}  "
+            print(f"{r:>5} {t:>13.3f} {t_base / t:>8.2f} {b:>11.3f} {b_base / b:>8.2f} {w:>11.3f} {mb:>8.1f}  "
                   f"{', '.join(f'{x:.3f}' for x, _, _ in runs)}")
         if 2 in ranks and base == 1:
             s = t_base / statistics.median(x for x, _, _ in times[(label, 2)])
             verdict = "meets the goal" if s >= GOAL else "meets the bar" if s >= BAR else "BELOW the bar"
-            print(f"speed-up at 2 ranks {s:.2f}: {verdict} ({BAR} bar, {GOAL} goal)")
+            sb = b_base / min(x for x, _, _ in times[(label, 2)])
+            print(f"speed-up at 2 ranks {s:.2f}: {verdict} ({BAR} bar, {GOAL} goal); best rounds: {sb:.2f} "
+                  f"(the least disturbed runs, when other jobs share the machine)")
         for r in ranks:
             runs = sorted(times[(label, r)], key=lambda x: x[0])
             recs = runs[len(runs) // 2][2]

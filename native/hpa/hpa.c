@@ -633,7 +633,9 @@ static int cmp_itemset(const void *a, const void *b)
  * Ownership.  Every candidate X has one owner rank, computed the same way on every
  * rank from X alone:
  *   --ship subsets  owner = hash of all of X (the pair's triangle index for pairs);
- *   --ship prefix   owner = hash of X's first item (item_owner[x1]).
+ *   --ship prefix   owner = item_owner[x1], a table of X's first item: for pairs
+ *                   R contiguous ranges of equal work (own_pair_ranges), for longer
+ *                   itemsets a hash of the item's original id.
  * What travels.  With `subsets`, each k-subset of a transaction is one record for
  * its owner: the pair's triangle index (1 word) or the k item ids.  With `prefix`
  * (default) the subsets of one transaction bound for one owner are those whose
@@ -643,11 +645,13 @@ static int cmp_itemset(const void *a, const void *b)
  * it (it knows item_owner), so every subset is still counted by its owner and
  * only there; the sender no longer touches every subset, it looks at each item once.
  *
- * Every destination, this rank included, has a byte queue; when one fills, all
- * ranks swap queues with MPI_Alltoall (sizes + done flags) and MPI_Alltoallv and
- * count what arrives.
+ * subsets: every destination, this rank included, has a byte queue; when one
+ * fills, all ranks swap queues with MPI_Alltoall (sizes + done flags) and
+ * MPI_Alltoallv and count what arrives.  prefix: pipelined point-to-point rounds
+ * (count_prefix).
  */
 static int ship_prefix = 1;     /* --ship prefix (1) or subsets (0) */
+static uint32_t *pair_cut;      /* pass 2, prefix mode, several ranks: range boundaries */
 static int *item_owner;         /* dense item id -> owner rank of the sets it starts */
 static uint8_t *item_mine;      /* item_owner[i] == rank */
 
@@ -661,6 +665,20 @@ static inline int set_owner(const uint32_t *x, uint64_t h)
 {
     return ship_prefix ? item_owner[x[0]] : owner_of(h);
 }
+
+/* prefix mode: one of two alternating rounds (pipelined: one round's data is in
+ * flight while the next round's transactions are packed and counted).  A round is
+ * point-to-point: one message per peer, its tag = "the sender is done" (messages
+ * between two ranks do not overtake, so rounds stay in order). */
+typedef struct {
+    uint8_t *sbuf;      /* destination r's queue: sbuf[r * cap ...] */
+    int *scount;        /* bytes queued per destination */
+    uint8_t *rbuf;      /* from source r: rbuf[r * cap ...] */
+    size_t qmax;        /* fullest queue, bytes */
+    MPI_Request *req;   /* 2 (R - 1): receives, then sends */
+    MPI_Status *st;
+    int nreq, complete, done; /* done: this rank had nothing more after this round */
+} xslot;
 
 typedef struct {
     int k, es;          /* es: bytes per word on the wire (2 or 4) */
@@ -677,7 +695,8 @@ typedef struct {
     const uint32_t *row;   /* triangle mode: row[i] + j = index of pair (i, j) */
     uint32_t *tmp;         /* one decoded suffix */
     uint64_t *stamp, txn;  /* prefix mode: stamp[r] == txn when r has this suffix */
-    size_t qmax;           /* prefix mode: fullest queue, bytes */
+    const uint32_t *cut;   /* pairs, several ranks: rank r owns first items [cut[r], cut[r+1]) */
+    xslot slot[2];         /* prefix mode, several ranks */
 } exchanger;
 
 /* prefix mode: count the subsets of a[0..m) whose first item this rank owns */
@@ -816,7 +835,25 @@ static inline uint8_t *reserve(exchanger *x, int o, size_t n)
 /* prefix mode: queue one transaction's suffix for every other owner of one of its
  * first items (a subset's first item has at least k-1 items after it); the caller
  * has checked that (m + 1) words fit in every queue */
-static void pack_suffixes(exchanger *x, const uint32_t *a, size_t m)
+static inline void put_suffix(exchanger *x, xslot *sl, int o, const uint32_t *a, size_t len)
+{
+    uint8_t *q = sl->sbuf + (size_t)o * x->cap + (size_t)sl->scount[o];
+    sl->scount[o] += (int)((len + 1) * (size_t)x->es);
+    if ((size_t)sl->scount[o] > sl->qmax)
+        sl->qmax = (size_t)sl->scount[o];
+    if (x->es == 2) {
+        uint16_t *w = (uint16_t *)(void *)q; /* queues hold whole 16-bit words */
+        w[0] = (uint16_t)len;
+        for (size_t i = 0; i < len; i++)
+            w[1 + i] = (uint16_t)a[i];
+    } else {
+        uint32_t w = (uint32_t)len;
+        memcpy(q, &w, 4);
+        memcpy(q + 4, a, 4 * len);
+    }
+}
+
+static void pack_suffixes(exchanger *x, xslot *sl, const uint32_t *a, size_t m)
 {
     const int k = x->k;
     if (m < (size_t)k)
@@ -829,69 +866,110 @@ static void pack_suffixes(exchanger *x, const uint32_t *a, size_t m)
             continue;
         x->stamp[o] = x->txn; /* the first suffix for o holds all later ones */
         left--;
-        size_t len = m - p;
-        uint8_t *q = x->sbuf + (size_t)o * x->cap + (size_t)x->scount[o];
-        x->scount[o] += (int)((len + 1) * (size_t)x->es);
-        if ((size_t)x->scount[o] > x->qmax)
-            x->qmax = (size_t)x->scount[o];
-        if (x->es == 2) {
-            uint16_t w = (uint16_t)len;
-            memcpy(q, &w, 2);
-            for (size_t i = 0; i < len; i++) {
-                w = (uint16_t)a[p + i];
-                memcpy(q + 2 * (i + 1), &w, 2);
-            }
-        } else {
-            uint32_t w = (uint32_t)len;
-            memcpy(q, &w, 4);
-            memcpy(q + 4, a + p, 4 * len);
+        put_suffix(x, sl, o, a + p, m - p);
+    }
+}
+
+/* pairs in the triangle, several ranks, first items owned in ranges: one scan of
+ * the transaction counts the own pairs and queues the suffix from the first item
+ * of each other owner's range (sorted items: each range is one run of positions) */
+static void pairs_ranges(exchanger *x, xslot *sl, const uint32_t *a, size_t m)
+{
+    uint32_t *tri = x->cand->tri;
+    const uint32_t *row = x->row, *cut = x->cut;
+    size_t p = 0;
+    for (int o = 0; o < nranks && p + 1 < m; o++) {
+        const size_t s = p;
+        const uint32_t hi = cut[o + 1];
+        while (p + 1 < m && a[p] < hi) /* the last item starts no pair */
+            p++;
+        if (p == s)
+            continue;
+        if (o != rank) {
+            put_suffix(x, sl, o, a + s, m - s);
+            continue;
+        }
+        for (size_t i = s; i < p; i++) {
+            const uint32_t base = row[a[i]];
+            for (size_t q = i + 1; q < m; q++)
+                tri[base + a[q]]++;
+            x->counted += m - 1 - i;
         }
     }
 }
 
-/* prefix mode: push the round's nonblocking exchange on; *stage 0 = sizes in
- * flight, 1 = data in flight, 2 = complete.  wait: block until complete. */
-static void progress(exchanger *x, MPI_Request *req, int *stage, size_t *total, int wait)
+/* pairs, ranges: count a received suffix [m, a0 ..] straight from the wire words;
+ * its first items up to this rank's range end are this rank's */
+#define COUNT_SUFFIXES(T)                                                       \
+    do {                                                                        \
+        const T *w = (const T *)(const void *)p, *wend = w + nbytes / sizeof(T); \
+        while (w < wend) {                                                      \
+            const size_t m = w[0];                                              \
+            const T *a = w + 1;                                                 \
+            for (size_t i = 0; i + 1 < m && a[i] < hi; i++) {                   \
+                const uint32_t base = row[a[i]];                                \
+                for (size_t q = i + 1; q < m; q++)                              \
+                    tri[base + a[q]]++;                                         \
+                counted += m - 1 - i;                                           \
+            }                                                                   \
+            w = a + m;                                                          \
+        }                                                                       \
+    } while (0)
+
+static void count_suffix_pairs(exchanger *x, const uint8_t *p, size_t nbytes)
+{
+    uint32_t *tri = x->cand->tri;
+    const uint32_t *row = x->row, hi = x->cut[rank + 1];
+    uint64_t counted = 0;
+    if (x->es == 2)
+        COUNT_SUFFIXES(uint16_t);
+    else
+        COUNT_SUFFIXES(uint32_t);
+    x->counted += counted;
+}
+
+/* prefix mode: start a round: post the receives from and the sends to every peer */
+static void start_round(exchanger *x, xslot *sl, int done)
 {
     double t0 = MPI_Wtime();
-    while (*stage < 2) {
-        int flag = 0;
-        MPI_Test(req, &flag, MPI_STATUS_IGNORE);
-        /* waiting: give the core away between polls, in case a peer (or anything
-         * else) needs it -- MPI_Wait would spin */
-        while (wait && !flag) {
-            sched_yield();
-            MPI_Test(req, &flag, MPI_STATUS_IGNORE);
-        }
-        if (!flag)
-            break;
-        if (*stage == 1) {
-            *stage = 2;
-            break;
-        }
-        *total = 0;
-        for (int r = 0; r < nranks; r++) {
-            x->recvcnt[r] = x->flags_in[2 * r];
-            x->rdispl[r] = (int)*total;
-            *total += (size_t)x->recvcnt[r];
-            x->sendcnt[r] = x->flags_out[2 * r];
-            x->sdispl[r] = (int)((size_t)r * x->cap);
-        }
-        if (*total > x->rcap) {
-            x->rcap = *total;
-            x->rbuf = xrealloc(x->rbuf, *total);
-        }
-        MPI_Ialltoallv(x->sbuf, x->sendcnt, x->sdispl, MPI_BYTE, x->rbuf, x->recvcnt, x->rdispl,
-                       MPI_BYTE, MPI_COMM_WORLD, req);
-        *stage = 1;
-    }
+    int n = 0;
+    for (int r = 0; r < nranks; r++)
+        if (r != rank)
+            MPI_Irecv(sl->rbuf + (size_t)r * x->cap, (int)x->cap, MPI_BYTE, r, MPI_ANY_TAG, MPI_COMM_WORLD,
+                      &sl->req[n++]);
+    for (int r = 0; r < nranks; r++)
+        if (r != rank)
+            MPI_Isend(sl->sbuf + (size_t)r * x->cap, sl->scount[r], MPI_BYTE, r, done, MPI_COMM_WORLD,
+                      &sl->req[n++]);
+    sl->nreq = n;
+    sl->complete = 0;
+    sl->done = done;
     x->t_exchange += MPI_Wtime() - t0;
 }
 
-/* prefix mode, in rounds: pack the suffixes of as many transactions as the queues
- * hold, start the nonblocking exchange (sizes + done flags, then the data), count
- * the own subsets of those transactions meanwhile (testing the exchange now and
- * then so that it moves), then count what arrived.  Until every rank is done. */
+/* prefix mode: push a round on; wait: until it is complete */
+static void progress(exchanger *x, xslot *sl, int wait)
+{
+    if (sl->complete) /* a second MPI_Testall would overwrite the statuses */
+        return;
+    double t0 = MPI_Wtime();
+    int flag = 0;
+    MPI_Testall(sl->nreq, sl->req, &flag, sl->st);
+    /* waiting: give the core away between polls, in case a peer (or anything
+     * else) needs it -- MPI_Wait would spin */
+    while (wait && !flag) {
+        sched_yield();
+        MPI_Testall(sl->nreq, sl->req, &flag, sl->st);
+    }
+    sl->complete = flag;
+    x->t_exchange += MPI_Wtime() - t0;
+}
+
+/* prefix mode, in pipelined rounds: pack the suffixes of as many transactions as
+ * the round's queues hold and count their own subsets at once (each transaction is
+ * scanned once), start the round's messages, then finish the previous round (its
+ * data moved meanwhile) and count what it brought.  Until a round in which every
+ * rank was done. */
 static void count_prefix(const txdb *db, exchanger *x)
 {
     if (nranks == 1) { /* every item is this rank's */
@@ -900,41 +978,50 @@ static void count_prefix(const txdb *db, exchanger *x)
         return;
     }
     size_t t = 0;
+    int cur = 0, pending = 0; /* pending: the other slot's round is in flight */
     for (;;) {
-        const size_t t0 = t;
-        for (; t < db->n; t++) {
-            size_t m = db->off[t + 1] - db->off[t];
-            if (x->qmax + (m + 1) * (size_t)x->es > x->cap)
+        xslot *sl = &x->slot[cur], *prev = &x->slot[cur ^ 1];
+        for (size_t n = 0; t < db->n; t++, n++) {
+            const uint32_t *a = db->items + db->off[t];
+            const size_t m = db->off[t + 1] - db->off[t];
+            if (sl->qmax + (m + 1) * (size_t)x->es > x->cap)
                 break;
-            pack_suffixes(x, db->items + db->off[t], m);
+            if (x->cut) {
+                pairs_ranges(x, sl, a, m);
+            } else {
+                pack_suffixes(x, sl, a, m);
+                count_own(x, a, m);
+            }
+            if ((n & 255) == 255 && pending && !prev->complete)
+                progress(x, prev, 0);
         }
-        const int done = t >= db->n;
-        for (int r = 0; r < nranks; r++) {
-            x->flags_out[2 * r] = x->scount[r];
-            x->flags_out[2 * r + 1] = done;
+        start_round(x, sl, t >= db->n);
+        if (pending) {
+            /* every rank done in the previous round: this one carries nothing */
+            int prev_done = prev->done;
+            progress(x, prev, 1);
+            for (int i = 0; i < nranks - 1; i++) { /* the receives come first */
+                const int r = prev->st[i].MPI_SOURCE;
+                int got;
+                MPI_Get_count(&prev->st[i], MPI_BYTE, &got);
+                prev_done &= prev->st[i].MPI_TAG;
+                if (x->cut)
+                    count_suffix_pairs(x, prev->rbuf + (size_t)r * x->cap, (size_t)got);
+                else
+                    count_received(x, prev->rbuf + (size_t)r * x->cap, (size_t)got);
+            }
+            for (int r = 0; r < nranks; r++) {
+                x->bytes_sent += (uint64_t)prev->scount[r];
+                prev->scount[r] = 0;
+            }
+            prev->qmax = 0;
+            if (prev_done) {
+                progress(x, sl, 1);
+                break;
+            }
         }
-        MPI_Request req;
-        int stage = 0;
-        size_t total = 0;
-        double tx = MPI_Wtime();
-        MPI_Ialltoall(x->flags_out, 2, MPI_INT, x->flags_in, 2, MPI_INT, MPI_COMM_WORLD, &req);
-        x->t_exchange += MPI_Wtime() - tx;
-        for (size_t s = t0; s < t; s++) {
-            count_own(x, db->items + db->off[s], db->off[s + 1] - db->off[s]);
-            if ((s & 255) == 255 && stage < 2)
-                progress(x, &req, &stage, &total, 0);
-        }
-        progress(x, &req, &stage, &total, 1);
-        count_received(x, x->rbuf, total);
-        int all_done = 1;
-        for (int r = 0; r < nranks; r++) {
-            all_done &= x->flags_in[2 * r + 1];
-            x->bytes_sent += (uint64_t)x->scount[r];
-            x->scount[r] = 0;
-        }
-        x->qmax = 0;
-        if (all_done)
-            break;
+        pending = 1;
+        cur ^= 1;
     }
 }
 
@@ -999,10 +1086,12 @@ static pass_stats count_pass(const txdb *db, int k, ctab *cand, const prefilter 
     for (size_t t = 0; t < db->n; t++)
         if (db->off[t + 1] - db->off[t] > maxm)
             maxm = db->off[t + 1] - db->off[t];
-    /* --batch B: the memory of B subsets of k items; at least one whole suffix */
+    /* --batch B: the memory of B subsets of k items; at least one whole suffix of
+     * any rank (at most F items: every rank computes the same size, which a
+     * receiver needs to post its receives) */
     x.cap = (size_t)batch * (size_t)k * 4;
-    if (x.cap < (maxm + 1) * (size_t)x.es)
-        x.cap = (maxm + 1) * (size_t)x.es;
+    if (x.cap < (pf->F + 1) * (size_t)x.es)
+        x.cap = (pf->F + 1) * (size_t)x.es;
     if (x.cap * (size_t)nranks > 0x7FFFFFFF) /* MPI int displacements */
         x.cap = 0x7FFFFFFF / (size_t)nranks / 4 * 4;
     if (x.cap < (maxm + 1) * (size_t)x.es) {
@@ -1018,7 +1107,7 @@ static pass_stats count_pass(const txdb *db, int k, ctab *cand, const prefilter 
             row[i] = (uint32_t)((uint64_t)i * (F - 1) - (uint64_t)i * (i + 1) / 2 - 1);
         x.row = row;
     }
-    if (nranks > 1) {
+    if (nranks > 1 && !ship_prefix) {
         x.sbuf = xmalloc(x.cap * (size_t)nranks);
         x.scount = xcalloc((size_t)nranks, sizeof(int));
         x.sendcnt = xmalloc(sizeof(int) * (size_t)nranks);
@@ -1027,7 +1116,18 @@ static pass_stats count_pass(const txdb *db, int k, ctab *cand, const prefilter 
         x.rdispl = xmalloc(sizeof(int) * (size_t)nranks);
         x.flags_out = xmalloc(sizeof(int) * 2 * (size_t)nranks);
         x.flags_in = xmalloc(sizeof(int) * 2 * (size_t)nranks);
+    }
+    if (nranks > 1 && ship_prefix) {
+        for (int i = 0; i < 2; i++) {
+            xslot *sl = &x.slot[i];
+            sl->sbuf = xmalloc(x.cap * (size_t)nranks);
+            sl->rbuf = xmalloc(x.cap * (size_t)nranks);
+            sl->scount = xcalloc((size_t)nranks, sizeof(int));
+            sl->req = xmalloc(sizeof(MPI_Request) * 2 * (size_t)nranks);
+            sl->st = xmalloc(sizeof(MPI_Status) * 2 * (size_t)nranks);
+        }
         x.stamp = xcalloc((size_t)nranks, sizeof(uint64_t));
+        x.cut = k == 2 ? pair_cut : NULL;
     }
     x.tmp = xmalloc(sizeof(uint32_t) * (pf->F + 1));
     if (ship_prefix || nranks == 1)
@@ -1036,6 +1136,13 @@ static pass_stats count_pass(const txdb *db, int k, ctab *cand, const prefilter 
         count_pairs_subsets(db, &x);
     else
         count_general_subsets(db, &x);
+    for (int i = 0; i < 2; i++) {
+        free(x.slot[i].sbuf);
+        free(x.slot[i].rbuf);
+        free(x.slot[i].scount);
+        free(x.slot[i].req);
+        free(x.slot[i].st);
+    }
     if (nranks > 1) {
         while (!ship_prefix && !exchange(&x, 1)) /* drain: until every rank is done */
             ;
@@ -1248,6 +1355,49 @@ static uint64_t report_pass(int k, uint64_t ncand, size_t nfreq, double dt, doub
     return sum[0];
 }
 
+/* prefix mode: the owner of the itemsets that start with item j is a hash of j's
+ * original id (so that it does not depend on the support) */
+static void set_item_owners(const uint32_t *orig, size_t F)
+{
+    for (size_t j = 0; j < F; j++) {
+        item_owner[j] = owner_of(hash_items(&orig[j], 1));
+        item_mine[j] = item_owner[j] == rank;
+    }
+}
+
+/* Pass 2, prefix mode, several ranks: the owner table of the first items becomes
+ * R contiguous ranges of about equal work, so that one scan of a sorted transaction
+ * finds each owner's run of first items (no per-item owner test) and the triangle
+ * rows a rank counts into are one block.  Work of first item j: its occurrences
+ * times (1 + the later items expected beside it), from the pass-1 counts that every
+ * rank has (items taken as independent: no extra scan, no collective; a cut that is
+ * a little off costs balance, never correctness). */
+static void own_pair_ranges(const itab *L1, size_t F, uint64_t ntx)
+{
+    double *w = xmalloc(sizeof(double) * (F ? F : 1)), later = 0, total = 0;
+    for (size_t j = F; j-- > 0;) {
+        const double c = (double)L1->counts[j]; /* L1 is sorted: entry j is item j */
+        w[j] = c * (1.0 + later / (double)ntx);
+        later += c;
+        total += w[j];
+    }
+    pair_cut = xmalloc(sizeof(uint32_t) * ((size_t)nranks + 1));
+    pair_cut[0] = 0;
+    double sum = 0;
+    int o = 0;
+    for (size_t j = 0; j < F; j++) {
+        /* owner o takes items until its share would pass (o + 1) / R of the work */
+        while (o + 1 < nranks && (sum + w[j] / 2) * nranks > total * (o + 1))
+            pair_cut[++o] = (uint32_t)j;
+        item_owner[j] = o;
+        item_mine[j] = o == rank;
+        sum += w[j];
+    }
+    while (o < nranks)
+        pair_cut[++o] = (uint32_t)F;
+    free(w);
+}
+
 /* ----------------------------------------------------------------------- main */
 int main(int argc, char **argv)
 {
@@ -1348,10 +1498,7 @@ int main(int argc, char **argv)
      * id so that it does not depend on the support */
     item_owner = xmalloc(sizeof(int) * (F ? F : 1));
     item_mine = xmalloc(F ? F : 1);
-    for (size_t j = 0; j < F; j++) {
-        item_owner[j] = owner_of(hash_items(&orig[j], 1));
-        item_mine[j] = item_owner[j] == rank;
-    }
+    set_item_owners(orig, F);
 
     uint64_t bytes_total = 0, n_frequent = F;
     int passes = 1, maxlen = F ? 1 : 0;
@@ -1384,12 +1531,19 @@ int main(int argc, char **argv)
         }
         if (drop)
             db_filter(&db, keep, (size_t)k);
+        if (k == 2 && cand.tri && ship_prefix && nranks > 1)
+            own_pair_ranges(&levels[1], F, total_tx);
         double t_gen = MPI_Wtime() - t_pass;
 
         pass_stats st = count_pass(&db, k, &cand, &pf, o.batch);
         t_phase = MPI_Wtime();
         gather_frequent(&cand, min_count, &levels[k], &st);
         ctab_free(&cand);
+        if (pair_cut) { /* passes 3+: the hash of the first item again */
+            free(pair_cut);
+            pair_cut = NULL;
+            set_item_owners(orig, F);
+        }
 
         if (k == 2 && F > 0 && F <= PAIRBITS_MAX_F && levels[2].n > 0) { /* bit matrix of L(2) */
             pairbits = xcalloc((F * F + 7) / 8, 1);
