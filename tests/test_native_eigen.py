@@ -9,20 +9,18 @@ Needs Open MPI (mpicc, mpirun) and LAPACK (liblapack-dev); skipped without them.
 
 import json
 import math
-import os
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
+import npbkit
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "native" / "eigen"
-PREBUILT = ROOT / "native" / "build" / "bin" / "vb-eigen"
 DATA = ROOT / "tests" / "data" / "eigen"
 
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 KEYS = ["kernel", "class", "ranks", "threads", "time_s", "mops", "solves_per_s", "verified", "verify", "checks",
         "iterations", "size", "n", "points", "systems", "block", "moments", "subspace", "thread_mode", "interval",
         "expected",
@@ -43,32 +41,11 @@ def laplacian_eigenvalues(g):
 
 @pytest.fixture(scope="module")
 def vb_eigen(tmp_path_factory):
-    if not shutil.which("mpirun"):
-        pytest.skip("Open MPI (mpirun) not installed")
-    if shutil.which("make") and shutil.which(os.environ.get("MPICC", "mpicc")):
-        bindir = tmp_path_factory.mktemp("bin")
-        build = subprocess.run(["make", "-s", "-C", str(SRC), f"BINDIR={bindir}"],
-                               capture_output=True, text=True, timeout=180)
-        assert build.returncode == 0, f"build failed:\n{build.stderr}"
-        if "skipped" in build.stderr:
-            pytest.skip(build.stderr.strip())
-        assert "warning" not in build.stderr, f"build warnings:\n{build.stderr}"
-        return bindir / "vb-eigen"
-    if PREBUILT.exists():
-        return PREBUILT
-    pytest.skip("no mpicc and no prebuilt native/build/bin/vb-eigen")
+    return npbkit.build(tmp_path_factory, SRC, "vb-eigen")
 
 
-def mpirun(np, binary, *args, env=None, timeout=120):
-    full_env = {**os.environ, **env} if env else None
-    return subprocess.run([*MPIRUN, "-np", str(np), str(binary), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=full_env)
-
-
-def parse(stdout):
-    lines = stdout.splitlines()
-    assert len(lines) == 1, f"expected exactly one JSON line, got:\n{stdout}"
-    return json.loads(lines[0])
+mpirun = npbkit.mpirun
+parse = npbkit.one_record
 
 
 def check_record(rec, ranks, threads=1):
@@ -167,10 +144,7 @@ BAD_INPUT = [
 def test_bad_input_exits_2_before_computing(vb_eigen, np, args, message):
     start = time.monotonic()
     r = mpirun(np, vb_eigen, *args)
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    assert r.stdout == ""
-    assert message in r.stderr
-    assert r.stderr.count("vb-eigen:") == 1, "only rank 0 should speak"
+    npbkit.assert_refused(r, "vb-eigen", message)
     assert time.monotonic() - start < 30
 
 

@@ -8,58 +8,33 @@ the allowed counts; LU-MZ class S (the same solver as npb_zone_lu) must verify. 
 is marked slow; class A is measured by bench/npb_pseudo_apps.py.  Needs Open MPI.
 """
 
-import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
+import npbkit
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "native" / "npb"
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 CHECKS = [f"xcr{m}" for m in range(1, 6)] + [f"xce{m}" for m in range(1, 6)] + ["xci"]
 
 
 @pytest.fixture(scope="module")
 def vb_npb(tmp_path_factory):
-    if not shutil.which("mpirun") or not shutil.which(os.environ.get("MPICC", "mpicc")):
-        pytest.skip("Open MPI (mpirun, mpicc) not installed")
-    bindir = tmp_path_factory.mktemp("bin")
-    build = subprocess.run(["make", "-s", "-C", str(SRC), f"BINDIR={bindir}"],
-                           capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, f"build failed:\n{build.stderr}"
-    assert "warning" not in build.stderr, f"build warnings:\n{build.stderr}"
-    return bindir / "vb-npb"
+    return npbkit.build(tmp_path_factory, SRC, "vb-npb")
 
 
 def run(binary, np, *args, timeout=120):
-    return subprocess.run([*MPIRUN, "-np", str(np), str(binary), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
+    return npbkit.mpirun(np, binary, *args, timeout=timeout)
 
 
-def record(r):
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
-    assert len(lines) == 1, r.stdout
-    return json.loads(lines[0])
+record = npbkit.record
 
 
 def assert_verified(rec, cls, np, threads=1, iterations=50, size="12x12x12"):
-    assert rec["kernel"] == "lu" and rec["class"] == cls
-    assert rec["ranks"] == np and rec["threads"] == threads
-    assert rec["iterations"] == iterations and rec["size"] == size
-    assert [c["check"] for c in rec["checks"]] == CHECKS
-    for c in rec["checks"]:
-        assert c["epsilon"] == 1e-8
-        assert c["passed"] and c["rel_err"] <= 1e-8, c
-    assert rec["verified"] is True
-    assert rec["time_s"] > 0 and rec["mops"] > 0
+    npbkit.assert_verified(rec, "lu", cls, np, threads, iterations, size, CHECKS)
 
 
-def values(rec):
-    return {c["check"]: c["value"] for c in rec["checks"]}
+values = npbkit.values
 
 
 @pytest.mark.parametrize("np", [1, 2, 3])

@@ -21,19 +21,16 @@ Needs Open MPI (mpicc, mpirun); skipped without it.
 import json
 import math
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
+import npbkit
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "npb"
 # VB_NPB_SRC: build another copy of native/npb (e.g. a snapshot while solvers are being edited)
 SRC = Path(os.environ.get("VB_NPB_SRC") or ROOT / "native" / "npb")
-PREBUILT = ROOT / "native" / "build" / "bin" / "vb-npb"
 
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 BENCHES = ["sp-mz", "bt-mz", "lu-mz"]
 SOLVER = {"sp-mz": "npb_zone_sp (SP)", "bt-mz": "npb_zone_bt (BT)", "lu-mz": "npb_zone_lu (LU)"}
 
@@ -56,30 +53,11 @@ PUBLISHED_S = {
 
 @pytest.fixture(scope="module")
 def vb_npb(tmp_path_factory):
-    if not shutil.which("mpirun"):
-        pytest.skip("Open MPI (mpirun) not installed")
-    if shutil.which("make") and shutil.which(os.environ.get("MPICC", "mpicc")):
-        bindir = tmp_path_factory.mktemp("bin")
-        build = subprocess.run(["make", "-s", "-C", str(SRC), f"BINDIR={bindir}"],
-                               capture_output=True, text=True, timeout=300)
-        assert build.returncode == 0, f"build failed:\n{build.stderr}"
-        assert "warning" not in build.stderr, f"build warnings:\n{build.stderr}"
-        return bindir / "vb-npb"
-    if PREBUILT.exists():
-        return PREBUILT
-    pytest.skip("no mpicc and no prebuilt native/build/bin/vb-npb")
+    return npbkit.build(tmp_path_factory, SRC, "vb-npb")
 
 
-def mpirun(np, binary, *args, env=None, timeout=120):
-    return subprocess.run([*MPIRUN, "-np", str(np), str(binary), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
-
-
-def record(stdout):
-    lines = stdout.splitlines()
-    assert len(lines) == 1, f"expected exactly one JSON line, got:\n{stdout}"
-    return json.loads(lines[0])
+mpirun = npbkit.mpirun
+record = npbkit.one_record
 
 
 def zone_table(stderr):

@@ -21,6 +21,8 @@
  */
 #define _GNU_SOURCE /* sched_getaffinity */
 #include "eigen.h"
+#include "../common/jsonout.h"
+#include "../common/memavail.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -201,143 +203,25 @@ static double mem_per_rank(const struct args *a, int nranks)
     return matrix + rhs + a->allreduce_bytes + during + 32.0 * 1048576;
 }
 
-static int read_u64_file(const char *path, uint64_t *out)
+/* the message of a node leader that lacks room (memavail.h) */
+static void memory_short(const struct vb_mem_shortage *m, const void *arg)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    char buf[64];
-    int ok = fgets(buf, sizeof buf, f) != NULL;
-    fclose(f);
-    if (!ok || !isdigit((unsigned char)buf[0]))
-        return -1; /* "max" or unreadable: no limit */
-    *out = strtoull(buf, NULL, 10);
-    return 0;
+    const struct args *a = arg;
+    fprintf(stderr,
+            "vb-eigen: class %c needs about %s on %s (%d rank(s) x %s), only %s available "
+            "(%s); not starting (use a smaller class, a smaller --allreduce-bytes or fewer "
+            "ranks per node)\n",
+            a->cls->name, m->node_need_h, m->host, m->node_ranks,
+            m->need_h, m->avail_h, m->what);
 }
 
-static double available_memory(const char **what)
+static int memory_check(const struct args *a, int nranks)
 {
-    const char *env = getenv("VB_EIGEN_MEM_AVAILABLE");
-    if (env && *env) {
-        *what = "VB_EIGEN_MEM_AVAILABLE";
-        return strtod(env, NULL);
-    }
-    double avail = -1;
-    *what = "MemAvailable";
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (f) {
-        char line[256];
-        unsigned long long kb;
-        while (fgets(line, sizeof line, f))
-            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-                avail = (double)kb * 1024.0;
-        fclose(f);
-    }
-    uint64_t lim, used = 0;
-    double cg = -1;
-    if (read_u64_file("/sys/fs/cgroup/memory.max", &lim) == 0) {
-        read_u64_file("/sys/fs/cgroup/memory.current", &used);
-        cg = lim > used ? (double)(lim - used) : 0.0;
-    } else if (read_u64_file("/sys/fs/cgroup/memory/memory.limit_in_bytes", &lim) == 0 &&
-               lim < (1ULL << 60)) {
-        read_u64_file("/sys/fs/cgroup/memory/memory.usage_in_bytes", &used);
-        cg = lim > used ? (double)(lim - used) : 0.0;
-    }
-    if (cg >= 0 && (avail < 0 || cg < avail)) {
-        avail = cg;
-        *what = "cgroup memory limit";
-    }
-    return avail;
-}
-
-static const char *human(double bytes, char *buf, size_t len)
-{
-    if (bytes >= 1073741824.0)
-        snprintf(buf, len, "%.2f GiB", bytes / 1073741824.0);
-    else
-        snprintf(buf, len, "%.1f MiB", bytes / 1048576.0);
-    return buf;
-}
-
-static int memory_check(const struct args *a, int rank, int nranks)
-{
-    double need = mem_per_rank(a, nranks);
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-    int nrank, nsize;
-    MPI_Comm_rank(node, &nrank);
-    MPI_Comm_size(node, &nsize);
-    double node_need = 0;
-    MPI_Reduce(&need, &node_need, 1, MPI_DOUBLE, MPI_SUM, 0, node);
-    int status = 0;
-    if (nrank == 0) {
-        const char *what;
-        double avail = available_memory(&what);
-        if (avail >= 0 && node_need > avail) {
-            char host[256] = "this node";
-            gethostname(host, sizeof host);
-            host[sizeof host - 1] = '\0';
-            char b1[32], b2[32], b3[32];
-            fprintf(stderr,
-                    "vb-eigen: class %c needs about %s on %s (%d rank(s) x %s), only %s available "
-                    "(%s); not starting (use a smaller class, a smaller --allreduce-bytes or fewer "
-                    "ranks per node)\n",
-                    a->cls->name, human(node_need, b1, sizeof b1), host, nsize,
-                    human(need, b2, sizeof b2), human(avail, b3, sizeof b3), what);
-            status = 3;
-        }
-    }
-    MPI_Comm_free(&node);
-    int any = 0;
-    MPI_Allreduce(&status, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    return any;
+    return vb_memory_check(MPI_COMM_WORLD, mem_per_rank(a, nranks), "VB_EIGEN_MEM_AVAILABLE",
+                           memory_short, a);
 }
 
 /* ---- output -------------------------------------------------------------------------------- */
-
-/* shortest %g form that reads back to the same double; null for NaN / infinity */
-static void put_num(FILE *f, double x)
-{
-    if (!isfinite(x)) {
-        fputs("null", f);
-        return;
-    }
-    char buf[40];
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, x);
-        if (strtod(buf, NULL) == x)
-            break;
-    }
-    fputs(buf, f);
-}
-
-struct check {
-    const char *name;
-    double value, reference, rel_err, epsilon;
-    int passed;
-};
-
-static void put_check(FILE *f, const struct check *c, int nchecks, int failed)
-{
-    fprintf(f, "{\"check\":\"%s\",\"value\":", c->name);
-    put_num(f, c->value);
-    fputs(",\"reference\":", f);
-    put_num(f, c->reference);
-    fputs(",\"rel_err\":", f);
-    put_num(f, c->rel_err);
-    fputs(",\"epsilon\":", f);
-    put_num(f, c->epsilon);
-    fprintf(f, ",\"passed\":%s", c->passed ? "true" : "false");
-    if (nchecks)
-        fprintf(f, ",\"checks\":%d,\"failed\":%d", nchecks, failed);
-    fputc('}', f);
-}
-
-static void put_field(FILE *f, const char *name, double x)
-{
-    fprintf(f, ",\"%s\":", name);
-    put_num(f, x);
-}
 
 /* ---- the run ------------------------------------------------------------------------------ */
 
@@ -385,7 +269,7 @@ int main(int argc, char **argv)
                     "launch with 'mpirun --bind-to none' or '--map-by slot:PE=%d'\n",
                     CPU_COUNT(&set), a.threads, a.threads);
     }
-    rc = memory_check(&a, rank, nranks);
+    rc = memory_check(&a, nranks);
     if (rc != 0) {
         MPI_Finalize();
         return rc;
@@ -498,11 +382,13 @@ int main(int argc, char **argv)
 
     if (rank == 0) {
         /* verification against the closed form */
-        struct check chk[2];
-        chk[0] = (struct check){"count", ritz.nfound, tgt.count, 0, 0, ritz.nfound == tgt.count};
+        struct vb_json_check chk[2];
+        chk[0] = (struct vb_json_check){.name = "count", .value = ritz.nfound, .reference = tgt.count,
+                                     .passed = ritz.nfound == tgt.count};
         chk[0].rel_err = fabs((double)ritz.nfound - tgt.count) / tgt.count;
-        struct check *e = &chk[1];
-        *e = (struct check){"eigenvalues", NAN, NAN, INFINITY, EIG_EPSILON, 0};
+        struct vb_json_check *e = &chk[1];
+        *e = (struct vb_json_check){.name = "eigenvalues", .value = NAN, .reference = NAN,
+                                    .rel_err = INFINITY, .epsilon = EIG_EPSILON};
         for (int i = 0; i < ritz.nfound; i++) {
             /* same count: the i-th of each; otherwise the nearest exact one */
             int best = i;
@@ -521,7 +407,7 @@ int main(int argc, char **argv)
         }
         e->passed = ritz.nfound > 0 && e->rel_err <= EIG_EPSILON;
         int failed = !chk[0].passed + !chk[1].passed;
-        const struct check *worst = !chk[0].passed ? &chk[0] : &chk[1];
+        const struct vb_json_check *worst = !chk[0].passed ? &chk[0] : &chk[1];
 
         double dup = t_rhs + t_dense; /* every rank does this whole */
         double frac = dup / (dup + sums[0]);
@@ -531,35 +417,35 @@ int main(int argc, char **argv)
                 nranks, a.threads);
         fprintf(f, "\"time_s\":%.6f,\"mops\":%.3f,\"solves_per_s\":%.3f,\"verified\":%s,\"verify\":",
                 mx[0], mops, (double)systems * L / mx[0], failed ? "false" : "true");
-        put_check(f, worst, 2, failed);
+        vb_json_check(f, worst, 2, failed);
         fputs(",\"checks\":[", f);
-        put_check(f, &chk[0], 0, 0);
+        vb_json_check(f, &chk[0], 0, 0);
         fputc(',', f);
-        put_check(f, &chk[1], 0, 0);
+        vb_json_check(f, &chk[1], 0, 0);
         fprintf(f, "],\"iterations\":%.0f,\"size\":\"%dx%d\",\"n\":%d,\"points\":%d,\"systems\":%d,"
                 "\"block\":%d,\"moments\":%d,\"subspace\":%d,\"thread_mode\":\"%s\","
                 "\"interval\":[", sums[2], c->grid, c->grid, n, N, systems, L, M, ritz.rank,
                 by_systems ? "systems" : "rows");
-        put_num(f, tgt.lo);
+        vb_json_num(f, tgt.lo);
         fputc(',', f);
-        put_num(f, tgt.hi);
+        vb_json_num(f, tgt.hi);
         fprintf(f, "],\"expected\":%d,\"found\":%d,\"rejected\":%d,\"max_multiplicity\":%d,"
                 "\"eigenvalues\":[", tgt.count, ritz.nfound, ritz.nrejected, tgt.max_multiplicity);
         for (int i = 0; i < ritz.nfound; i++) {
             if (i)
                 fputc(',', f);
-            put_num(f, ritz.values[i]);
+            vb_json_num(f, ritz.values[i]);
         }
         fputc(']', f);
-        put_field(f, "max_ritz_residual", ritz.max_resid);
-        put_field(f, "max_solve_residual", worst_all);
+        vb_json_field(f, "max_ritz_residual", ritz.max_resid);
+        vb_json_field(f, "max_solve_residual", worst_all);
         fprintf(f, ",\"allreduce_bytes\":%.0f,\"moments_bytes\":%.0f", a.allreduce_bytes,
                 moments_bytes(c));
         fprintf(f, ",\"allreduce_s\":%.6f,\"wait_s\":%.6f,\"solve_s\":%.6f,\"dense_s\":%.6f,"
                 "\"duplicated_s\":%.6f,\"setup_s\":%.6f", mx[2], mx[3], mx[1], t_dense, dup, t_setup);
-        put_field(f, "solve_imbalance", sums[0] > 0 ? mx[1] / (sums[0] / nranks) : 1.0);
-        put_field(f, "duplicated_fraction", frac);
-        put_field(f, "ideal_efficiency", 1.0 / (nranks * frac + (1.0 - frac)));
+        vb_json_field(f, "solve_imbalance", sums[0] > 0 ? mx[1] / (sums[0] / nranks) : 1.0);
+        vb_json_field(f, "duplicated_fraction", frac);
+        vb_json_field(f, "ideal_efficiency", 1.0 / (nranks * frac + (1.0 - frac)));
         fprintf(f, ",\"version\":%d}\n", EIG_VERSION);
         fflush(f);
     }

@@ -63,8 +63,10 @@ static inline void matmul_sub(const double *restrict a, const double *restrict b
 }
 
 /* Gauss-Jordan on l (no pivoting: the blocks are diagonally dominant):
- * c <- l^-1 c, r <- l^-1 r; l is destroyed */
-static inline void binvcrhs(double *restrict l, double *restrict c, double *restrict r)
+ * c <- l^-1 c (unless c is NULL: the last block of a line has none), r <- l^-1 r; l is
+ * destroyed.  Always inlined with a constant c, so the NULL tests fold away. */
+static inline __attribute__((always_inline)) void binv(double *restrict l, double *restrict c,
+                                                       double *restrict r)
 {
 #pragma GCC unroll 5
     for (int p = 0; p < 5; p++) {
@@ -72,9 +74,11 @@ static inline void binvcrhs(double *restrict l, double *restrict c, double *rest
 #pragma GCC unroll 5
         for (int q = p + 1; q < 5; q++)
             l[p * 5 + q] *= piv;
+        if (c) {
 #pragma GCC unroll 5
-        for (int q = 0; q < 5; q++)
-            c[p * 5 + q] *= piv;
+            for (int q = 0; q < 5; q++)
+                c[p * 5 + q] *= piv;
+        }
         r[p] *= piv;
 #pragma GCC unroll 5
         for (int row = 0; row < 5; row++) {
@@ -84,36 +88,19 @@ static inline void binvcrhs(double *restrict l, double *restrict c, double *rest
 #pragma GCC unroll 5
             for (int q = p + 1; q < 5; q++)
                 l[row * 5 + q] -= f * l[p * 5 + q];
+            if (c) {
 #pragma GCC unroll 5
-            for (int q = 0; q < 5; q++)
-                c[row * 5 + q] -= f * c[p * 5 + q];
+                for (int q = 0; q < 5; q++)
+                    c[row * 5 + q] -= f * c[p * 5 + q];
+            }
             r[row] -= f * r[p];
         }
     }
 }
 
-/* r <- l^-1 r (the last block of a line, which has no c) */
-static inline void binvrhs(double *restrict l, double *restrict r)
-{
-#pragma GCC unroll 5
-    for (int p = 0; p < 5; p++) {
-        const double piv = 1.0 / l[p * 5 + p];
-#pragma GCC unroll 5
-        for (int q = p + 1; q < 5; q++)
-            l[p * 5 + q] *= piv;
-        r[p] *= piv;
-#pragma GCC unroll 5
-        for (int row = 0; row < 5; row++) {
-            if (row == p)
-                continue;
-            const double f = l[row * 5 + p];
-#pragma GCC unroll 5
-            for (int q = p + 1; q < 5; q++)
-                l[row * 5 + q] -= f * l[p * 5 + q];
-            r[row] -= f * r[p];
-        }
-    }
-}
+/* the blocks with a c stay out of line (as GCC chose for the separate function: the line
+ * loop stays small); the last block's r-only elimination is inlined */
+static void binvcrhs(double *restrict l, double *restrict c, double *restrict r) { binv(l, c, r); }
 
 /* ---- the line systems ---------------------------------------------------------------------- */
 
@@ -247,7 +234,7 @@ bt_line(const struct bt_dir *D, const int v, int np, const double *u, double *rh
         if (p < last)
             binvcrhs(B, CM + 25 * (p + 1), r);
         else
-            binvrhs(B, r);
+            binv(B, NULL, r);
     }
     /* back substitution */
     for (int p = last - 1; p >= 1; p--)
@@ -302,15 +289,7 @@ static void bt_solve(struct cfd_block *B, const struct cfd_consts *c, int d)
     }
 }
 
-struct bt_state {
-    struct cfd_consts c;
-    struct cfd_block b;     /* this rank's z-slab, or the zone */
-    struct cfd_block t;     /* y-slab for the z solves (single zone, P > 1) */
-    struct cfd_slab slab;
-    int transposed;
-};
-
-static void bt_adi(struct bt_state *s)
+static void bt_adi(struct cfd_state *s)
 {
     struct cfd_block *b = &s->b;
     if (s->transposed) {
@@ -332,16 +311,14 @@ static void bt_adi(struct bt_state *s)
     cfd_add(b);
 }
 
-/* ---- single zone -------------------------------------------------------------------------- */
+/* ---- single zone and zones: the driver in cfd.c -------------------------------------------- */
+
+static const struct cfd_solver bt_solver = {"bt", cfd_bt_class, 0, bt_adi,
+                                             {3478.8, -17655.7, 28023.7, 0.0}};
 
 static int bt_check(char cls, int nranks, char *msg, size_t len)
 {
-    const struct cfd_class *k = cfd_bt_class(cls);
-    if (!k) {
-        snprintf(msg, len, "bt has no class %c (use S, W, A, B or C)", cls);
-        return 2;
-    }
-    return cfd_slab_check("bt", cls, k->n, nranks, msg, len);
+    return cfd_check(&bt_solver, cls, nranks, msg, len);
 }
 
 static double bt_mem(char cls, int nranks)
@@ -351,77 +328,7 @@ static double bt_mem(char cls, int nranks)
     return k ? cfd_mem_per_rank(k->n, nranks, 0) + 8.0 * BT_WORK * k->n * 64 : 0.0;
 }
 
-/* --perturb: one interior value of the initial field changes, so the norms must miss */
-static void bt_perturb(struct cfd_block *b)
-{
-    const int k = b->gn[2] / 2 - b->org[2];
-    if (k >= b->lo[2] && k < b->hi[2])
-        b->u[cfd_idx(b, b->n[0] / 2, b->n[1] / 2, k) * 5] *= 1.01;
-}
-
-static void bt_run(const struct npb_ctx *ctx, struct npb_result *res)
-{
-    const struct cfd_class *k = cfd_bt_class(ctx->cls);
-    const int n = k->n;
-    struct bt_state s;
-    memset(&s, 0, sizeof s);
-    cfd_constants(&s.c, n, n, n, k->dt);
-    cfd_slab_init(&s.slab, ctx->comm, n, n, n);
-    cfd_slab_block(&s.slab, &s.b);
-    cfd_block_alloc(&s.b, 1, 0);
-    s.transposed = ctx->nranks > 1;
-    if (s.transposed) {
-        cfd_slab_tblock(&s.slab, &s.t);
-        cfd_block_alloc(&s.t, 0, 0);
-    }
-    cfd_initialize(&s.b, &s.c);
-    cfd_exact_rhs(&s.b, &s.c);
-    /* one untimed step touches all code and data, then start again */
-    bt_adi(&s);
-    cfd_initialize(&s.b, &s.c);
-    if (ctx->perturb)
-        bt_perturb(&s.b);
-
-    MPI_Barrier(ctx->comm);
-    double t0 = npb_wtime();
-    for (int it = 0; it < k->niter; it++)
-        bt_adi(&s);
-    double t = npb_wtime() - t0;
-    res->time_s = npb_time_max(ctx->comm, t);
-
-    /* verification: error and residual RMS norms (the residual of the final u) */
-    double sq[10], gsq[10], xce[5], xcr[5];
-    cfd_error_sq(&s.b, &s.c, sq);
-    if (s.transposed) {
-        double *uf[1] = {s.b.u};
-        cfd_halo(&s.slab, &s.b, uf, 1, 5);
-    }
-    cfd_compute_rhs(&s.b, &s.c);
-    cfd_rhs_sq(&s.b, sq + 5);
-    MPI_Allreduce(sq, gsq, 10, MPI_DOUBLE, MPI_SUM, ctx->comm);
-    cfd_rms(gsq, n, n, n, xce);
-    cfd_rms(gsq + 5, n, n, n, xcr);
-    static const char *const names[5] = {"rho", "rho_u", "rho_v", "rho_w", "energy"};
-    char name[24];
-    for (int m = 0; m < 5; m++) {
-        snprintf(name, sizeof name, "xcr_%s", names[m]);
-        npb_add_check(res, name, xcr[m] / k->dt, k->xcr[m], CFD_EPSILON);
-    }
-    for (int m = 0; m < 5; m++) {
-        snprintf(name, sizeof name, "xce_%s", names[m]);
-        npb_add_check(res, name, xce[m], k->xce[m], CFD_EPSILON);
-    }
-    const double dn = n;
-    const double ops = (3478.8 * dn * dn * dn - 17655.7 * dn * dn + 28023.7 * dn) * k->niter;
-    res->mops = res->time_s > 0 ? ops / res->time_s / 1e6 : 0.0;
-    res->iterations = k->niter;
-    snprintf(res->size, sizeof res->size, "%dx%dx%d", n, n, n);
-
-    cfd_block_free(&s.b);
-    if (s.transposed)
-        cfd_block_free(&s.t);
-    cfd_slab_free(&s.slab);
-}
+static void bt_run(const struct npb_ctx *ctx, struct npb_result *res) { cfd_run(&bt_solver, ctx, res); }
 
 const struct npb_kernel npb_bt = {"bt", 1, bt_check, bt_mem, bt_run};
 
@@ -430,39 +337,10 @@ const struct npb_kernel npb_bt = {"bt", 1, bt_check, bt_mem, bt_run};
 static int btz_init(struct npb_zone *z, char cls, double dt)
 {
     (void)cls;
-    struct bt_state *s = npb_alloc(sizeof *s, "bt zone");
-    memset(s, 0, sizeof *s);
-    /* NPB-MZ: local zone coordinates with the class's average cell size; the zone's own
-     * faces are the "boundary faces" of the initial field */
-    cfd_constants_zones(&s->c, z->gnx, z->gny, z->gnz, z->x_zones, z->y_zones, dt);
-    cfd_block_zone(&s->b, z->nx, z->ny, z->nz, 0, 0, z->nx, z->ny, z->nz);
-    cfd_block_alloc(&s->b, 1, 0);
-    cfd_initialize(&s->b, &s->c);
-    cfd_exact_rhs(&s->b, &s->c);
-    z->u = s->b.u;
-    z->state = s;
-    return 0;
+    return cfd_zone_init(z, dt, 0);
 }
 
 static void btz_step(struct npb_zone *z) { bt_adi(z->state); }
 
-static void btz_norms(struct npb_zone *z, double rhs_sq[5], double err_sq[5])
-{
-    struct bt_state *s = z->state;
-    cfd_compute_rhs(&s->b, &s->c);
-    cfd_rhs_sq(&s->b, rhs_sq);
-    cfd_error_sq(&s->b, &s->c, err_sq);
-}
-
-static void btz_release(struct npb_zone *z)
-{
-    struct bt_state *s = z->state;
-    if (!s)
-        return;
-    cfd_block_free(&s->b);
-    free(s);
-    z->state = NULL;
-    z->u = NULL;
-}
-
-const struct npb_zone_solver npb_zone_bt = {"bt", btz_init, btz_step, btz_norms, btz_release, NULL};
+const struct npb_zone_solver npb_zone_bt = {"bt", btz_init, btz_step, cfd_zone_norms, cfd_zone_release,
+                                           NULL};

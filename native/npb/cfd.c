@@ -7,6 +7,7 @@
  */
 #include "cfd.h"
 #include "npb.h"
+#include "zone.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -93,18 +94,18 @@ void cfd_constants(struct cfd_consts *c, int gnx, int gny, int gnz, double dt)
     cfd_constants_zones(c, gnx, gny, gnz, 1, 1, dt);
 }
 
+/* coefficients of the exact solution (a polynomial of degree 4 in each coordinate) */
+const double cfd_ce[5][13] = {
+    {2.0, 0.0, 0.0, 4.0, 5.0, 3.0, 0.5, 0.02, 0.01, 0.03, 0.5, 0.4, 0.3},
+    {1.0, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 0.01, 0.03, 0.02, 0.4, 0.3, 0.5},
+    {2.0, 2.0, 0.0, 0.0, 0.0, 2.0, 3.0, 0.04, 0.03, 0.05, 0.3, 0.5, 0.4},
+    {2.0, 2.0, 0.0, 0.0, 0.0, 2.0, 3.0, 0.03, 0.05, 0.04, 0.2, 0.1, 0.3},
+    {5.0, 4.0, 3.0, 2.0, 0.1, 0.4, 0.3, 0.05, 0.04, 0.03, 0.1, 0.3, 0.2},
+};
+
 void cfd_constants_zones(struct cfd_consts *c, int gnx, int gny, int gnz, int x_zones, int y_zones,
                          double dt)
 {
-    /* coefficients of the exact solution (a polynomial of degree 4 in each coordinate) */
-    static const double ce[5][13] = {
-        {2.0, 0.0, 0.0, 4.0, 5.0, 3.0, 0.5, 0.02, 0.01, 0.03, 0.5, 0.4, 0.3},
-        {1.0, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 0.01, 0.03, 0.02, 0.4, 0.3, 0.5},
-        {2.0, 2.0, 0.0, 0.0, 0.0, 2.0, 3.0, 0.04, 0.03, 0.05, 0.3, 0.5, 0.4},
-        {2.0, 2.0, 0.0, 0.0, 0.0, 2.0, 3.0, 0.03, 0.05, 0.04, 0.2, 0.1, 0.3},
-        {5.0, 4.0, 3.0, 2.0, 0.1, 0.4, 0.3, 0.05, 0.04, 0.03, 0.1, 0.3, 0.2},
-    };
-    memcpy(c->ce, ce, sizeof ce);
     c->dt = dt;
     c->c1 = 1.4;
     c->c2 = 0.4;
@@ -190,10 +191,10 @@ void cfd_constants_zones(struct cfd_consts *c, int gnx, int gny, int gnz, int x_
     c->zzcon5 = c->c3c4tz3 * c->c1c5 * c->tz3;
 }
 
-void cfd_exact(const struct cfd_consts *c, double xi, double eta, double zeta, double out[5])
+void cfd_exact(double xi, double eta, double zeta, double out[5])
 {
     for (int m = 0; m < 5; m++) {
-        const double *e = c->ce[m];
+        const double *e = cfd_ce[m];
         out[m] = e[0] + xi * (e[1] + xi * (e[4] + xi * (e[7] + xi * e[10]))) +
                  eta * (e[2] + eta * (e[5] + eta * (e[8] + eta * e[11]))) +
                  zeta * (e[3] + zeta * (e[6] + zeta * (e[9] + zeta * e[12])));
@@ -269,9 +270,9 @@ void cfd_initialize(struct cfd_block *b, const struct cfd_consts *c)
                 const double xi = gi * c->dnxm1;
                 double px[2][5], py[2][5], pz[2][5];
                 for (int f = 0; f < 2; f++) {
-                    cfd_exact(c, (double)f, eta, zeta, px[f]);
-                    cfd_exact(c, xi, (double)f, zeta, py[f]);
-                    cfd_exact(c, xi, eta, (double)f, pz[f]);
+                    cfd_exact((double)f, eta, zeta, px[f]);
+                    cfd_exact(xi, (double)f, zeta, py[f]);
+                    cfd_exact(xi, eta, (double)f, pz[f]);
                 }
                 double *u = b->u + cfd_idx(b, i, j, k) * 5;
                 for (int m = 0; m < 5; m++) {
@@ -294,7 +295,7 @@ void cfd_initialize(struct cfd_block *b, const struct cfd_consts *c)
                         fy = gj == 0 ? 0.0 : 1.0;
                     else
                         fx = gi == 0 ? 0.0 : 1.0;
-                    cfd_exact(c, fx, fy, fz, u);
+                    cfd_exact(fx, fy, fz, u);
                 }
             }
         }
@@ -406,7 +407,7 @@ void cfd_exact_rhs(struct cfd_block *b, const struct cfd_consts *c)
                         for (int e = 0; e < 3; e++)
                             g[e] = loc[e] + b->org[e];
                         g[d] += o;
-                        cfd_exact(c, g[0] * dn[0], g[1] * dn[1], g[2] * dn[2], ue[o + 2]);
+                        cfd_exact(g[0] * dn[0], g[1] * dn[1], g[2] * dn[2], ue[o + 2]);
                     }
                     forcing_dir(c, d, ue, p[d], b->nline[d], f);
                 }
@@ -662,7 +663,7 @@ void cfd_error_sq(const struct cfd_block *b, const struct cfd_consts *c, double 
         for (int j = b->lo[1]; j < b->hi[1]; j++)
             for (int i = b->lo[0]; i < b->hi[0]; i++) {
                 double e[5], d[5];
-                cfd_exact(c, (i + b->org[0]) * c->dnxm1, (j + b->org[1]) * c->dnym1,
+                cfd_exact((i + b->org[0]) * c->dnxm1, (j + b->org[1]) * c->dnym1,
                           (k + b->org[2]) * c->dnzm1, e);
                 const double *u = b->u + cfd_idx(b, i, j, k) * 5;
                 for (int m = 0; m < 5; m++)
@@ -968,4 +969,140 @@ double cfd_mem_per_rank(int gn, int nranks, int with_speed)
     double tfields = nranks > 1 ? tpts * (10.0 + 7.0) : 0.0;        /* y-slab u, rhs, scalars */
     double bufs = nranks > 1 ? 2.0 * 10.0 * (tpts + 4.0 * nranks * n * n) : 0.0;
     return (fields + tfields + bufs) * 8.0;
+}
+
+/* ---- the driver SP and BT share ------------------------------------------------------------ */
+
+int cfd_check(const struct cfd_solver *sv, char cls, int nranks, char *msg, size_t len)
+{
+    const struct cfd_class *k = sv->cls(cls);
+    if (!k) {
+        snprintf(msg, len, "%s has no class %c (use S, W, A, B or C)", sv->name, cls);
+        return 2;
+    }
+    return cfd_slab_check(sv->name, cls, k->n, nranks, msg, len);
+}
+
+/* --perturb: one interior value of the initial field changes, so the norms must miss
+ * (in every stored copy of that point: halos and the y-slab too) */
+static void cfd_perturb(struct cfd_block *b)
+{
+    int l[3];
+    for (int d = 0; d < 3; d++) {
+        l[d] = b->gn[d] / 2 - b->org[d];
+        if (l[d] < 0 || l[d] >= b->n[d])
+            return;
+    }
+    b->u[cfd_idx(b, l[0], l[1], l[2]) * 5] *= 1.01;
+}
+
+/* the initial field on every block that stores u (SP's y-slab keeps its own copy) */
+static void cfd_start(struct cfd_state *s, int perturb)
+{
+    cfd_initialize(&s->b, &s->c);
+    if (s->transposed)
+        cfd_initialize(&s->t, &s->c);
+    if (perturb) {
+        cfd_perturb(&s->b);
+        if (s->transposed)
+            cfd_perturb(&s->t);
+    }
+}
+
+void cfd_run(const struct cfd_solver *sv, const struct npb_ctx *ctx, struct npb_result *res)
+{
+    const struct cfd_class *k = sv->cls(ctx->cls);
+    const int n = k->n;
+    struct cfd_state s;
+    memset(&s, 0, sizeof s);
+    cfd_constants(&s.c, n, n, n, k->dt);
+    cfd_slab_init(&s.slab, ctx->comm, n, n, n);
+    cfd_slab_block(&s.slab, &s.b);
+    cfd_block_alloc(&s.b, 1, sv->with_speed);
+    s.transposed = ctx->nranks > 1;
+    if (s.transposed) {
+        cfd_slab_tblock(&s.slab, &s.t);
+        cfd_block_alloc(&s.t, 0, sv->with_speed);
+    }
+    cfd_start(&s, 0);
+    cfd_exact_rhs(&s.b, &s.c);
+    /* one untimed step touches all code and data, then start again */
+    sv->adi(&s);
+    cfd_start(&s, ctx->perturb);
+
+    MPI_Barrier(ctx->comm);
+    double t0 = npb_wtime();
+    for (int it = 0; it < k->niter; it++)
+        sv->adi(&s);
+    double t = npb_wtime() - t0;
+    res->time_s = npb_time_max(ctx->comm, t);
+
+    /* verification: error and residual RMS norms (the residual of the final u; BT's step
+     * leaves the halo planes stale, SP's keeps them current, so refreshing is safe for both) */
+    double sq[10], gsq[10], xce[5], xcr[5];
+    cfd_error_sq(&s.b, &s.c, sq);
+    if (s.transposed) {
+        double *uf[1] = {s.b.u};
+        cfd_halo(&s.slab, &s.b, uf, 1, 5);
+    }
+    cfd_compute_rhs(&s.b, &s.c);
+    cfd_rhs_sq(&s.b, sq + 5);
+    MPI_Allreduce(sq, gsq, 10, MPI_DOUBLE, MPI_SUM, ctx->comm);
+    cfd_rms(gsq, n, n, n, xce);
+    cfd_rms(gsq + 5, n, n, n, xcr);
+    static const char *const names[5] = {"rho", "rho_u", "rho_v", "rho_w", "energy"};
+    char name[24];
+    for (int m = 0; m < 5; m++) {
+        snprintf(name, sizeof name, "xcr_%s", names[m]);
+        npb_add_check(res, name, xcr[m] / k->dt, k->xcr[m], CFD_EPSILON);
+    }
+    for (int m = 0; m < 5; m++) {
+        snprintf(name, sizeof name, "xce_%s", names[m]);
+        npb_add_check(res, name, xce[m], k->xce[m], CFD_EPSILON);
+    }
+    const double dn = n;
+    const double ops = (((sv->ops[0] * dn + sv->ops[1]) * dn + sv->ops[2]) * dn + sv->ops[3]) * k->niter;
+    res->mops = res->time_s > 0 ? ops / res->time_s / 1e6 : 0.0;
+    res->iterations = k->niter;
+    snprintf(res->size, sizeof res->size, "%dx%dx%d", n, n, n);
+
+    cfd_block_free(&s.b);
+    if (s.transposed)
+        cfd_block_free(&s.t);
+    cfd_slab_free(&s.slab);
+}
+
+int cfd_zone_init(struct npb_zone *z, double dt, int with_speed)
+{
+    struct cfd_state *s = npb_alloc(sizeof *s, "cfd zone");
+    memset(s, 0, sizeof *s);
+    /* NPB-MZ: local zone coordinates with the class's average cell size; the zone's own
+     * faces are the "boundary faces" of the initial field */
+    cfd_constants_zones(&s->c, z->gnx, z->gny, z->gnz, z->x_zones, z->y_zones, dt);
+    cfd_block_zone(&s->b, z->nx, z->ny, z->nz, 0, 0, z->nx, z->ny, z->nz);
+    cfd_block_alloc(&s->b, 1, with_speed);
+    cfd_initialize(&s->b, &s->c);
+    cfd_exact_rhs(&s->b, &s->c);
+    z->u = s->b.u;
+    z->state = s;
+    return 0;
+}
+
+void cfd_zone_norms(struct npb_zone *z, double rhs_sq[5], double err_sq[5])
+{
+    struct cfd_state *s = z->state;
+    cfd_compute_rhs(&s->b, &s->c);
+    cfd_rhs_sq(&s->b, rhs_sq);
+    cfd_error_sq(&s->b, &s->c, err_sq);
+}
+
+void cfd_zone_release(struct npb_zone *z)
+{
+    struct cfd_state *s = z->state;
+    if (!s)
+        return;
+    cfd_block_free(&s->b);
+    free(s);
+    z->state = NULL;
+    z->u = NULL;
 }

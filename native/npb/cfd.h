@@ -50,7 +50,6 @@ const struct cfd_class *cfd_bt_class(char cls);
 
 /* ---- constants (set_constants of the reference), from the global grid and dt ---------- */
 struct cfd_consts {
-    double ce[5][13];
     double dt, dnxm1, dnym1, dnzm1;
     double c1, c2, c3, c4, c5, c1c2, c1c5, c3c4, c1345, conz1, bt;
     double tx1, tx2, tx3, ty1, ty2, ty3, tz1, tz2, tz3;
@@ -72,8 +71,10 @@ void cfd_constants(struct cfd_consts *c, int gnx, int gny, int gnz, double dt);
 void cfd_constants_zones(struct cfd_consts *c, int gnx, int gny, int gnz, int x_zones, int y_zones,
                          double dt);
 
-/* the exact solution at (xi, eta, zeta) in [0,1]^3 */
-void cfd_exact(const struct cfd_consts *c, double xi, double eta, double zeta, double out[5]);
+/* the exact solution's coefficients (NPB's 5 x 13 table; LU uses the same), and the exact
+ * solution at (xi, eta, zeta) in [0,1]^3 */
+extern const double cfd_ce[5][13];
+void cfd_exact(double xi, double eta, double zeta, double out[5]);
 
 /* ---- a block of grid points (see the header comment) ----------------------------------- */
 struct cfd_block {
@@ -162,5 +163,36 @@ void cfd_add_stored(struct cfd_block *b);
 /* estimated bytes per rank of the shared fields for a gn^3 grid on nranks z-slabs
  * (u, rhs, forcing, 6 or 7 scalars, plus a y-slab copy of u and rhs and buffers) */
 double cfd_mem_per_rank(int gn, int nranks, int with_speed);
+
+/* ---- the driver SP and BT share: state, single-zone run, zone-solver glue (zone.h) ----- */
+struct npb_ctx;
+struct npb_result;
+struct npb_zone;
+
+struct cfd_state {
+    struct cfd_consts c;
+    struct cfd_block b;     /* this rank's z-slab, or the zone */
+    struct cfd_block t;     /* y-slab for the z solves (single zone, P > 1) */
+    struct cfd_slab slab;
+    int transposed;
+};
+
+/* what differs between SP and BT outside their line solves */
+struct cfd_solver {
+    const char *name;                      /* "sp", "bt" */
+    const struct cfd_class *(*cls)(char);  /* cfd_sp_class, cfd_bt_class */
+    int with_speed;                        /* SP keeps the sound speed per point */
+    void (*adi)(struct cfd_state *s);      /* one time step */
+    double ops[4]; /* NPB's operation count per step: ops[0] n^3 + ops[1] n^2 + ops[2] n + ops[3] */
+};
+
+/* npb_kernel.check for an SP/BT class on nranks z-slabs */
+int cfd_check(const struct cfd_solver *sv, char cls, int nranks, char *msg, size_t len);
+/* npb_kernel.run: set up, one untimed step, the timed steps, verification, cleanup */
+void cfd_run(const struct cfd_solver *sv, const struct npb_ctx *ctx, struct npb_result *res);
+/* npb_zone_solver init / norms / release on a cfd_state per zone */
+int cfd_zone_init(struct npb_zone *z, double dt, int with_speed);
+void cfd_zone_norms(struct npb_zone *z, double rhs_sq[5], double err_sq[5]);
+void cfd_zone_release(struct npb_zone *z);
 
 #endif

@@ -34,6 +34,7 @@
  * for an n^3 grid.
  */
 #define _GNU_SOURCE /* syscall (futex) */
+#include "cfd.h"
 #include "npb.h"
 #include "zone.h"
 
@@ -104,14 +105,7 @@ static const struct lu_class *lu_class_get(char c)
 
 /* ---- the equations' constants ---------------------------------------------------------
  * Exact solution u_m(xi, eta, zeta) = ce[m][0] + sum over the 3 directions of a quartic
- * (NPB's 5 x 13 coefficient table, shared with SP and BT). */
-static const double ce[5][13] = {
-    {2.0, 0.0, 0.0, 4.0, 5.0, 3.0, 0.5, 0.02, 0.01, 0.03, 0.5, 0.4, 0.3},
-    {1.0, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 0.01, 0.03, 0.02, 0.4, 0.3, 0.5},
-    {2.0, 2.0, 0.0, 0.0, 0.0, 2.0, 3.0, 0.04, 0.03, 0.05, 0.3, 0.5, 0.4},
-    {2.0, 2.0, 0.0, 0.0, 0.0, 2.0, 3.0, 0.03, 0.05, 0.04, 0.2, 0.1, 0.3},
-    {5.0, 4.0, 3.0, 2.0, 0.1, 0.4, 0.3, 0.05, 0.04, 0.03, 0.1, 0.3, 0.2},
-};
+ * (NPB's 5 x 13 coefficient table, cfd_ce: shared with SP and BT). */
 #define C1 1.4
 #define C2 0.4
 #define C3 0.1
@@ -124,14 +118,6 @@ static const double ce[5][13] = {
  * 4th-order coefficient dssp = max(dx1, dy1, dz1) / 4 */
 static const double dd_dir[3] = {0.75, 0.75, 1.0};
 #define DSSP 0.25
-
-static void exact(double xi, double eta, double zeta, double u[5])
-{
-    for (int m = 0; m < 5; m++)
-        u[m] = ce[m][0] + xi * (ce[m][1] + xi * (ce[m][4] + xi * (ce[m][7] + xi * ce[m][10]))) +
-               eta * (ce[m][2] + eta * (ce[m][5] + eta * (ce[m][8] + eta * ce[m][11]))) +
-               zeta * (ce[m][3] + zeta * (ce[m][6] + zeta * (ce[m][9] + zeta * ce[m][12])));
-}
 
 /* planes a pipeline stage has finished in the current sweep; sleepers: threads blocked on it
  * in futex_wait (a cache line each, so stages do not share lines) */
@@ -220,7 +206,7 @@ static void box_free(struct lu_box *b)
 /* exact solution at stored point (k, j, i) */
 static void box_exact(const struct lu_box *b, int k, int j, int i, double ue[5])
 {
-    exact(i * b->h[0], (j + b->jbase) * b->h[1], k * b->h[2], ue);
+    cfd_exact(i * b->h[0], (j + b->jbase) * b->h[1], k * b->h[2], ue);
 }
 
 /* boundary values (setbv) and the transfinite interpolation of them inside (setiv) */
@@ -237,16 +223,16 @@ static void box_initial(struct lu_box *b)
                 double *u = b->u + pt(b, k, j, i) * 5;
                 const double x = i * b->h[0];
                 if (i == 0 || i == nx - 1 || gj == 0 || gj == dny - 1 || k == 0 || k == nz - 1) {
-                    exact(x, y, z, u);
+                    cfd_exact(x, y, z, u);
                     continue;
                 }
                 double ex0[5], ex1[5], ey0[5], ey1[5], ez0[5], ez1[5];
-                exact(0.0, y, z, ex0);
-                exact(xr, y, z, ex1);
-                exact(x, 0.0, z, ey0);
-                exact(x, yr, z, ey1);
-                exact(x, y, 0.0, ez0);
-                exact(x, y, zr, ez1);
+                cfd_exact(0.0, y, z, ex0);
+                cfd_exact(xr, y, z, ex1);
+                cfd_exact(x, 0.0, z, ey0);
+                cfd_exact(x, yr, z, ey1);
+                cfd_exact(x, y, 0.0, ez0);
+                cfd_exact(x, y, zr, ez1);
                 const double fx = (double)i / (nx - 1), fy = (double)gj / (dny - 1),
                              fz = (double)k / (nz - 1);
                 for (int m = 0; m < 5; m++) {

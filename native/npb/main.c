@@ -21,6 +21,7 @@
 #define _GNU_SOURCE /* sched_getaffinity */
 #include "classes.h"
 #include "npb.h"
+#include "../common/memavail.h"
 
 #include <ctype.h>
 #include <sched.h>
@@ -129,97 +130,24 @@ static int parse_args(int argc, char **argv, int nranks, struct args *a, char *m
 
 /* ---- memory ------------------------------------------------------------------------- */
 
-static int read_u64_file(const char *path, uint64_t *out)
+/* the message of a node leader that lacks room (memavail.h) */
+static void memory_short(const struct vb_mem_shortage *m, const void *arg)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    char buf[64];
-    int ok = fgets(buf, sizeof buf, f) != NULL;
-    fclose(f);
-    if (!ok || !isdigit((unsigned char)buf[0]))
-        return -1; /* "max" or unreadable: no limit */
-    *out = strtoull(buf, NULL, 10);
-    return 0;
-}
-
-/* bytes this node can still give; what names the source */
-static double available_memory(const char **what)
-{
-    const char *env = getenv("VB_NPB_MEM_AVAILABLE");
-    if (env && *env) {
-        *what = "VB_NPB_MEM_AVAILABLE";
-        return strtod(env, NULL);
-    }
-    double avail = -1;
-    *what = "MemAvailable";
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (f) {
-        char line[256];
-        unsigned long long kb;
-        while (fgets(line, sizeof line, f))
-            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-                avail = (double)kb * 1024.0;
-        fclose(f);
-    }
-    uint64_t lim, used = 0;
-    double cg = -1;
-    if (read_u64_file("/sys/fs/cgroup/memory.max", &lim) == 0) {
-        read_u64_file("/sys/fs/cgroup/memory.current", &used);
-        cg = lim > used ? (double)(lim - used) : 0.0;
-    } else if (read_u64_file("/sys/fs/cgroup/memory/memory.limit_in_bytes", &lim) == 0 &&
-               lim < (1ULL << 60)) {
-        read_u64_file("/sys/fs/cgroup/memory/memory.usage_in_bytes", &used);
-        cg = lim > used ? (double)(lim - used) : 0.0;
-    }
-    if (cg >= 0 && (avail < 0 || cg < avail)) {
-        avail = cg;
-        *what = "cgroup memory limit";
-    }
-    return avail; /* < 0: unknown, do not refuse */
-}
-
-static const char *human(double bytes, char *buf, size_t len)
-{
-    if (bytes >= 1073741824.0)
-        snprintf(buf, len, "%.2f GiB", bytes / 1073741824.0);
-    else
-        snprintf(buf, len, "%.1f MiB", bytes / 1048576.0);
-    return buf;
+    const struct npb_ctx *ctx = ((const void *const *)arg)[0];
+    const struct npb_kernel *k = ((const void *const *)arg)[1];
+    fprintf(stderr,
+            "vb-npb: %s class %c needs about %s on %s (%d rank(s) x %s), "
+            "only %s available (%s); not starting\n",
+            k->name, ctx->cls, m->node_need_h, m->host, m->node_ranks,
+            m->need_h, m->avail_h, m->what);
 }
 
 /* 0 when every node has room for its ranks, else 3 (message printed by a node leader) */
 static int memory_check(const struct npb_ctx *ctx, const struct npb_kernel *k)
 {
     double need = k->mem_per_rank(ctx->cls, ctx->nranks) + 32.0 * 1024 * 1024; /* + runtime */
-    MPI_Comm node;
-    MPI_Comm_split_type(ctx->comm, MPI_COMM_TYPE_SHARED, ctx->rank, MPI_INFO_NULL, &node);
-    int nrank, nsize;
-    MPI_Comm_rank(node, &nrank);
-    MPI_Comm_size(node, &nsize);
-    double node_need = 0;
-    MPI_Reduce(&need, &node_need, 1, MPI_DOUBLE, MPI_SUM, 0, node);
-    int status = 0;
-    if (nrank == 0) {
-        const char *what;
-        double avail = available_memory(&what);
-        if (avail >= 0 && node_need > avail) {
-            char host[256] = "this node";
-            gethostname(host, sizeof host);
-            host[sizeof host - 1] = '\0';
-            char b1[32], b2[32], b3[32];
-            fprintf(stderr,
-                    "vb-npb: %s class %c needs about %s on %s (%d rank(s) x %s), "
-                    "only %s available (%s); not starting\n",
-                    k->name, ctx->cls, human(node_need, b1, sizeof b1), host, nsize,
-                    human(need, b2, sizeof b2), human(avail, b3, sizeof b3), what);
-            status = 3;
-        }
-    }
-    MPI_Comm_free(&node);
-    int any = 0;
-    MPI_Allreduce(&status, &any, 1, MPI_INT, MPI_MAX, ctx->comm);
-    return any;
+    const void *arg[2] = {ctx, k};
+    return vb_memory_check(ctx->comm, need, "VB_NPB_MEM_AVAILABLE", memory_short, arg);
 }
 
 int main(int argc, char **argv)

@@ -1,9 +1,9 @@
 /* Output and error reporting of vb-npb; the format is described in report.h. */
 #include "npb.h"
+#include "../common/jsonout.h"
 
 #include <math.h>
 #include <stdarg.h>
-#include <stdlib.h>
 #include <string.h>
 
 static void set_name(struct npb_check *c, const char *name)
@@ -57,42 +57,12 @@ void npb_add_check_exact(struct npb_result *res, const char *name, double value,
     c->passed = value == reference;
 }
 
-/* shortest %g form that reads back to the same double; null for NaN / infinity */
-static void put_num(FILE *f, double x)
+static void put_check(FILE *f, const struct npb_check *c, int nchecks, int failed)
 {
-    if (!isfinite(x)) {
-        fputs("null", f);
-        return;
-    }
-    char buf[40];
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, x);
-        if (strtod(buf, NULL) == x)
-            break;
-    }
-    fputs(buf, f);
-}
-
-static void put_check(FILE *f, const struct npb_check *c, int with_counts, int n, int failed)
-{
-    fprintf(f, "{\"check\":\"%s\",\"value\":", c->name);
-    put_num(f, c->value);
-    fputs(",\"reference\":", f);
-    put_num(f, c->reference);
-    if (c->is_complex) {
-        fputs(",\"value_im\":", f);
-        put_num(f, c->value_im);
-        fputs(",\"reference_im\":", f);
-        put_num(f, c->reference_im);
-    }
-    fputs(",\"rel_err\":", f);
-    put_num(f, c->rel_err);
-    fputs(",\"epsilon\":", f);
-    put_num(f, c->epsilon);
-    fprintf(f, ",\"passed\":%s", c->passed ? "true" : "false");
-    if (with_counts)
-        fprintf(f, ",\"checks\":%d,\"failed\":%d", n, failed);
-    fputc('}', f);
+    const double im[2] = {c->value_im, c->reference_im};
+    const struct vb_json_check j = {c->name, c->value, c->reference, c->rel_err, c->epsilon,
+                                    c->is_complex ? im : NULL, c->passed};
+    vb_json_check(f, &j, nchecks, failed);
 }
 
 /* is check a worse than check b?  Failed beats passed, then the larger rel_err / epsilon */
@@ -120,14 +90,14 @@ void npb_print_json(FILE *f, const struct npb_ctx *ctx, const char *kernel,
     fprintf(f, "\"time_s\":%.6f,\"mops\":%.3f,\"verified\":%s,\"verify\":", res->time_s,
             res->mops, verified ? "true" : "false");
     if (res->nchecks > 0)
-        put_check(f, &res->checks[worst], 1, res->nchecks, failed);
+        put_check(f, &res->checks[worst], res->nchecks, failed);
     else
         fputs("null", f);
     fputs(",\"checks\":[", f);
     for (int i = 0; i < res->nchecks; i++) {
         if (i)
             fputc(',', f);
-        put_check(f, &res->checks[i], 0, 0, 0);
+        put_check(f, &res->checks[i], 0, 0);
     }
     fprintf(f, "],\"iterations\":%d,\"size\":\"%s\",\"version\":%d}\n", res->iterations,
             res->size, NPB_VERSION);
@@ -138,19 +108,7 @@ _Noreturn void npb_fatal(int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("vb-npb: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, code);
-    exit(code); /* not reached */
+    vb_vfatal("vb-npb", code, fmt, ap);
 }
 
-void *npb_alloc(size_t bytes, const char *what)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p)
-        npb_fatal(3, "out of memory allocating %zu bytes for %s", bytes, what);
-    return p;
-}
+void *npb_alloc(size_t bytes, const char *what) { return vb_alloc("vb-npb", bytes, what); }

@@ -216,14 +216,6 @@ static void sp_lines(const struct cfd_consts *c, const struct sp_dir *D, int n, 
 
 /* ---- the steps of adi ------------------------------------------------------------------- */
 
-struct sp_state {
-    struct cfd_consts c;
-    struct cfd_block b;     /* this rank's z-slab, or the zone */
-    struct cfd_block t;     /* y-slab for the z solves (single zone, P > 1) */
-    struct cfd_slab slab;
-    int transposed;
-};
-
 /* the block-diagonal transform to characteristic variables before the x solve */
 static void sp_txinvr(struct cfd_block *B, const struct cfd_consts *c)
 {
@@ -333,7 +325,7 @@ static void sp_solve(struct cfd_block *B, const struct cfd_consts *cin, int d)
  * way back includes the halo planes, so adding on all stored planes keeps the halos current
  * without a separate exchange (two synchronizations per step).
  */
-static void sp_adi(struct sp_state *s)
+static void sp_adi(struct cfd_state *s)
 {
     struct cfd_block *b = &s->b;
     cfd_compute_rhs(b, &s->c);
@@ -354,16 +346,14 @@ static void sp_adi(struct sp_state *s)
     }
 }
 
-/* ---- single zone -------------------------------------------------------------------------- */
+/* ---- single zone and zones: the driver in cfd.c -------------------------------------------- */
+
+static const struct cfd_solver sp_solver = {"sp", cfd_sp_class, 1, sp_adi,
+                                             {881.174, -4683.91, 11484.5, -19272.4}};
 
 static int sp_check(char cls, int nranks, char *msg, size_t len)
 {
-    const struct cfd_class *k = cfd_sp_class(cls);
-    if (!k) {
-        snprintf(msg, len, "sp has no class %c (use S, W, A, B or C)", cls);
-        return 2;
-    }
-    return cfd_slab_check("sp", cls, k->n, nranks, msg, len);
+    return cfd_check(&sp_solver, cls, nranks, msg, len);
 }
 
 static double sp_mem(char cls, int nranks)
@@ -372,89 +362,7 @@ static double sp_mem(char cls, int nranks)
     return k ? cfd_mem_per_rank(k->n, nranks, 1) : 0.0;
 }
 
-/* --perturb: one interior value of the initial field changes, so the norms must miss
- * (in every stored copy of that point: halos and the y-slab too) */
-static void sp_perturb(struct cfd_block *b)
-{
-    int l[3];
-    for (int d = 0; d < 3; d++) {
-        l[d] = b->gn[d] / 2 - b->org[d];
-        if (l[d] < 0 || l[d] >= b->n[d])
-            return;
-    }
-    b->u[cfd_idx(b, l[0], l[1], l[2]) * 5] *= 1.01;
-}
-
-static void sp_start(struct sp_state *s, int perturb)
-{
-    cfd_initialize(&s->b, &s->c);
-    if (s->transposed)
-        cfd_initialize(&s->t, &s->c);
-    if (perturb) {
-        sp_perturb(&s->b);
-        if (s->transposed)
-            sp_perturb(&s->t);
-    }
-}
-
-static void sp_run(const struct npb_ctx *ctx, struct npb_result *res)
-{
-    const struct cfd_class *k = cfd_sp_class(ctx->cls);
-    const int n = k->n;
-    struct sp_state s;
-    memset(&s, 0, sizeof s);
-    cfd_constants(&s.c, n, n, n, k->dt);
-    cfd_slab_init(&s.slab, ctx->comm, n, n, n);
-    cfd_slab_block(&s.slab, &s.b);
-    cfd_block_alloc(&s.b, 1, 1);
-    s.transposed = ctx->nranks > 1;
-    if (s.transposed) {
-        cfd_slab_tblock(&s.slab, &s.t);
-        cfd_block_alloc(&s.t, 0, 1);
-    }
-    sp_start(&s, 0);
-    cfd_exact_rhs(&s.b, &s.c);
-
-    /* one untimed step touches all code and data, then start again */
-    sp_adi(&s);
-    sp_start(&s, ctx->perturb);
-
-    MPI_Barrier(ctx->comm);
-    double t0 = npb_wtime();
-    for (int it = 0; it < k->niter; it++)
-        sp_adi(&s);
-    double t = npb_wtime() - t0;
-    res->time_s = npb_time_max(ctx->comm, t);
-
-    /* verification: error and residual RMS norms */
-    double sq[10], gsq[10], xce[5], xcr[5];
-    cfd_error_sq(&s.b, &s.c, sq);
-    cfd_compute_rhs(&s.b, &s.c);
-    cfd_rhs_sq(&s.b, sq + 5);
-    MPI_Allreduce(sq, gsq, 10, MPI_DOUBLE, MPI_SUM, ctx->comm);
-    cfd_rms(gsq, n, n, n, xce);
-    cfd_rms(gsq + 5, n, n, n, xcr);
-    static const char *const names[5] = {"rho", "rho_u", "rho_v", "rho_w", "energy"};
-    char name[24];
-    for (int m = 0; m < 5; m++) {
-        snprintf(name, sizeof name, "xcr_%s", names[m]);
-        npb_add_check(res, name, xcr[m] / k->dt, k->xcr[m], CFD_EPSILON);
-    }
-    for (int m = 0; m < 5; m++) {
-        snprintf(name, sizeof name, "xce_%s", names[m]);
-        npb_add_check(res, name, xce[m], k->xce[m], CFD_EPSILON);
-    }
-    double dn = n;
-    double ops = (881.174 * dn * dn * dn - 4683.91 * dn * dn + 11484.5 * dn - 19272.4) * k->niter;
-    res->mops = res->time_s > 0 ? ops / res->time_s / 1e6 : 0.0;
-    res->iterations = k->niter;
-    snprintf(res->size, sizeof res->size, "%dx%dx%d", n, n, n);
-
-    cfd_block_free(&s.b);
-    if (s.transposed)
-        cfd_block_free(&s.t);
-    cfd_slab_free(&s.slab);
-}
+static void sp_run(const struct npb_ctx *ctx, struct npb_result *res) { cfd_run(&sp_solver, ctx, res); }
 
 const struct npb_kernel npb_sp = {"sp", 1, sp_check, sp_mem, sp_run};
 
@@ -463,39 +371,10 @@ const struct npb_kernel npb_sp = {"sp", 1, sp_check, sp_mem, sp_run};
 static int spz_init(struct npb_zone *z, char cls, double dt)
 {
     (void)cls;
-    struct sp_state *s = npb_alloc(sizeof *s, "sp zone");
-    memset(s, 0, sizeof *s);
-    /* NPB-MZ: local zone coordinates with the class's average cell size; the zone's own
-     * faces are the "boundary faces" of the initial field */
-    cfd_constants_zones(&s->c, z->gnx, z->gny, z->gnz, z->x_zones, z->y_zones, dt);
-    cfd_block_zone(&s->b, z->nx, z->ny, z->nz, 0, 0, z->nx, z->ny, z->nz);
-    cfd_block_alloc(&s->b, 1, 1);
-    cfd_initialize(&s->b, &s->c);
-    cfd_exact_rhs(&s->b, &s->c);
-    z->u = s->b.u;
-    z->state = s;
-    return 0;
+    return cfd_zone_init(z, dt, 1);
 }
 
 static void spz_step(struct npb_zone *z) { sp_adi(z->state); }
 
-static void spz_norms(struct npb_zone *z, double rhs_sq[5], double err_sq[5])
-{
-    struct sp_state *s = z->state;
-    cfd_compute_rhs(&s->b, &s->c);
-    cfd_rhs_sq(&s->b, rhs_sq);
-    cfd_error_sq(&s->b, &s->c, err_sq);
-}
-
-static void spz_release(struct npb_zone *z)
-{
-    struct sp_state *s = z->state;
-    if (!s)
-        return;
-    cfd_block_free(&s->b);
-    free(s);
-    z->state = NULL;
-    z->u = NULL;
-}
-
-const struct npb_zone_solver npb_zone_sp = {"sp", spz_init, spz_step, spz_norms, spz_release, NULL};
+const struct npb_zone_solver npb_zone_sp = {"sp", spz_init, spz_step, cfd_zone_norms, cfd_zone_release,
+                                           NULL};

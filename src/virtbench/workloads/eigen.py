@@ -16,7 +16,6 @@ again at run time.
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from typing import Any
 
@@ -34,16 +33,7 @@ MAX_ALLREDUCE = 64 * 1024**3  # vb-eigen's limit
 
 def _bytes(value: Any) -> int:
     """A byte count with an optional binary suffix K, M, G (1M = 2^20), as vb-eigen reads them."""
-    if isinstance(value, bool):
-        raise ValueError
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    m = re.fullmatch(r"\s*(\d+)\s*([kKMG]?)\s*", str(value))
-    if not m:
-        raise ValueError
-    return int(m.group(1)) * {"": 1, "k": 1024, "K": 1024, "M": 1024**2, "G": 1024**3}[m.group(2)]
+    return mpijob.suffixed_int(value, {"": 1, "k": 1024, "K": 1024, "M": 1024**2, "G": 1024**3})
 
 
 _bytes.__name__ = "byte count"
@@ -121,10 +111,7 @@ class Eigen(Workload):
         return {"node": params["instances"]}
 
     def timeout(self, params: dict[str, Any]) -> float:
-        cores = min(params["ranks"] * params["threads"], mpijob.machine_cores())
-        over = max(1.0, params["ranks"] * params["threads"] / mpijob.machine_cores())
-        scale = points(params) / 32
-        return CLASS_SECONDS[params["class"]] * scale * over * max(1.0, 4 / math.sqrt(cores)) + 60
+        return mpijob.scaled_timeout(params, CLASS_SECONDS[params["class"]] * points(params) / 32)
 
     def execute(self, instances, params: dict[str, Any], ctx: RunContext) -> str:
         cl = mpijob.get_cluster(instances, params)
@@ -139,36 +126,17 @@ class Eigen(Workload):
         return {"duplicated_fraction_median": statistics.median(f)} if f else {}
 
     def parse(self, raw: str, params: dict[str, Any]) -> list[Sample]:
-        records, harness = mpijob.read_output(raw)
-        recs = [r for r in records if r.get("kernel") == "eigen"]
-        if len(recs) != 1:
-            raise ValueError(f"expected one JSON record from vb-eigen, got {len(recs)}")
-        rec = recs[0]
-        missing = {"class", "ranks", "threads", "time_s", "mops", "solves_per_s", "verified", "allreduce_bytes",
-                   "allreduce_s", "duplicated_fraction"} - set(rec)
-        if missing:
-            raise ValueError(f"vb-eigen record lacks {', '.join(sorted(missing))}")
-        want = (params["class"], params["ranks"], params["threads"], reduced_bytes(params))
-        got = (rec["class"], rec["ranks"], rec["threads"], rec["allreduce_bytes"])
-        if got != want:
-            raise ValueError(f"vb-eigen ran class/ranks/threads/allreduce_bytes {got}, expected {want}")
-        if not isinstance(rec["verified"], bool):
-            raise ValueError(f"vb-eigen 'verified' is {rec['verified']!r}, not true or false")
-        meta = mpijob.harness_metadata(harness)
-        verify = rec.get("verify") or {}
-        meta.update(verified=rec["verified"], verify=verify, code_version=rec.get("version"),
-                    **{k: rec.get(k) for k in (
-                        "duplicated_fraction", "ideal_efficiency", "allreduce_bytes", "moments_bytes", "allreduce_s",
-                        "wait_s", "solve_s", "dense_s", "duplicated_s", "setup_s", "solve_imbalance", "iterations",
-                        "size", "n", "points", "systems", "block", "moments", "subspace", "thread_mode", "interval",
-                        "expected", "found", "rejected", "max_multiplicity")})
-        if not rec["verified"]:
-            failed = [c for c in rec.get("checks") or [verify] if c and not c.get("passed", False)] or [verify]
-            what = "; ".join(f"{c.get('check')} = {c.get('value')!r}, reference {c.get('reference')!r}, "
-                             f"relative error {c.get('rel_err') if c.get('rel_err') is not None else float('inf'):.3g}"
-                             f" > {c.get('epsilon')}" for c in failed[:3])
-            meta["warnings"] = [f"verification FAILED ({what}): the eigenvalues are wrong, the time means nothing",
-                                *meta["warnings"]]
+        rec, meta = mpijob.verified_record(
+            raw, "vb-eigen", lambda r: r.get("kernel") == "eigen",
+            {"time_s", "mops", "solves_per_s", "allreduce_s", "duplicated_fraction"},
+            {"class": params["class"], "ranks": params["ranks"], "threads": params["threads"],
+             "allreduce_bytes": reduced_bytes(params)})
+        meta.update({k: rec.get(k) for k in (
+            "duplicated_fraction", "ideal_efficiency", "allreduce_bytes", "moments_bytes", "allreduce_s",
+            "wait_s", "solve_s", "dense_s", "duplicated_s", "setup_s", "solve_imbalance", "iterations",
+            "size", "n", "points", "systems", "block", "moments", "subspace", "thread_mode", "interval",
+            "expected", "found", "rejected", "max_multiplicity")})
+        mpijob.warn_unverified(rec, meta, "the eigenvalues are wrong, the time means nothing")
         samples = [Sample("time", rec["time_s"], "s", False, dict(meta)),
                    Sample("solves_per_s", rec["solves_per_s"], "solves/s", True, dict(meta)),
                    Sample("mops", rec["mops"], "Mop/s", True, dict(meta))]

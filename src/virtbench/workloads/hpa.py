@@ -17,7 +17,6 @@ import functools
 import json
 import math
 import os
-import re
 import secrets
 import shutil
 import statistics
@@ -36,19 +35,7 @@ BATCH = 65536  # vb-hpa's default --batch: subsets queued per destination before
 
 def _count(value: Any) -> int:
     """A count with an optional decimal suffix k, M, G (1M = 1,000,000), as vb-questgen reads them."""
-    if isinstance(value, bool):
-        raise ValueError
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKMG]?)\s*", str(value))
-    if not m:
-        raise ValueError
-    n = float(m.group(1)) * {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}[m.group(2)]
-    if not n.is_integer():
-        raise ValueError
-    return int(n)
+    return mpijob.suffixed_int(value, {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}, decimals=True)
 
 
 _count.__name__ = "count"

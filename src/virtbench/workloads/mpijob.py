@@ -9,7 +9,9 @@ stored raw output explains itself.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from typing import Any
 
 from .. import cluster
@@ -39,6 +41,25 @@ def cluster_params(ranks: Any = 1, instances: Any = 1) -> tuple[Param, ...]:
 TOTAL_VCPUS = Param("total_vcpus", int, 0, "constant-total-cores comparison: run only where instances x vCPUs "
                     "per instance equals this (skipped elsewhere); 0 = run everywhere", min=0, max=4096)
 THREADS = Param("threads", int, 1, "OpenMP threads per rank (hybrid MPI + OpenMP)", min=1, max=256)
+
+
+def suffixed_int(value: Any, units: dict[str, int | float], decimals: bool = False) -> int:
+    """A whole number with an optional unit suffix from `units` ({"": 1, "K": 1024, ...}), as the
+    MPI tools read their options; `decimals` allows "1.5M" when it comes out whole.  ValueError else."""
+    if isinstance(value, bool):
+        raise ValueError
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    number = r"\d+(?:\.\d+)?" if decimals else r"\d+"
+    m = re.fullmatch(rf"\s*({number})\s*([{''.join(u for u in units if u)}]?)\s*", str(value))
+    if not m:
+        raise ValueError
+    n = float(m.group(1)) * units[m.group(2)] if decimals else int(m.group(1)) * units[m.group(2)]
+    if isinstance(n, float) and not n.is_integer():
+        raise ValueError
+    return int(n)
 
 
 def machine_cores() -> int:
@@ -157,6 +178,49 @@ def read_output(raw: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         else:
             records.append(rec)
     return records, harness
+
+
+def verified_record(raw: str, tool: str, select, required: set[str],
+                    want: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A verifying kernel's one JSON record (the one `select` accepts) and its sample metadata:
+    ValueError unless it has the `required` keys, ran what `want` asked for and says true or false
+    in "verified"; the metadata carries the harness record, "verified", "verify" and the code's version."""
+    records, harness = read_output(raw)
+    recs = [r for r in records if select(r)]
+    if len(recs) != 1:
+        raise ValueError(f"expected one JSON record from {tool}, got {len(recs)}")
+    rec = recs[0]
+    missing = (required | set(want) | {"verified"}) - set(rec)
+    if missing:
+        raise ValueError(f"{tool} record lacks {', '.join(sorted(missing))}")
+    got = tuple(rec[k] for k in want)
+    if got != tuple(want.values()):
+        raise ValueError(f"{tool} ran {'/'.join(want)} {got}, expected {tuple(want.values())}")
+    if not isinstance(rec["verified"], bool):
+        raise ValueError(f"{tool} 'verified' is {rec['verified']!r}, not true or false")
+    meta = harness_metadata(harness)
+    meta.update(verified=rec["verified"], verify=rec.get("verify") or {}, code_version=rec.get("version"))
+    return rec, meta
+
+
+def warn_unverified(rec: dict[str, Any], meta: dict[str, Any], consequence: str) -> None:
+    """A failed verification leads the warnings: the first failed checks, then `consequence`."""
+    if rec["verified"]:
+        return
+    verify = rec.get("verify") or {}
+    failed = [c for c in rec.get("checks") or [verify] if c and not c.get("passed", False)] or [verify]
+    what = "; ".join(f"{c.get('check')} = {c.get('value')!r}, reference {c.get('reference')!r}, "
+                     f"relative error {c.get('rel_err') if c.get('rel_err') is not None else float('inf'):.3g}"
+                     f" > {c.get('epsilon')}" for c in failed[:3])
+    meta["warnings"] = [f"verification FAILED ({what}): {consequence}", *meta["warnings"]]
+
+
+def scaled_timeout(params: dict[str, Any], seconds: float) -> float:
+    """Seconds a repetition may take: `seconds` on one core of a slow machine, stretched when ranks
+    x threads exceed the cores and shrunk (at most 4x) by the square root of the cores used."""
+    cores = min(params["ranks"] * params["threads"], machine_cores())
+    over = max(1.0, params["ranks"] * params["threads"] / machine_cores())
+    return seconds * over * max(1.0, 4 / math.sqrt(cores)) + 60
 
 
 def harness_metadata(harness: dict[str, Any]) -> dict[str, Any]:

@@ -143,9 +143,7 @@ class NPB(Workload):
         return {"node": params["instances"]}
 
     def timeout(self, params: dict[str, Any]) -> float:
-        cores = min(params["ranks"] * params["threads"], mpijob.machine_cores())
-        over = max(1.0, params["ranks"] * params["threads"] / mpijob.machine_cores())
-        return CLASS_SECONDS[params["class"]] * over * max(1.0, 4 / math.sqrt(cores)) + 60
+        return mpijob.scaled_timeout(params, CLASS_SECONDS[params["class"]])
 
     def execute(self, instances, params: dict[str, Any], ctx: RunContext) -> str:
         cl = mpijob.get_cluster(instances, params)
@@ -153,30 +151,11 @@ class NPB(Workload):
         return mpijob.run(cl, argv, params, ctx, "vb-npb", threads=params["threads"])
 
     def parse(self, raw: str, params: dict[str, Any]) -> list[Sample]:
-        records, harness = mpijob.read_output(raw)
-        recs = [r for r in records if "kernel" in r]
-        if len(recs) != 1:
-            raise ValueError(f"expected one JSON record from vb-npb, got {len(recs)}")
-        rec = recs[0]
-        missing = {"kernel", "class", "ranks", "threads", "time_s", "mops", "verified"} - set(rec)
-        if missing:
-            raise ValueError(f"vb-npb record lacks {', '.join(sorted(missing))}")
-        want = (params["kernel"], params["class"], params["ranks"], params["threads"])
-        got = (rec["kernel"], rec["class"], rec["ranks"], rec["threads"])
-        if got != want:
-            raise ValueError(f"vb-npb ran kernel/class/ranks/threads {got}, expected {want}")
-        if not isinstance(rec["verified"], bool):
-            raise ValueError(f"vb-npb 'verified' is {rec['verified']!r}, not true or false")
-        meta = mpijob.harness_metadata(harness)
-        verify = rec.get("verify") or {}
-        meta.update(verified=rec["verified"], verify=verify, size=rec.get("size"), iterations=rec.get("iterations"),
-                    code_version=rec.get("version"))
-        if not rec["verified"]:
-            failed = [c for c in rec.get("checks") or [verify] if c and not c.get("passed", False)] or [verify]
-            what = "; ".join(f"{c.get('check')} = {c.get('value')!r}, reference {c.get('reference')!r}, "
-                             f"relative error {c.get('rel_err', float('nan')):.3g} > {c.get('epsilon')}"
-                             for c in failed[:3])
-            meta["warnings"] = [f"verification FAILED ({what}): the result is wrong, its time means nothing",
-                                *meta["warnings"]]
+        rec, meta = mpijob.verified_record(
+            raw, "vb-npb", lambda r: "kernel" in r, {"time_s", "mops"},
+            {"kernel": params["kernel"], "class": params["class"], "ranks": params["ranks"],
+             "threads": params["threads"]})
+        meta.update(size=rec.get("size"), iterations=rec.get("iterations"))
+        mpijob.warn_unverified(rec, meta, "the result is wrong, its time means nothing")
         return [Sample("mops", rec["mops"], "Mop/s", True, dict(meta)),
                 Sample("time", rec["time_s"], "s", False, dict(meta))]
