@@ -47,6 +47,17 @@ def _cmd(pid: int) -> str:
         return ""
 
 
+def _runs_helper(pid: int) -> bool:
+    """A helper program is one of the process's arguments (itself, or under a wrapper such as unshare or
+    ip netns exec), by its file name: a VM whose QEMU arguments mention socat is not a socat."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    names = {os.path.basename(a.decode(errors="replace")) for a in args if a}
+    return bool(names & set(HELPERS))
+
+
 def snapshot(pid: int | None = None) -> dict[str, list[str]]:
     """Everything of process `pid` (default: this one) that conditions create, by kind."""
     pid = pid or os.getpid()
@@ -58,7 +69,7 @@ def snapshot(pid: int | None = None) -> dict[str, list[str]]:
     text = _out(["losetup", "--list", "--json", "--output", "NAME,BACK-FILE"])
     if text.strip():
         loops = [d["name"] for d in json.loads(text).get("loopdevices", []) if tag in (d.get("back-file") or "")]
-    helpers = [f"{p} {_cmd(p)}" for p in _descendants(pid) if any(h in _cmd(p) for h in HELPERS)]
+    helpers = [f"{p} {_cmd(p)}" for p in _descendants(pid) if _runs_helper(p)]
     volumes = []
     if shutil.which("podman"):
         volumes = [v for v in _out(["podman", "volume", "ls", "--format", "{{.Name}}"]).split()
