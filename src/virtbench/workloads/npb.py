@@ -111,7 +111,7 @@ class NPB(Workload):
     description = ("NAS Parallel Benchmarks (kernels EP, CG, MG, FT, IS; pseudo-applications LU, SP, BT; multi-zone "
                    "SP-MZ, BT-MZ, LU-MZ; classes S-B) with MPI (+ OpenMP), verified")
     params = (
-        Param("kernel", str, list(KERNELS), "NPB kernel", choices=KERNELS),
+        Param("kernel", str, list(KERNELS), "NPB benchmark (kernel, pseudo-application or multi-zone code)", choices=KERNELS),
         Param("class", str, "S", "problem class", choices=CLASSES),
         *mpijob.cluster_params(ranks=1, instances=1),
         mpijob.THREADS,
