@@ -89,6 +89,9 @@ _Noreturn void vb_die(int status, const char *fmt, ...)
 int vb_write_all(int fd, const void *buf, size_t len);
 int vb_read_all(int fd, void *buf, size_t len);   /* 1 ok, 0 EOF, -1 error */
 
+/* pin.c: pin this copy (and what it forks later) to the copy's own CPU. */
+void vb_pin_copy(const vb_ctx *ctx, const char *test);
+
 /* ---- parent-side pieces, one file each ---- */
 
 /* signals.c: SIGINT/SIGTERM only set a flag; the parent polls it, kills its

@@ -3,7 +3,6 @@
 #include "kernels.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -54,35 +53,15 @@ static _Noreturn void partner(int in, int out)
     }
 }
 
-/* Both processes of a copy share one CPU (copy i: the i-th allowed CPU, wrapping), so every
- * round trip is two context switches on that CPU. Left to the scheduler, the pair lands on one
- * CPU or on two from run to run, and the rate differs by 10-20x between the two (measured on a
- * 2-vCPU VM: ~525k lps on one CPU, 24k-90k split): a bimodal figure that says where the
- * scheduler put the pair, not what a switch costs. The partner inherits the affinity. */
-static void pin_pair(const vb_ctx *ctx)
-{
-    cpu_set_t allowed, one;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
-        goto unpinned;
-    int n = CPU_COUNT(&allowed), want = ctx->index % (n > 0 ? n : 1), seen = 0;
-    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-        if (!CPU_ISSET(cpu, &allowed) || seen++ != want)
-            continue;
-        CPU_ZERO(&one);
-        CPU_SET(cpu, &one);
-        if (sched_setaffinity(0, sizeof one, &one) == 0)
-            return;
-        break;
-    }
-unpinned:
-    fprintf(stderr, "vb-system: context copy %d: cannot pin to one CPU (%s); placement is left to the "
-                    "scheduler, expect a bimodal rate\n", ctx->index, strerror(errno));
-}
-
+/* Both processes of a copy share one CPU (vb_pin_copy), so every round trip is two context
+ * switches on that CPU. Left to the scheduler, the pair lands on one CPU or on two from run to
+ * run, and the rate differs by 10-20x between the two (measured on a 2-vCPU VM: ~525k lps on one
+ * CPU, 24k-90k split): a bimodal figure that says where the scheduler put the pair, not what a
+ * switch costs. The partner inherits the affinity. */
 void vb_context_run(vb_ctx *ctx, vb_result *out)
 {
     int to[2], back[2];
-    pin_pair(ctx);
+    vb_pin_copy(ctx, "context");
     if (pipe(to) != 0 || pipe(back) != 0)
         vb_fail_errno(ctx, "pipe");
     pid_t pid = fork();

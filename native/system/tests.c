@@ -22,7 +22,7 @@ const vb_test vb_tests[] = {
       1.0, 0, 0, NULL, vb_pipe_run },
     { "context", "lps", "two processes on one CPU pass an incrementing integer over two pipes",
       1.0, 0, 0, NULL, vb_context_run },
-    { "spawn", "lps", "fork() a child that exits at once, then wait for it",
+    { "spawn", "lps", "fork() a child that exits at once, then wait for it (both on one CPU)",
       1.0, 0, 0, NULL, vb_spawn_run },
     { "shell1", "lpm", "one /bin/sh text-processing script (sort, od, grep, tee, wc, tr, uniq)",
       60.0, 1, 0, vb_shell_setup, vb_shell1_run },
