@@ -69,7 +69,8 @@ def one_run(db: Path, duration: float, max_n: int, copies: list[str], envs: list
         out.append({"duration": duration, "n": n, "seconds": seconds, "worst": worst,
                     "median_width": sorted(widths.values())[len(widths) // 2],
                     "met": sum(w <= TARGET for w in widths.values()), "cells": len(widths),
-                    "worst_cell": max(widths, key=widths.get)})
+                    "worst_cell": max(widths, key=widths.get),
+                    "over": {k: w for k, w in sorted(widths.items(), key=lambda kv: -kv[1]) if w > TARGET}})
     return {"duration": duration, "wall": wall, "rows": out}
 
 
@@ -94,6 +95,9 @@ def main() -> int:
             for r in res["rows"]:
                 print(f"  {r['n']:>3} {r['seconds'] / 60:>8.1f} {r['worst'] * 100:>16.2f}% {r['median_width'] * 100:>7.2f}% "
                       f"{r['met']:>4}/{r['cells']:<3}  {r['worst_cell']}")
+            last = res["rows"][-1]
+            print(f"  over 2 % at n={last['n']}: " +
+                  (", ".join(f"{k} {w * 100:.1f}%" for k, w in last["over"].items()) or "none"))
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
     rows = [r for res in results for r in res["rows"]]
     ok = [r for r in rows if r["met"] == r["cells"] and r["seconds"] <= LIMIT_S]
