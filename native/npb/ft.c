@@ -14,8 +14,11 @@
  *
  * FFTs: own radix-2 Stockham (self-sorting, out of place) on batches of lines copied
  * into a contiguous [n][batch] buffer.  Decomposition: z-slabs in physical space,
- * y-slabs in frequency space; one MPI_Alltoall transposes between them.  Rank count:
- * a power of two no larger than ny and nz.
+ * y-slabs in frequency space; one MPI_Alltoall transposes between them.  On one rank
+ * there is nothing to transpose: the z lines are transformed where they lie (stride
+ * nx ny) and frequency space keeps the physical layout, as the reference's 0-D layout
+ * does (the transposes cost a quarter of the 1-rank time).  Rank count: a power of
+ * two no larger than ny and nz.
  *
  * Operation count (NPB's Mop/s), N = nx ny nz, ln = natural logarithm:
  *   N * (14.8157 + 7.19641 ln N + (5.23518 + 7.21113 ln N) * niter)
@@ -58,8 +61,9 @@ static double ft_mem(char cls, int nranks)
 {
     const struct ft_class *p = ft_class_get(cls);
     double pts = (double)p->nx * p->ny * p->nz / nranks;
-    /* state, work, send and receive buffers (complex), evolution factors (real) */
-    return pts * (4 * 16.0 + 8.0) * 1.03 + 8.0 * 1024 * 1024;
+    /* state, work, send and receive buffers (complex; no transposes on one rank),
+     * evolution factors (real) */
+    return pts * ((nranks > 1 ? 4 : 2) * 16.0 + 8.0) * 1.03 + 8.0 * 1024 * 1024;
 }
 
 struct plan {
@@ -79,9 +83,11 @@ static void plan_init(struct plan *pl, int n)
 }
 
 /*
- * DFT of B interleaved lines laid out as x[n][B] (complex), sign -1: forward
- * (exp(-2 pi i jk/n)), +1: inverse (unnormalised).  y is scratch of the same size.
- * Returns the buffer holding the result (x or y).
+ * DFT of B interleaved lines laid out as x[n][2][B]: for each element index k, the
+ * B real parts, then the B imaginary parts, so that the butterflies run over unit-
+ * stride vectors of B (split re/im vectorizes; interleaved complex did not at -O2).
+ * sign -1: forward (exp(-2 pi i jk/n)), +1: inverse (unnormalised).  y is scratch of
+ * the same size.  Returns the buffer holding the result (x or y).
  */
 static double *fft_batch(const struct plan *pl, int sign, double *x, double *y, int B)
 {
@@ -98,13 +104,14 @@ static double *fft_batch(const struct plan *pl, int sign, double *x, double *y, 
                 const double *b = src + row * (q + (long)s * (p + m));
                 double *o0 = dst + row * (q + (long)s * 2 * p);
                 double *o1 = dst + row * (q + (long)s * (2 * p + 1));
+#pragma omp simd
                 for (int t = 0; t < B; t++) {
-                    double ar = a[2 * t], ai = a[2 * t + 1], br = b[2 * t], bi = b[2 * t + 1];
-                    o0[2 * t] = ar + br;
-                    o0[2 * t + 1] = ai + bi;
+                    double ar = a[t], ai = a[B + t], br = b[t], bi = b[B + t];
+                    o0[t] = ar + br;
+                    o0[B + t] = ai + bi;
                     double dr = ar - br, di = ai - bi;
-                    o1[2 * t] = dr * wr - di * wi;
-                    o1[2 * t + 1] = dr * wi + di * wr;
+                    o1[t] = dr * wr - di * wi;
+                    o1[B + t] = dr * wi + di * wr;
                 }
             }
         }
@@ -129,9 +136,10 @@ struct ft {
 /*
  * 1-D DFTs along one dimension of many lines: nplanes planes plane_dist apart, each
  * with nlines lines line_dist apart, elements elem_stride apart (complex units).
+ * Lines are read from data and written to out at the same offsets (out may be data).
  */
-static void fft_dim(struct ft *f, const struct plan *pl, int sign, double *data, int nplanes,
-                    long plane_dist, int nlines, long line_dist, long elem_stride)
+static void fft_dim(struct ft *f, const struct plan *pl, int sign, const double *data, double *out,
+                    int nplanes, long plane_dist, int nlines, long line_dist, long elem_stride)
 {
     const int n = pl->n;
     const int nblk = (nlines + FT_BATCH - 1) / FT_BATCH;
@@ -146,22 +154,24 @@ static void fft_dim(struct ft *f, const struct plan *pl, int sign, double *data,
         long pl_i = it / nblk;
         int l0 = (int)(it % nblk) * FT_BATCH;
         int B = nlines - l0 < FT_BATCH ? nlines - l0 : FT_BATCH;
-        double *base = data + 2 * (pl_i * plane_dist + (long)l0 * line_dist);
+        const long off = 2 * (pl_i * plane_dist + (long)l0 * line_dist);
+        const double *base = data + off;
+        double *obase = out + off;
         for (int k = 0; k < n; k++) {
             double *o = buf + 2L * k * B;
             const double *s = base + 2 * k * elem_stride;
             for (int b = 0; b < B; b++) {
-                o[2 * b] = s[2 * b * line_dist];
-                o[2 * b + 1] = s[2 * b * line_dist + 1];
+                o[b] = s[2 * b * line_dist];
+                o[B + b] = s[2 * b * line_dist + 1];
             }
         }
         double *r = fft_batch(pl, sign, buf, buf2, B);
         for (int k = 0; k < n; k++) {
             const double *o = r + 2L * k * B;
-            double *s = base + 2 * k * elem_stride;
+            double *s = obase + 2 * k * elem_stride;
             for (int b = 0; b < B; b++) {
-                s[2 * b * line_dist] = o[2 * b];
-                s[2 * b * line_dist + 1] = o[2 * b + 1];
+                s[2 * b * line_dist] = o[b];
+                s[2 * b * line_dist + 1] = o[B + b];
             }
         }
     }
@@ -208,24 +218,32 @@ static void transpose_yz(struct ft *f, const double *b, double *a, double *sbuf,
                        rbuf + 2 * (s * blk + ((long)yl * nzl + zl) * nx), rowb);
 }
 
-/* physical (z-slab) -> frequency (y-slab); a is overwritten */
+/* physical (z-slab) -> frequency (y-slab; on one rank the physical layout); a is overwritten */
 static void fft3_forward(struct ft *f, double *a, double *b, double *sbuf, double *rbuf)
 {
     const long plane = (long)f->nx * f->ny;
-    fft_dim(f, &f->px, -1, a, f->nzl, plane, f->ny, f->nx, 1);
-    fft_dim(f, &f->py, -1, a, f->nzl, plane, f->nx, 1, f->nx);
+    fft_dim(f, &f->px, -1, a, a, f->nzl, plane, f->ny, f->nx, 1);
+    fft_dim(f, &f->py, -1, a, a, f->nzl, plane, f->nx, 1, f->nx);
+    if (f->nranks == 1) {
+        fft_dim(f, &f->pz, -1, a, b, 1, 0, (int)plane, 1, plane);
+        return;
+    }
     transpose_zy(f, a, b, sbuf, rbuf);
-    fft_dim(f, &f->pz, -1, b, f->nyl, (long)f->nz * f->nx, f->nx, 1, f->nx);
+    fft_dim(f, &f->pz, -1, b, b, f->nyl, (long)f->nz * f->nx, f->nx, 1, f->nx);
 }
 
-/* frequency (y-slab) -> physical (z-slab), unnormalised; b is overwritten */
+/* frequency -> physical (z-slab), unnormalised; b is overwritten (a may be b) */
 static void fft3_inverse(struct ft *f, double *b, double *a, double *sbuf, double *rbuf)
 {
     const long plane = (long)f->nx * f->ny;
-    fft_dim(f, &f->pz, 1, b, f->nyl, (long)f->nz * f->nx, f->nx, 1, f->nx);
-    transpose_yz(f, b, a, sbuf, rbuf);
-    fft_dim(f, &f->py, 1, a, f->nzl, plane, f->nx, 1, f->nx);
-    fft_dim(f, &f->px, 1, a, f->nzl, plane, f->ny, f->nx, 1);
+    if (f->nranks == 1) {
+        fft_dim(f, &f->pz, 1, b, a, 1, 0, (int)plane, 1, plane);
+    } else {
+        fft_dim(f, &f->pz, 1, b, b, f->nyl, (long)f->nz * f->nx, f->nx, 1, f->nx);
+        transpose_yz(f, b, a, sbuf, rbuf);
+    }
+    fft_dim(f, &f->py, 1, a, a, f->nzl, plane, f->nx, 1, f->nx);
+    fft_dim(f, &f->px, 1, a, a, f->nzl, plane, f->ny, f->nx, 1);
 }
 
 static void initial_conditions(struct ft *f, double *a)
@@ -270,8 +288,9 @@ static void ft_run(const struct npb_ctx *ctx, struct npb_result *res)
     const size_t bytes = sizeof(double) * 2 * (size_t)f.npts;
     double *u0 = npb_alloc(bytes, "ft state");   /* frequency layout */
     double *u1 = npb_alloc(bytes, "ft work");    /* physical / frequency work */
-    double *sbuf = npb_alloc(bytes, "ft send");
-    double *rbuf = npb_alloc(bytes, "ft receive");
+    /* the transposes' buffers; one rank has no transposes */
+    double *sbuf = f.nranks > 1 ? npb_alloc(bytes, "ft send") : NULL;
+    double *rbuf = f.nranks > 1 ? npb_alloc(bytes, "ft receive") : NULL;
     double *ex = npb_alloc(sizeof(double) * (size_t)f.npts, "ft factors");
 
     const double alpha = FT_ALPHA * (ctx->perturb ? 1.01 : 1.0);
@@ -282,12 +301,14 @@ static void ft_run(const struct npb_ctx *ctx, struct npb_result *res)
     for (int pass = 0; pass < 2; pass++) { /* pass 0: untimed warm-up */
         MPI_Barrier(ctx->comm);
         double t0 = npb_wtime();
-        /* evolution factors exp(-4 alpha pi^2 |k|^2) in the frequency layout */
+        /* evolution factors exp(-4 alpha pi^2 |k|^2) in the frequency layout:
+         * [y_local][z][x], or [z][y][x] on one rank */
+        const int local = f.nranks == 1;
 #pragma omp parallel for collapse(2)
         for (int yl = 0; yl < f.nyl; yl++)
             for (int z = 0; z < f.nz; z++) {
                 int jj = wrap(f.y0 + yl, f.ny), kk = wrap(z, f.nz);
-                double *e = ex + ((long)yl * f.nz + z) * f.nx;
+                double *e = ex + (local ? (long)z * f.ny + yl : (long)yl * f.nz + z) * f.nx;
                 for (int x = 0; x < f.nx; x++) {
                     int ii = wrap(x, f.nx);
                     e[x] = exp(ap * (double)(ii * ii + jj * jj + kk * kk));

@@ -80,7 +80,7 @@ def mem_per_rank(kernel: str, cls: str, ranks: int) -> float:
         need = (n + 2) ** 2 * (n / ranks + 2) * 8 * (3 + 2 / 7 * 1.3) + MB
     elif kernel == "ft":
         nx, ny, nz = FT_N[cls]
-        need = nx * ny * nz / ranks * (4 * 16 + 8) + 4 * MB
+        need = nx * ny * nz / ranks * ((4 if ranks > 1 else 2) * 16 + 8) + 4 * MB  # one rank: no transposes
     elif kernel == "lu":
         n = APP_N["lu"][cls]
         need = n * n * (math.ceil(n / ranks) + 4) * 136
