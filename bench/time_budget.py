@@ -9,7 +9,9 @@ interleaved repetitions (and 1 warm-up), as the runner makes it. Then, for every
 fewest that give a 95 % interval of a median) to --max-n, the first n rounds are taken as if the run
 had stopped there: per-test CI half-widths (order statistics, as the tables print them) and the
 wall time those rounds took (provisioning and warm-up included, pro rata). The cheapest
-(duration, n) meeting the target is the default to choose.
+(duration, n) meeting the target is the default to choose. The "adaptive" line replays the
+runner's own rule on the same rounds (suites/quick.toml: ci_target = 0.02): each cell stops at the
+first n within 2 %, so quiet cells cost 6 rounds and noisy ones take the rest, up to --max-n.
 
     python bench/time_budget.py [--durations 0.25,0.5,1,2] [--max-n 12] [--copies 1,vcpus]
                                 [--envs host,container] [--tests all] [--json FILE]
@@ -55,8 +57,11 @@ def one_run(db: Path, duration: float, max_n: int, copies: list[str], envs: list
         if s["metric"] in TESTS:
             values[(s["metric"], json.loads(s["params_json"])["copies"], s["environment"])][s["repetition"]] = s["value"]
     by_rep = defaultdict(float)  # attempt seconds of each repetition round (-1: warm-up)
+    cell_rep: dict[tuple, dict[int, float]] = defaultdict(dict)  # attempt seconds per cell and round
     for a in attempts:
         by_rep[a["repetition"]] += a["ended_at"] - a["started_at"]
+        p = json.loads(a["params_json"])
+        cell_rep[(p["test"], p["copies"], a["environment"])][a["repetition"]] = a["ended_at"] - a["started_at"]
     fixed = wall - measured  # provisioning, teardown, the runner's own work
     out = []
     for n in range(stats.min_repetitions(), max_n + 1):
@@ -71,7 +76,24 @@ def one_run(db: Path, duration: float, max_n: int, copies: list[str], envs: list
                     "met": sum(w <= TARGET for w in widths.values()), "cells": len(widths),
                     "worst_cell": max(widths, key=widths.get),
                     "over": {k: w for k, w in sorted(widths.items(), key=lambda kv: -kv[1]) if w > TARGET}})
-    return {"duration": duration, "wall": wall, "rows": out}
+    return {"duration": duration, "wall": wall, "rows": out,
+            "adaptive": adaptive(values, cell_rep, fixed + by_rep[-1], max_n)}
+
+
+def adaptive(values: dict, cell_rep: dict, overhead: float, max_n: int) -> dict:
+    """What the runner's own rule (ci_target) would have done with these rounds: each cell stops at
+    the first n >= min_repetitions whose half-width is within the target, else at max_n; its time
+    is the attempts it took (with the fixed costs and the warm-up round of every cell)."""
+    widths, stops, seconds = {}, {}, overhead
+    for key, reps in values.items():
+        first = [reps[r] for r in sorted(reps)]
+        n = next((k for k in range(stats.min_repetitions(), len(first) + 1)
+                  if stats.relative_ci_halfwidth(first[:k]) <= TARGET), len(first))
+        widths["/".join(key)], stops["/".join(key)] = stats.relative_ci_halfwidth(first[:n]), n
+        seconds += sum(t for r, t in cell_rep[key].items() if 0 <= r < n)
+    return {"seconds": seconds, "met": sum(w <= TARGET for w in widths.values()), "cells": len(widths),
+            "worst": max(widths.values()), "worst_cell": max(widths, key=widths.get), "max_n": max_n,
+            "stops": stops, "over": {k: w for k, w in widths.items() if w > TARGET}}
 
 
 def main() -> int:
@@ -95,6 +117,10 @@ def main() -> int:
             for r in res["rows"]:
                 print(f"  {r['n']:>3} {r['seconds'] / 60:>8.1f} {r['worst'] * 100:>16.2f}% {r['median_width'] * 100:>7.2f}% "
                       f"{r['met']:>4}/{r['cells']:<3}  {r['worst_cell']}")
+            a = res["adaptive"]
+            print(f"  adaptive (stop each cell once within 2 %, at most {a['max_n']}): {a['seconds'] / 60:.1f} min, "
+                  f"{a['met']}/{a['cells']} cells <= 2 %, worst {a['worst'] * 100:.2f}% ({a['worst_cell']}), "
+                  f"median stop n={sorted(a['stops'].values())[len(a['stops']) // 2]}")
             last = res["rows"][-1]
             print(f"  over 2 % at n={last['n']}: " +
                   (", ".join(f"{k} {w * 100:.1f}%" for k, w in last["over"].items()) or "none"))
