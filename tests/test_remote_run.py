@@ -176,3 +176,59 @@ def test_ctrl_c_leaves_nothing_on_any_host(testbed2, tmp_path, guest_image):
     # The multiplexed master connections were closed too: no ssh client of ours is left here.
     assert _masters() - before == set()
     assert _containers_on(testbed2, "vbtsh2") == []
+
+
+class _Notes(Events):
+    def __init__(self):
+        self.notes: list[str] = []
+
+    def note(self, message):
+        self.notes.append(message)
+
+
+def test_next_run_removes_what_a_sigkilled_run_left_on_a_host(testbed2, tmp_path):
+    """A run killed outright cannot tear down: its kernel runs on and its scratch directory stays
+    on the host. The next run from this machine that uses the host kills and removes both, and says
+    so; a directory another controller made there is left alone."""
+    pool = Pool(inventory_mod.load(testbed2))
+    m = pool.get("vbtsh1")
+    from virtbench.drivers.ssh import OWNER
+    from virtbench.machines import ship
+
+    root = f"{ship.remote_dir(m)}/scratch"
+    foreign = f"{root}/20260101-000000-other-ssh-main-0"
+    assert m.run(["mkdir", "-p", foreign]).ok
+    assert m.run(["sh", "-c", 'cat > "$1"', "vb", foreign + OWNER],
+                 stdin=json.dumps({"run_id": "x", "host": "another-controller", "pid": 1, "pidstart": "1"}).encode()).ok
+    proc = subprocess.Popen([sys.executable, "-m", "virtbench.cli", "run", "--workload", "system", "--param",
+                             "test=dhrystone", "--param", "duration=60", "--param", "copies=1", "--envs", "ssh@vbtsh1",
+                             "-r", "1", "--inventory", str(testbed2), "--db", str(tmp_path / "killed.sqlite")],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not any("vb-system" in c for c in ns_commands("vbts-1")):
+            if proc.poll() is not None:
+                pytest.fail(f"the run ended early: {proc.communicate()[1][-2000:]}")
+            assert time.monotonic() < deadline, "no kernel started on the testbed host"
+            time.sleep(0.1)
+        proc.kill()  # SIGKILL: no teardown
+        proc.wait(timeout=30)
+        time.sleep(0.5)
+        assert any("vb-system" in c for c in ns_commands("vbts-1"))  # the leftover is real
+        listed = m.run(["sh", "-c", 'ls "$1"', "vb", root]).stdout.split()
+        killed = [d for d in listed if d.endswith("-ssh@vbtsh1-main-0")]  # <run id>-<instance name>
+        assert killed, listed
+
+        notes = _Notes()
+        _run(testbed2, tmp_path / "next.sqlite", "system", ["ssh@vbtsh1"], repeat=1, events=notes, test="dhrystone",
+             duration=0.2)
+        assert any("removed a leftover of an earlier run" in n and "vbtsh1" in n for n in notes.notes), notes.notes
+        assert not any("vb-system" in c for c in ns_commands("vbts-1"))
+        after = m.run(["sh", "-c", 'ls -a "$1"', "vb", root]).stdout.split()
+        assert not any(k in after for k in killed), after
+        assert foreign.rsplit("/", 1)[-1] in after and foreign.rsplit("/", 1)[-1] + OWNER in after
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        m.run(["rm", "-rf", "--", foreign, foreign + OWNER])
+        m.kill_matching([f"{root}/"])

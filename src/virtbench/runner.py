@@ -399,6 +399,8 @@ class Runner:
                     pool.append(inst)
                     state.instance_rows[inst.name] = self.store.save_instance(
                         self.run_id, state.env.name, inst.name, role, inst.lifecycle, inst.metadata())
+                while state.driver.stale_removed:
+                    self.events.note(f"removed a leftover of an earlier run: {state.driver.stale_removed.pop(0)}")
             out[role] = pool[:count]
         if not state.facts_saved:
             first = next(iter(out.values()))[0]

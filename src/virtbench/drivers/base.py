@@ -139,6 +139,9 @@ class Driver(ABC):
 
     def __init__(self, context: DriverContext):
         self.context = context
+        # Leftovers of killed runs removed on remote machines, which are swept when first used (the
+        # runner reports and empties this after each provision).
+        self.stale_removed: list[str] = []
 
     @abstractmethod
     def check(self) -> list[Problem]:

@@ -366,7 +366,7 @@ class CloudDriver(Driver):
             machine, shared, spec = self._machine(s, desc, deadline)
             self._wait_ssh(machine, iid, deadline, s.ready_timeout)
             lc["ssh_ready"] = time.time()
-            shipped, scratch = open_scratch(machine, self.context.run_id, name)
+            shipped, scratch = open_scratch(machine, self.context.run_id, name, self.stale_removed)
             lc["ready"] = time.time()
             if self._closing:
                 raise StartFailed(f"{iid}: the run is ending", lc)

@@ -481,7 +481,6 @@ class ContainerDriver(Driver):
 
     def __init__(self, context):
         super().__init__(context)
-        self.stale_removed: list[str] = []  # leftovers removed on remote machines at their first provision
         self._swept: set[str] = set()
 
     def _machine(self, env_options: Mapping[str, Any] | None) -> Machine:
