@@ -192,7 +192,7 @@ def test_next_run_removes_what_a_sigkilled_run_left_on_a_host(testbed2, tmp_path
     so; a directory another controller made there is left alone."""
     pool = Pool(inventory_mod.load(testbed2))
     m = pool.get("vbtsh1")
-    from virtbench.drivers.ssh import OWNER
+    from virtbench.machines.owners import OWNER
     from virtbench.machines import ship
 
     root = f"{ship.remote_dir(m)}/scratch"
@@ -206,7 +206,7 @@ def test_next_run_removes_what_a_sigkilled_run_left_on_a_host(testbed2, tmp_path
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
-        while not any("vb-system" in c for c in ns_commands("vbts-1")):
+        while not any("vb-system dhrystone" in c for c in ns_commands("vbts-1")):  # the kernel, not a probe
             if proc.poll() is not None:
                 pytest.fail(f"the run ended early: {proc.communicate()[1][-2000:]}")
             assert time.monotonic() < deadline, "no kernel started on the testbed host"
@@ -214,7 +214,7 @@ def test_next_run_removes_what_a_sigkilled_run_left_on_a_host(testbed2, tmp_path
         proc.kill()  # SIGKILL: no teardown
         proc.wait(timeout=30)
         time.sleep(0.5)
-        assert any("vb-system" in c for c in ns_commands("vbts-1"))  # the leftover is real
+        assert any("vb-system dhrystone" in c for c in ns_commands("vbts-1"))  # the leftover is real
         listed = m.run(["sh", "-c", 'ls "$1"', "vb", root]).stdout.split()
         killed = [d for d in listed if d.endswith("-ssh@vbtsh1-main-0")]  # <run id>-<instance name>
         assert killed, listed

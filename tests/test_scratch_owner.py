@@ -2,7 +2,7 @@
 
 import subprocess
 
-from virtbench.drivers.ssh import controller, owner_dead
+from virtbench.machines.owners import controller, owner_dead
 
 
 def _dead_pid() -> int:

@@ -6,6 +6,8 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
+import time
 import uuid
 
 import pytest
@@ -73,3 +75,59 @@ def test_vm_on_a_testbed_host(guest_image, testbed2, tmp_path):
         assert not driver._live and driver._run_dir is None
     finally:
         pool.close()
+
+
+# A controller that starts a VM on the testbed host, says QEMU's pid and waits to be killed.
+_KILLED_CONTROLLER = """
+import sys, time, uuid
+from pathlib import Path
+from virtbench import image, machines
+from virtbench.drivers.base import DriverContext
+from virtbench.drivers.vm import VmDriver
+from virtbench.model import EnvSpec, Shape
+driver = VmDriver(DriverContext("k" + uuid.uuid4().hex[:8], Path(sys.argv[2]), image.require(),
+                                machines.pool_for(sys.argv[1])))
+env = EnvSpec("vm", "vm", Shape("t", vcpus=1, memory_mb=256), {"machine": sys.argv[3], "ready_timeout": 240.0})
+(inst,) = driver.provision(env)
+print(inst.proc.pgid, inst.mdir.parent, flush=True)
+time.sleep(600)
+"""
+
+
+def test_next_run_removes_a_vm_a_sigkilled_run_left_on_a_host(guest_image, testbed2, tmp_path):
+    """A controller killed outright leaves its QEMU running on the host; the next driver that starts
+    a VM there kills it, removes its run directory and names what it removed."""
+    if os.geteuid() != 0 and not (disk.artifacts_dir(guest_image.hash) / "boot.json").exists():
+        pytest.skip("building the VM boot files needs root the first time")
+    (tmp_path / "killed").mkdir()
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_CONTROLLER, str(testbed2), str(tmp_path / "killed"), HOST],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pool = machines.pool_for(str(testbed2))
+    driver = VmDriver(DriverContext(f"t{uuid.uuid4().hex[:8]}", tmp_path, guest_image, pool))
+    try:
+        line = child.stdout.readline().split()
+        if not line:
+            pytest.fail(f"the first controller started no VM: {child.stderr.read()[-2000:]}")
+        qemu, left_dir = int(line[0]), line[1]
+        child.kill()  # SIGKILL: no teardown
+        child.wait(timeout=30)
+        time.sleep(0.5)
+        assert _alive(qemu)  # the leftover is real
+        machine = pool.get(HOST)
+        assert machine.run(["test", "-d", left_dir], timeout=30).ok
+        env = EnvSpec("vm", "vm", Shape("t", vcpus=1, memory_mb=256), {"machine": HOST, "ready_timeout": 240.0})
+        (inst,) = driver.provision(env)
+        assert inst.proc.pgid != qemu and _alive(inst.proc.pgid)
+        deadline = time.monotonic() + 10
+        while _alive(qemu) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(qemu), "the killed run's QEMU is still running"
+        assert not machine.run(["test", "-e", left_dir], timeout=30).ok
+        assert any(left_dir in r and HOST in r for r in driver.stale_removed), driver.stale_removed
+    finally:
+        if child.poll() is None:
+            child.kill()
+        driver.close()
+        driver.cleanup_stale()  # the killed controller's local run directory
+        pool.close()
+

@@ -9,8 +9,6 @@ bytes the local host runs. Nothing outside virtbench's own directory there is to
 from __future__ import annotations
 
 import ipaddress
-import json
-import os
 import socket
 import threading
 from collections.abc import Mapping, Sequence
@@ -19,20 +17,13 @@ from typing import Any
 
 from .. import procs
 from ..errors import UserError
-from ..machines import Machine, MachineUnreachable, ship
+from ..machines import Machine, MachineUnreachable, owners, ship
 from ..machines.inventory import HostSpec
 from ..model import EnvSpec, ExecResult
-from ..vm.stale import process_start
 from .base import Driver, Instance, OptionSpec, Problem
 
 
 MARK = "VIRTBENCH_INSTANCE"
-OWNER = ".owner"  # beside each scratch directory: which process on which controller made it
-# Every owner file under a scratch root, one per line: path, a tab, the file's JSON.
-_LIST_OWNERS = 'for f in "$1"/*' + OWNER + '; do [ -f "$f" ] || continue; printf "%s\t" "$f"; ' \
-               'tr "\n" " " < "$f"; echo; done'
-_swept: set[tuple[str, str]] = set()  # (run id, machine): swept once per run
-_swept_lock = threading.Lock()
 
 
 class SshInstance(Instance):
@@ -83,7 +74,7 @@ class SshInstance(Instance):
         # directory there) is all that stays, and the teardown of the other instances goes on.
         try:
             self.machine.kill_matching([f"{MARK}={self._mark}", self._scratch])
-            self.machine.run(["rm", "-rf", "--", self._scratch, self._scratch + OWNER], timeout=120)
+            self.machine.run(["rm", "-rf", "--", self._scratch, self._scratch + owners.OWNER], timeout=120)
         finally:
             if self._release:
                 self._release()
@@ -194,69 +185,13 @@ def open_scratch(machine: Machine, run_id: str, name: str,
     same way. The first time a run uses a machine, what killed runs of this controller left there
     is removed first (named in `removed`)."""
     root = f"{ship.remote_dir(machine)}/scratch"
-    with _swept_lock:
-        first = (run_id, machine.name) not in _swept
-        _swept.add((run_id, machine.name))
-    if first:
-        gone = sweep_killed_runs(machine, root)
-        if removed is not None:
-            removed += gone
+    gone = owners.sweep_once(machine, root, run_id, MARK)  # machines/owners.py
+    if removed is not None:
+        removed += gone
     scratch = f"{root}/{run_id}-{name}"
     shipped = ship.ensure_native(machine, make_dirs=(scratch,))
-    owner = {"run_id": run_id, **controller()}
-    res = machine.run(["sh", "-c", 'cat > "$1"', "vb", scratch + OWNER], stdin=json.dumps(owner).encode(), timeout=30)
-    if not res.ok:
-        raise UserError(f"cannot write {scratch + OWNER} on {machine.name}: {res.stderr.strip()[-300:]}",
-                        "check that virtbench's directory on the host is writable")
+    owners.claim(machine, scratch, run_id)
     return shipped, scratch
-
-
-def controller() -> dict[str, Any]:
-    """This process, as an owner file names it: host, boot, pid and the pid's start time."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        boot = None
-    return {"host": socket.gethostname(), "boot": boot, "pid": os.getpid(), "pidstart": process_start(os.getpid())}
-
-
-def owner_dead(owner: dict[str, Any]) -> bool:
-    """True when the process that made a scratch directory is gone. Only this controller can tell:
-    a directory made from another host (or with no owner named) is never judged dead here."""
-    me = controller()
-    if owner.get("host") != me["host"] or not isinstance(owner.get("pid"), int):
-        return False
-    if owner.get("boot") and me["boot"] and owner["boot"] != me["boot"]:
-        return True  # this controller rebooted since
-    now = process_start(owner["pid"])
-    return now is None or (owner.get("pidstart") is not None and now != owner["pidstart"])
-
-
-def sweep_killed_runs(machine: Machine, root: str) -> list[str]:
-    """Kill the processes and remove the scratch directories that runs of this controller left on
-    the machine when they were killed outright (SIGKILL, a crash): a run's teardown removes its
-    own, so an owner file whose process is gone marks a leftover. What a live run or another
-    controller made stays."""
-    res = machine.run(["sh", "-c", _LIST_OWNERS, "vb", root], timeout=30)
-    removed = []
-    for line in res.stdout.splitlines() if res.ok else []:
-        path, _, text = line.partition("\t")
-        try:
-            owner = json.loads(text)
-        except ValueError:
-            continue
-        if not path.endswith(OWNER) or not isinstance(owner, dict) or not owner_dead(owner):
-            continue
-        scratch = path[:-len(OWNER)]
-        mark = scratch.rsplit("/", 1)[-1]
-        try:
-            machine.kill_matching([f"{MARK}={mark}", scratch])
-            machine.run(["rm", "-rf", "--", scratch, path], timeout=120)
-        except MachineUnreachable:
-            break
-        removed.append(f"{mark} on {machine.name} (processes and scratch directory of run "
-                       f"{owner.get('run_id', '?')})")
-    return removed
 
 
 def _address(spec: HostSpec) -> str | None:

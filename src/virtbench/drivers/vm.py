@@ -34,7 +34,7 @@ from typing import Any
 
 from .. import cpuset, image, procs
 from ..errors import MissingTool, UserError
-from ..machines import MachineUnreachable
+from ..machines import MachineUnreachable, owners
 from ..model import EnvSpec
 from ..vm import disk, kernels, qemu, segment, ssh, stale
 from ..vm.instance import DEFAULT_MEMORY_MB, NIC_MODULES, SCRATCH, TCG_NOTE, BootFailure, VmInstance
@@ -307,7 +307,14 @@ class VmDriver(Driver):
             if not site.machine.is_local:
                 name = site.machine.name
                 if name not in self._remote_runs:
-                    self._remote_runs[name] = (site, site.root / "run" / f"{self.run_dir().name}-{os.getpid()}")
+                    # What runs of this controller killed outright left there goes first (owners.py);
+                    # this run's directory gets its owner file.
+                    runs = site.root / "run"
+                    self.stale_removed += owners.sweep_once(site.machine, str(runs), self.context.run_id)
+                    d = runs / f"{self.run_dir().name}-{os.getpid()}"
+                    site.machine.run(["mkdir", "-p", str(d)], timeout=60)
+                    owners.claim(site.machine, str(d), self.context.run_id)
+                    self._remote_runs[name] = (site, d)
                 there = self._remote_runs[name][1] / f"i{n}"
         name = f"vb-{self.context.run_id[:15]}-{env.name}-{role}-{n}".replace("_", "-")
         inst = VmInstance(name, env, role, index, self, site, here, there, base, settings)
@@ -322,7 +329,7 @@ class VmDriver(Driver):
                 return
             # The last instance is gone: nothing of this run stays on disk, here or there.
             for site, d in self._remote_runs.values():
-                site.machine.run(["rm", "-rf", str(d)], timeout=120)
+                site.machine.run(["rm", "-rf", str(d), str(d) + owners.OWNER], timeout=120)
             self._remote_runs.clear()
             if self._run_dir is not None:
                 shutil.rmtree(self._run_dir, ignore_errors=True)

@@ -1,0 +1,87 @@
+"""Owner files: what a run leaves on another machine, and who may remove it after a SIGKILL.
+
+A run that makes a directory on a remote machine (an SSH instance's scratch, a remote VM's run
+directory) writes `<dir>.owner` beside it: the controller's host name, boot id, pid and the pid's
+start time. Teardown removes both. A run killed outright cannot, so the next run from the same
+controller that uses the machine sweeps the directory's root once: every owner file of this
+controller whose process is gone marks a leftover, whose processes (by marker or by the path in
+their command line) are killed and whose directory is removed. What another controller or a live
+run made is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..vm.stale import process_start
+from .base import Machine, MachineUnreachable
+
+OWNER = ".owner"
+# Every owner file under a root, one per line: path, a tab, the file's JSON.
+_LIST = 'for f in "$1"/*' + OWNER + '; do [ -f "$f" ] || continue; printf "%s\\t" "$f"; tr "\\n" " " < "$f"; echo; done'
+_swept: set[tuple[str, str, str]] = set()  # (run id, machine, root): swept once per run
+_lock = threading.Lock()
+
+
+def controller() -> dict[str, Any]:
+    """This process, as an owner file names it."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = None
+    return {"host": socket.gethostname(), "boot": boot, "pid": os.getpid(), "pidstart": process_start(os.getpid())}
+
+
+def owner_dead(owner: dict[str, Any]) -> bool:
+    """True when the process that made a directory is gone. Only its own controller can tell: a
+    directory made from another host (or naming no owner) is never judged dead here."""
+    me = controller()
+    if owner.get("host") != me["host"] or not isinstance(owner.get("pid"), int):
+        return False
+    if owner.get("boot") and me["boot"] and owner["boot"] != me["boot"]:
+        return True  # this controller rebooted since
+    now = process_start(owner["pid"])
+    return now is None or (owner.get("pidstart") is not None and now != owner["pidstart"])
+
+
+def claim(machine: Machine, path: str, run_id: str) -> None:
+    """Write the owner file of directory `path` on the machine."""
+    owner = {"run_id": run_id, **controller()}
+    res = machine.run(["sh", "-c", 'cat > "$1"', "vb", path + OWNER], stdin=json.dumps(owner).encode(), timeout=30)
+    if not res.ok:
+        raise MachineUnreachable(machine.name, f"cannot write {path + OWNER}: {res.stderr.strip()[-300:]}")
+
+
+def sweep_once(machine: Machine, root: str, run_id: str, mark_var: str | None = None) -> list[str]:
+    """Remove the leftovers of this controller's killed runs under `root` on the machine, the first
+    time run `run_id` asks; what was removed, one line each. A process belongs to a leftover when
+    its command line or environment names the directory, or `mark_var`=<directory name>."""
+    with _lock:
+        key = (run_id, machine.name, root)
+        if key in _swept:
+            return []
+        _swept.add(key)
+    res = machine.run(["sh", "-c", _LIST, "vb", root], timeout=30)
+    removed = []
+    for line in res.stdout.splitlines() if res.ok else []:
+        path, _, text = line.partition("\t")
+        try:
+            owner = json.loads(text)
+        except ValueError:
+            continue
+        if not path.endswith(OWNER) or not isinstance(owner, dict) or not owner_dead(owner):
+            continue
+        d = path[:-len(OWNER)]
+        name = d.rsplit("/", 1)[-1]
+        try:
+            machine.kill_matching([d, *([f"{mark_var}={name}"] if mark_var else [])])
+            machine.run(["rm", "-rf", "--", d, path], timeout=120)
+        except MachineUnreachable:
+            break
+        removed.append(f"{d} on {machine.name} (run {owner.get('run_id', '?')}: its processes and directory)")
+    return removed
