@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import hostdirs
+from .. import hostdirs, sizes
 from ..errors import ConditionUnavailable
 from ..hostdirs import PREFIX
 from ..machines import Machine, local
@@ -299,23 +299,17 @@ def free_bytes(path: Path | str) -> int:
 
 
 def parse_size(text: str) -> int:
-    """'512m', '4g', '100k', '1048576' -> bytes (binary units)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", str(text).lower())
-    if not m:
-        raise ValueError(f"{text!r} is not a size such as 512m or 4g")
-    mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2)]
-    value = int(float(m.group(1)) * mult)
+    """'512m', '4g', '1.5g', '100k', '1048576' -> bytes (binary units; a fraction of a byte is dropped)."""
+    try:
+        value = sizes.parse_suffixed(text, sizes.BINARY, decimals=True, truncate=True, ignore_case=True, ib=True)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size such as 512m or 4g") from None
     if value <= 0:
         raise ValueError(f"{text!r} is not a positive size")
     return value
 
 
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+human = sizes.human
 
 
 # -- leftovers of killed runs on this machine --------------------------------------------------------

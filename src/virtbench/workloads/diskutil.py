@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .. import sizes
 from ..drivers.base import Instance
 from ..errors import WorkloadFailed
 from .base import RunContext
@@ -29,11 +30,11 @@ echo "VBFS $(stat -f -c %T "$w")"
 
 
 def parse_size(text: Any) -> int:
-    """'64k', '1m', '4g', 4096 -> bytes (binary units)."""
-    m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)i?b?\s*", str(text).lower())
-    if not m:
-        raise ValueError(f"{text!r} is not a size such as 4k, 1m or 2g")
-    value = int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2)]
+    """'64k', '1m', '4g', 4096 -> bytes (binary units; whole numbers, as fio and dd read them)."""
+    try:
+        value = sizes.parse_suffixed(text, sizes.BINARY, ignore_case=True, ib=True)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size such as 4k, 1m or 2g") from None
     if value <= 0:
         raise ValueError(f"{text!r} is not a positive size")
     return value
@@ -45,12 +46,7 @@ def size_param(text: Any) -> str:
     return str(text).strip().lower()
 
 
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+human = sizes.human
 
 
 def scaled(nbytes: float, scale: float, multiple: int) -> int:

@@ -10,10 +10,10 @@ on different instances whenever there are two or more.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ..model import EnvSpec, Sample
+from ..sizes import BINARY, parse_suffixed
 from . import mpijob
 from .base import MetricSpec, Param, RunContext, Workload
 
@@ -30,17 +30,15 @@ BUFFERS = {"pingpong": (1, 1), "sendrecv": (1, 1), "exchange": (1, 2), "bcast": 
            "scatter": (None, 1), "barrier": (0, 0)}
 
 
+_KMG = {u: BINARY[u] for u in ("", "k", "m", "g")}  # what vb-mpibench reads
+
+
 def _size(value: Any) -> int:
     """Bytes: a whole number or one with a binary suffix K, M, G (as vb-mpibench reads them)."""
-    if isinstance(value, bool):
-        raise ValueError
-    if isinstance(value, int):
-        n = value
-    else:
-        m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", str(value), re.IGNORECASE)
-        if not m:
-            raise ValueError(f"{value!r} is not a size such as 4096, 64K, 4M or 1G")
-        n = int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
+    try:
+        n = parse_suffixed(value, _KMG, ignore_case=True, ib=True)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a size such as 4096, 64K, 4M or 1G") from None
     if not 0 <= n <= MAX_BYTES:
         raise ValueError(f"{n} bytes is outside 0 .. 1G")
     return n

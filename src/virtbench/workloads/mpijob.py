@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from typing import Any
 
-from .. import cluster
+from .. import cluster, sizes
 from ..conditions.base import ConditionUnavailable
 from ..drivers.base import Instance
 from ..errors import WorkloadFailed
@@ -46,20 +45,7 @@ THREADS = Param("threads", int, 1, "OpenMP threads per rank (hybrid MPI + OpenMP
 def suffixed_int(value: Any, units: dict[str, int | float], decimals: bool = False) -> int:
     """A whole number with an optional unit suffix from `units` ({"": 1, "K": 1024, ...}), as the
     MPI tools read their options; `decimals` allows "1.5M" when it comes out whole.  ValueError else."""
-    if isinstance(value, bool):
-        raise ValueError
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    number = r"\d+(?:\.\d+)?" if decimals else r"\d+"
-    m = re.fullmatch(rf"\s*({number})\s*([{''.join(u for u in units if u)}]?)\s*", str(value))
-    if not m:
-        raise ValueError
-    n = float(m.group(1)) * units[m.group(2)] if decimals else int(m.group(1)) * units[m.group(2)]
-    if isinstance(n, float) and not n.is_integer():
-        raise ValueError
-    return int(n)
+    return sizes.parse_suffixed(value, units, decimals=decimals)
 
 
 def machine_cores() -> int:
