@@ -8,10 +8,8 @@
   portmapper names, so its delay proxies keep the server's port numbers).
 Everything (guest mount, relay target, disk, server, rpcbind, link) goes away with the condition."""
 
-import os
 import shutil
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -19,20 +17,12 @@ import pytest
 from virtbench import conditions
 from virtbench.conditions import storage
 from virtbench.conditions.hostres import base_dir
-from virtbench.drivers.base import DriverContext
-from virtbench.model import EnvSpec, Shape
 from virtbench.workloads import RunContext, get
 from vbleftovers import assert_clean
+from vmkit import one_vm, require_vm_storage
 
 pytestmark = pytest.mark.slow
-if not shutil.which("qemu-system-x86_64"):
-    pytest.skip("QEMU is not installed", allow_module_level=True)
-try:
-    from virtbench.drivers import vm as vmdrv
-except ImportError:
-    pytest.skip("no vm driver in this tree", allow_module_level=True)
-if os.geteuid() != 0:
-    pytest.skip("storage targets need root", allow_module_level=True)
+require_vm_storage()
 if not shutil.which("ganesha.nfsd") or not shutil.which("socat"):
     pytest.skip("no NFS server or relay (apt-get install nfs-ganesha nfs-ganesha-vfs socat)", allow_module_level=True)
 
@@ -41,10 +31,7 @@ DD = {"file_size_mb": 8, "block_mb": 1, "scale": 1.0, "dir": ""}
 
 @pytest.fixture(scope="module")
 def vm(guest_image, tmp_path_factory):
-    d = vmdrv.VmDriver(DriverContext(f"t{uuid.uuid4().hex[:8]}", tmp_path_factory.mktemp("vm"), guest_image))
-    (inst,) = d.provision(EnvSpec("vm", "vm", Shape("t", vcpus=1, memory_mb=384), {"ready_timeout": 240.0}))
-    yield inst
-    inst.teardown()
+    yield from one_vm(guest_image, tmp_path_factory, 384)
 
 
 def _exports() -> list[Path]:

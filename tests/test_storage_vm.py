@@ -2,36 +2,22 @@
 from a target on a server link (behind the delay proxy), the guest mounts it, fio runs on it, and
 everything (guest mount, disk, block node, target, proxy) goes away with the condition."""
 
-import os
-import shutil
-import uuid
 
 import pytest
 
 from virtbench import conditions
 from virtbench.conditions import ConditionUnavailable, storage
-from virtbench.drivers.base import DriverContext
-from virtbench.model import EnvSpec, Shape
 from virtbench.workloads import RunContext, get
 from vbleftovers import assert_clean
+from vmkit import one_vm, require_vm_storage
 
 pytestmark = pytest.mark.slow
-if not shutil.which("qemu-system-x86_64"):
-    pytest.skip("QEMU is not installed", allow_module_level=True)
-try:
-    from virtbench.drivers import vm as vmdrv
-except ImportError:
-    pytest.skip("no vm driver in this tree", allow_module_level=True)
-if os.geteuid() != 0:
-    pytest.skip("storage targets need root", allow_module_level=True)
+require_vm_storage()
 
 
 @pytest.fixture(scope="module")
 def vm(guest_image, tmp_path_factory):
-    d = vmdrv.VmDriver(DriverContext(f"t{uuid.uuid4().hex[:8]}", tmp_path_factory.mktemp("vm"), guest_image))
-    (inst,) = d.provision(EnvSpec("vm", "vm", Shape("t", vcpus=1, memory_mb=256), {"ready_timeout": 240.0}))
-    yield inst
-    inst.teardown()
+    yield from one_vm(guest_image, tmp_path_factory, 256)
 
 
 def _blocks(inst):
