@@ -19,16 +19,15 @@
  * VB_EIGEN_MEM_AVAILABLE (bytes) replaces the measurement (for tests).  The hidden option
  * --perturb changes the matrix's diagonal by 1e-6 relative so that verification must fail.
  */
-#define _GNU_SOURCE /* sched_getaffinity */
 #include "eigen.h"
 #include "../common/jsonout.h"
 #include "../common/memavail.h"
+#include "../common/mpistart.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -247,28 +246,13 @@ int main(int argc, char **argv)
     struct args a;
     char msg[512];
     int rc = parse_args(argc, argv, nranks, &a, msg, sizeof msg);
-    if (rc != 0) {
-        if (rank == 0) {
-            if (rc < 0)
-                usage(stdout);
-            else
-                fprintf(stderr, "vb-eigen: %s\n", msg);
-        }
-        MPI_Finalize();
-        return rc < 0 ? 0 : rc;
-    }
+    if (rc != 0)
+        return vb_args_exit(rc, rank, "vb-eigen", msg, usage);
 #ifdef _OPENMP
     omp_set_num_threads(a.threads);
     omp_set_max_active_levels(1); /* a thread that owns a whole solve runs it alone */
 #endif
-    if (rank == 0 && a.threads > 1) {
-        cpu_set_t set;
-        if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < a.threads)
-            fprintf(stderr,
-                    "vb-eigen: warning: rank 0 may run on %d CPU(s) but --threads is %d; "
-                    "launch with 'mpirun --bind-to none' or '--map-by slot:PE=%d'\n",
-                    CPU_COUNT(&set), a.threads, a.threads);
-    }
+    vb_warn_thread_binding(rank, "vb-eigen", a.threads);
     rc = memory_check(&a, nranks);
     if (rc != 0) {
         MPI_Finalize();

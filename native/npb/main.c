@@ -18,13 +18,12 @@
  * (for tests).  A hidden option --perturb changes one input value of the kernel so
  * that verification must fail (to exercise "verified": false).
  */
-#define _GNU_SOURCE /* sched_getaffinity */
 #include "classes.h"
 #include "npb.h"
 #include "../common/memavail.h"
+#include "../common/mpistart.h"
 
 #include <ctype.h>
-#include <sched.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -163,30 +162,15 @@ int main(int argc, char **argv)
     struct args a;
     char msg[512];
     int rc = parse_args(argc, argv, ctx.nranks, &a, msg, sizeof msg);
-    if (rc != 0) {
-        if (ctx.rank == 0) {
-            if (rc < 0)
-                usage(stdout);
-            else
-                fprintf(stderr, "vb-npb: %s\n", msg);
-        }
-        MPI_Finalize();
-        return rc < 0 ? 0 : rc;
-    }
+    if (rc != 0)
+        return vb_args_exit(rc, ctx.rank, "vb-npb", msg, usage);
     ctx.cls = a.cls;
     ctx.threads = a.threads;
     ctx.perturb = a.perturb;
 #ifdef _OPENMP
     omp_set_num_threads(ctx.threads);
 #endif
-    if (ctx.rank == 0 && ctx.threads > 1) {
-        cpu_set_t set;
-        if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < ctx.threads)
-            fprintf(stderr,
-                    "vb-npb: warning: rank 0 may run on %d CPU(s) but --threads is %d; "
-                    "launch with 'mpirun --bind-to none' or '--map-by slot:PE=%d'\n",
-                    CPU_COUNT(&set), ctx.threads, ctx.threads);
-    }
+    vb_warn_thread_binding(ctx.rank, "vb-npb", ctx.threads);
 
     rc = memory_check(&ctx, a.kernel);
     if (rc != 0) {
