@@ -25,7 +25,6 @@ The reference is not part of virtbench and is not fetched by it. Build it from t
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import subprocess
@@ -35,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from npb_class_a import MPIRUN  # noqa: E402  (also puts src/ on sys.path)
+from npb_mg_ep import run as run_vb  # noqa: E402  (one verified vb-npb class A run: its Mop/s)
 from virtbench import paths  # noqa: E402
 
 RANKS = (1, 2)
@@ -43,24 +43,14 @@ _MOPS = re.compile(r"^\s*Mop/s total\s*=\s*([0-9.Ee+-]+)", re.M)
 _VERIFIED = re.compile(r"^\s*Verification\s*=\s*SUCCESSFUL", re.M)
 
 
-def _mpirun(cmd: list[str], what: str) -> str:
+def run_ref(bindir: Path, kernel: str, ranks: int) -> float:
+    """One reference class A run: its Mop/s, after checking that it verified."""
+    exe = bindir / f"{kernel}.A.x"
+    cmd = [*MPIRUN, "-np", str(ranks), str(exe)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if res.returncode != 0:
-        raise SystemExit(f"{what}: `{' '.join(cmd)}` failed (exit {res.returncode}):\n{res.stderr[-2000:]}")
-    return res.stdout
-
-
-def run_vb(binary: Path, kernel: str, ranks: int) -> float:
-    out = _mpirun([*MPIRUN, "-np", str(ranks), str(binary), kernel, "A"], f"vb-npb {kernel} A x{ranks}")
-    rec = json.loads(out.strip().splitlines()[-1])
-    if not rec["verified"]:
-        raise SystemExit(f"vb-npb {kernel} class A on {ranks} rank(s) FAILED verification: {rec['verify']}")
-    return float(rec["mops"])
-
-
-def run_ref(bindir: Path, kernel: str, ranks: int) -> float:
-    exe = bindir / f"{kernel}.A.x"
-    out = _mpirun([*MPIRUN, "-np", str(ranks), str(exe)], f"reference {exe.name} x{ranks}")
+        raise SystemExit(f"`{' '.join(cmd)}` failed (exit {res.returncode}):\n{res.stderr[-2000:]}")
+    out = res.stdout
     m = _MOPS.search(out)
     if not m or not _VERIFIED.search(out):
         raise SystemExit(f"reference {exe} on {ranks} rank(s) did not verify or print Mop/s:\n{out[-2000:]}")
