@@ -14,6 +14,17 @@ Ratios follow the scale model the Mann-Whitney interval is exact under (candidat
 f = 0.8); `--shapes` adds a case outside it (the candidate also twice as spread out), reported and
 not judged.
 
+Paired rounds (issue 24): the runner runs the baseline and the candidate once per round, in
+rotating order, and the tables' ratio comes from the rounds' ratios (signed-rank / Hodges-Lehmann,
+stats.paired_ratio). These are simulated under four kinds of machine load (SCENARIOS): none; drift
+(a slow random walk and a steady trend across the run, each attempt at its own time, so the two
+sides of a round see slightly different load); bursts that hit whole rounds (both sides slowed,
+each by its own amount around the burst's); bursts that hit one side of a round only (either side
+at random). Every round's values also carry the distribution's noise. The true ratio is f; both
+the paired interval and the unpaired Mann-Whitney one (still used for runs stored without rounds
+and for `compare`) are judged on the same data. The median's interval is not judged under load:
+under drift a median of a whole run has no single true value.
+
     python bench/ci_coverage.py [--trials 2000] [--n 3,4,5,6,8,10,15,20,30] [--shapes] [--json FILE]
 
 tests/test_coverage.py runs the same code with few trials.
@@ -104,6 +115,62 @@ def ratio_coverage(dist: str, n: int, trials: int, seed: int, confidence: float 
     return hits / trials, level
 
 
+# Machine load in a run of paired rounds (issue 24); applied as factors on the values (slower = lower
+# throughput), the same for every distribution.
+SCENARIOS = ("quiet", "drift", "round bursts", "one-side bursts")
+BURST_RATE = 0.25  # share of rounds (or of attempts' rounds) a burst hits
+BURST_SLOWDOWN = (0.4, 0.8)  # a burst leaves 40-80 % of the machine
+
+
+def paired_data(dist: str, n: int, trials: int, rng: np.random.Generator,
+                scenario: str) -> tuple[np.ndarray, np.ndarray]:
+    """(candidate, baseline), each (trials, n): round i's values in column i; candidate = FACTOR x
+    baseline before noise and load."""
+    draw, truth = DISTS[dist]
+    base = draw(rng, (trials, n))
+    cand = FACTOR * draw(rng, (trials, n))
+    if scenario == "drift":
+        # attempt times 0, 1, 2, ...: round i holds attempts 2i and 2i+1, the baseline first in even rounds
+        steps = rng.normal(0.0, 0.03, (trials, 2 * n))
+        level = np.exp(np.cumsum(steps, axis=1) - 0.01 * np.arange(2 * n))
+        first = np.arange(n) % 2 == 0
+        t_base = 2 * np.arange(n) + np.where(first, 0, 1)
+        t_cand = 2 * np.arange(n) + np.where(first, 1, 0)
+        base, cand = base * level[:, t_base], cand * level[:, t_cand]
+    elif scenario == "round bursts":
+        hit = rng.random((trials, n)) < BURST_RATE
+        slow = rng.uniform(*BURST_SLOWDOWN, (trials, n))
+        base = base * np.where(hit, slow * np.exp(rng.normal(0, 0.05, (trials, n))), 1.0)
+        cand = cand * np.where(hit, slow * np.exp(rng.normal(0, 0.05, (trials, n))), 1.0)
+    elif scenario == "one-side bursts":
+        hit = rng.random((trials, n)) < BURST_RATE
+        on_cand = rng.random((trials, n)) < 0.5
+        slow = np.where(hit, rng.uniform(*BURST_SLOWDOWN, (trials, n)), 1.0)
+        base = base * np.where(on_cand, 1.0, slow)
+        cand = cand * np.where(on_cand, slow, 1.0)
+    elif scenario != "quiet":
+        raise ValueError(f"unknown scenario {scenario!r}; one of {', '.join(SCENARIOS)}")
+    return cand, base
+
+
+def paired_coverage(dist: str, n: int, trials: int, seed: int, scenario: str,
+                    confidence: float = 0.95) -> dict[str, tuple[float, float, float]]:
+    """method -> (coverage, claimed level, median relative half-width) of the paired and the
+    unpaired ratio interval on the same simulated runs."""
+    cand, base = paired_data(dist, n, trials, np.random.default_rng(seed), scenario)
+    out = {}
+    for method, fn in (("ratio: signed-rank, paired rounds", lambda c, b: stats.paired_ratio(c, b, confidence=confidence)),
+                       ("ratio: Mann-Whitney, unpaired", lambda c, b: stats.ratio(c, b, confidence=confidence))):
+        hits, level, widths = 0, math.nan, []
+        for c, b in zip(cand, base):
+            r = fn(c, b)
+            level = r.ci_level
+            hits += r.ci_low <= FACTOR <= r.ci_high
+            widths.append((r.ci_high - r.ci_low) / 2 / r.ratio)
+        out[method] = (hits / trials, level, float(np.median(widths)))
+    return out
+
+
 def index_coverage(dist: str, n: int, trials: int, seed: int, tests: int = 12) -> dict[str, float]:
     """Coverage of geomean_index_ci (geometric mean of the tests' order-statistic bounds) and of
     index_ratio (bootstrap), 12 tests of different scales."""
@@ -123,12 +190,13 @@ def index_coverage(dist: str, n: int, trials: int, seed: int, tests: int = 12) -
 
 
 def run(ns: list[int], trials: int, *, shapes: bool = False, index_trials: int | None = None,
-        seed: int = 1, only_index: bool = False, contrast: bool = True) -> list[dict]:
-    """One row per (method, distribution, n): coverage, claimed level, verdict."""
+        seed: int = 1, only_index: bool = False, contrast: bool = True, scenarios: tuple = ()) -> list[dict]:
+    """One row per (method, distribution, n): coverage, claimed level, verdict. `scenarios` adds the
+    paired-rounds methods under each kind of load (method "<method> | <scenario>")."""
     rows = []
 
     def add(method: str, dist: str, n: int, cov: float, level: float, judged: bool = True,
-            count: int = trials) -> None:
+            count: int = trials, width: float = math.nan) -> None:
         ok = None
         # below 1000 data sets (the fast test) the floor allows for Monte-Carlo error: 3 standard errors
         floor = FLOOR if count >= 1000 else FLOOR - 3 * math.sqrt(CLAIM * (1 - CLAIM) / count)
@@ -136,7 +204,8 @@ def run(ns: list[int], trials: int, *, shapes: bool = False, index_trials: int |
             ok = cov >= floor
         elif judged and math.isfinite(level):  # an honestly lower level must hold too (3 standard errors)
             ok = cov >= level - max(CLAIM - FLOOR, 3 * math.sqrt(level * (1 - level) / count))
-        rows.append({"method": method, "dist": dist, "n": n, "coverage": cov, "level": level, "ok": ok})
+        rows.append({"method": method, "dist": dist, "n": n, "coverage": cov, "level": level, "ok": ok,
+                     "halfwidth": width})
 
     for dist in DISTS:
         for n in ns:
@@ -153,6 +222,11 @@ def run(ns: list[int], trials: int, *, shapes: bool = False, index_trials: int |
                 if shapes:
                     add("ratio: candidate 2x spread (outside the model)", dist, n,
                         *ratio_coverage(dist, n, trials, s, spread=2.0), judged=False)
+            for k, scenario in enumerate(scenarios):
+                for conf, label in ((0.95, ""), (1 - 10 * 0.05 / 24, " at a BY level of 97.9 %")):
+                    for method, (cov, level, width) in paired_coverage(dist, n, trials, s + 7 * k + 1,
+                                                                       scenario, conf).items():
+                        add(f"{method}{label} | {scenario}", dist, n, cov, level, width=width)
             if index_trials:
                 for method, cov in index_coverage(dist, n, index_trials, s).items():
                     # the index claims its weakest test's level (75 % at n=3), the index ratio 95 %
@@ -171,11 +245,14 @@ def main() -> int:
     ap.add_argument("--index-trials", type=int, default=1000)
     ap.add_argument("--n", default="3,4,5,6,7,8,10,12,15,20,30")
     ap.add_argument("--shapes", action="store_true")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS),
+                    help="paired-rounds load scenarios to simulate (comma-separated; '' for none)")
     ap.add_argument("--json")
     args = ap.parse_args()
     ns = [int(v) for v in args.n.split(",")]
     t0 = time.time()
-    rows = run(ns, args.trials, shapes=args.shapes, index_trials=args.index_trials)
+    scenarios = tuple(x for x in args.scenarios.split(",") if x)
+    rows = run(ns, args.trials, shapes=args.shapes, index_trials=args.index_trials, scenarios=scenarios)
     methods = list(dict.fromkeys(r["method"] for r in rows))
     print(f"coverage of the true value ({args.trials} data sets per cell; index: {args.index_trials}); "
           f"level = what the method claims")
@@ -188,6 +265,9 @@ def main() -> int:
                 r = next(x for x in rows if x["method"] == method and x["dist"] == d and x["n"] == n)
                 flag = {None: " ", True: " ", False: "!"}[r["ok"]]
                 cells.append(f"{r['coverage'] * 100:6.1f} % (lvl {r['level'] * 100:5.1f}){flag}")
+            if "|" in method:  # paired-rounds scenarios: how wide the intervals were, too
+                cells = [c + f" hw {next(x for x in rows if x['method'] == method and x['dist'] == d and x['n'] == n)['halfwidth'] * 100:4.1f}%"
+                         for c, d in zip(cells, DISTS)]
             print(f"  {n:<5} " + "".join(f"{c:>22}" for c in cells))
     bad = failures(rows)
     print(f"\n{len(bad)} failing cell(s); {time.time() - t0:.0f} s")

@@ -27,6 +27,23 @@ def test_every_method_the_tables_use_holds_its_level():
     assert first95 == {"median: order statistics": 6, "ratio: Mann-Whitney": 4}
 
 
+def test_paired_rounds_hold_their_level_under_drift_and_bursts():
+    """Issue 24: the paired (signed-rank) interval and the unpaired one on the same simulated runs,
+    under no load, drift, bursts that hit whole rounds and bursts that hit one side only."""
+    rows = ci_coverage.run([3, 6, 12, 20], trials=300, contrast=False, scenarios=ci_coverage.SCENARIOS)
+    paired = [r for r in rows if "|" in r["method"]]
+    assert {r["method"].split(" | ")[1] for r in paired} == set(ci_coverage.SCENARIOS)
+    assert all(r["ok"] is not None for r in paired)  # every one judged, at its own level
+    assert ci_coverage.failures(paired) == []
+
+    def width(method, scenario, n=20):
+        return np.median([r["halfwidth"] for r in paired
+                          if r["method"] == f"ratio: {method} | {scenario}" and r["n"] == n])
+    # what pairing is for: load common to a round cancels in its ratio
+    assert width("signed-rank, paired rounds", "drift") < 0.5 * width("Mann-Whitney, unpaired", "drift")
+    assert width("signed-rank, paired rounds", "round bursts") < width("Mann-Whitney, unpaired", "round bursts")
+
+
 def test_the_old_bootstrap_of_a_median_fails_where_it_claimed_95():
     cov, claimed = ci_coverage.bootstrap_median_coverage("normal", 3, 400, 1)
     assert claimed == 0.95 and cov < 0.8  # [min, max] of 3 values is a 75 % interval

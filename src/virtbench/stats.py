@@ -20,12 +20,21 @@ Conventions shared by all functions here:
     ``[x_(j), x_(n+1-j)]`` with the binomial level ``1 - 2 P(B <= j-1)``,
     ``B ~ Bin(n, 1/2)``; below n = 6 even ``[min, max]`` is under 95 %
     (n=3: 75 %, n=4: 87.5 %, n=5: 93.75 %) and ``ci_level`` says so;
-  - a ratio's CI inverts the exact Mann-Whitney test on log values: the
+  - a ratio from paired rounds (each environment run once per round, beside
+    the baseline) inverts the exact Wilcoxon signed-rank test on the rounds'
+    log ratios: the Hodges-Lehmann interval of the Walsh averages, exact
+    when the per-round log ratios are symmetric about the true one (noise
+    alike on both sides, load that hits whole rounds, bursts that hit either
+    side at random); load common to a round cancels in its own ratio
+    (issue 24; :func:`paired_ratio`);
+  - a ratio from unpaired groups (runs stored before rounds were recorded,
+    two runs compared) inverts the exact Mann-Whitney test on log values: the
     Hodges-Lehmann interval of the log shift between the two groups, exact
     when one group's distribution is the other's times a factor (a platform
-    that scales every result alike); it excludes 1 exactly when the exact
-    two-sided p-value is at most ``1 - level``, so a verdict read from the
-    interval and one read from the test agree;
+    that scales every result alike);
+  - both exclude 1 exactly when the exact two-sided p-value is at most
+    ``1 - level``, so a verdict read from the interval and one read from the
+    test agree;
   - the bootstrap (percentile method) remains only for the geometric-mean
     indexes and for very large groups, where it is known to behave.
 * One set of resamples per group of values (bootstrap uses): the bootstrap medians of a group
@@ -61,6 +70,10 @@ __all__ = [
     "median_ci",
     "shift_ci",
     "mw_min_p",
+    "paired_ratio",
+    "walsh_ci",
+    "signed_rank_min_p",
+    "ratio_halfwidth",
     "min_repetitions",
     "bh_level",
     "MAD_SCALE",
@@ -249,12 +262,86 @@ def shift_ci(x: np.ndarray, y: np.ndarray, confidence: float = 0.95) -> tuple[fl
     return float(d[k - 1]), float(d[big - k]), float(level)
 
 
+#: Exact signed-rank distribution up to this many pairs; a normal approximation above.
+SR_EXACT_PAIRS = 300
+
+
+@functools.lru_cache(maxsize=512)
+def _signed_rank_cdf(n: int) -> np.ndarray:
+    """P(T <= t), t = 0..n(n+1)/2, for the Wilcoxon signed-rank statistic T (sum of the ranks of the
+    positive differences) of n nonzero differences without ties: the coefficients of
+    prod_{i<=n} (1 + q^i) / 2, each factor halving so the floats stay probabilities."""
+    size = n * (n + 1) // 2 + 1
+    p = np.zeros(size)
+    p[0] = 1.0
+    for i in range(1, n + 1):
+        p[i:] = (p[i:] + p[:-i]) / 2.0
+        p[:i] /= 2.0
+    return np.cumsum(p)
+
+
+def signed_rank_min_p(n: int) -> float:
+    """Smallest two-sided p-value the exact signed-rank test can give with n pairs: 2 / 2^n
+    (0.25 at 3, 0.0625 at 5, 0.031 at 6, 0.0078 at 8)."""
+    return _NAN if n < 1 else min(1.0, 2.0 * 0.5 ** n)
+
+
+def walsh_ci(d: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float, float, str]:
+    """The signed-rank test inverted: ``(estimate, low, high, level, method)`` for the centre of the
+    differences ``d`` (here the rounds' log ratios).
+
+    The Hodges-Lehmann estimate is the median of the N = n(n+1)/2 Walsh averages (d_i + d_j) / 2,
+    i <= j; the interval is ``[W_(k), W_(N+1-k)]`` with k the largest whose level
+    ``1 - 2 P(T <= k-1)`` is at least ``confidence`` (when even ``[min W, max W]`` falls short it is
+    returned with its lower level). Exact (distribution-free) for differences symmetric about their
+    centre. Above ``MAX_PAIRS`` Walsh averages the sign test's interval (order statistics of d, no
+    symmetry needed) stands in, centred on the median of d.
+    """
+    n = d.size
+    alpha = 1.0 - confidence
+    if n * (n + 1) // 2 > MAX_PAIRS:
+        lo, hi, level = median_ci(d, confidence)
+        return float(np.median(d)), lo, hi, level, "sign test (paired rounds)"
+    i, j = np.triu_indices(n)
+    w = np.sort((d[i] + d[j]) / 2.0)
+    big = w.size
+    if n <= SR_EXACT_PAIRS:
+        cdf = _signed_rank_cdf(int(n))
+        k = max(1, int(np.searchsorted(2.0 * cdf, alpha + 1e-12, side="right")))
+        level = 1.0 - 2.0 * cdf[k - 1]
+    else:
+        from statistics import NormalDist
+
+        z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
+        k = max(1, int(math.floor(big / 2.0 - z * math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0))))
+        level = confidence
+    return float(np.median(w)), float(w[k - 1]), float(w[big - k]), float(level), "signed-rank (paired rounds)"
+
+
+def _signed_rank_p(d: np.ndarray) -> float:
+    """Two-sided signed-rank p-value of d against 0: exact without zeros and ties (up to
+    SR_EXACT_PAIRS), else scipy's normal approximation (zeros dropped, ties corrected)."""
+    if np.all(d == 0.0):
+        return _NAN
+    n = d.size
+    if n <= SR_EXACT_PAIRS and np.all(d != 0.0) and np.unique(np.abs(d)).size == n:
+        i, j = np.triu_indices(n)
+        t = int(np.count_nonzero(d[i] + d[j] > 0.0))  # T+ = how many Walsh averages are positive
+        cdf = _signed_rank_cdf(int(n))
+        tail = min(cdf[t], cdf[n * (n + 1) // 2 - t])
+        return float(min(1.0, 2.0 * tail))
+    from scipy import stats as _sps  # imported here: scipy costs ~1 s at start-up
+
+    return float(_sps.wilcoxon(d, alternative="two-sided", method="approx").pvalue)
+
+
 def min_repetitions(confidence: float = 0.95, alpha: float = 0.05) -> int:
     """Repetitions per environment a verdict needs: enough for the median's order-statistic CI to
-    reach ``confidence`` and for the exact Mann-Whitney test to reach p <= ``alpha`` with that many
-    on each side (6 at 95 % and 0.05: [min, max] of 6 values is a 96.9 % interval)."""
+    reach ``confidence`` and for the exact Mann-Whitney and signed-rank tests to reach p <= ``alpha``
+    with that many on each side or rounds (6 at 95 % and 0.05: [min, max] of 6 values is a 96.9 %
+    interval, 6 rounds give p >= 0.031)."""
     n = 2
-    while 1.0 - 2.0 * 0.5 ** n < confidence or mw_min_p(n, n) > alpha:
+    while 1.0 - 2.0 * 0.5 ** n < confidence or mw_min_p(n, n) > alpha or signed_rank_min_p(n) > alpha:
         n += 1
     return n
 
@@ -386,7 +473,8 @@ class Ratio:
     throughput metric 1.2 means 20 % faster. Use :func:`overhead` for a
     direction-aware cost. ``ci_level`` is the CI's real level, ``min_p`` the
     smallest p-value these group sizes allow, ``method`` how the CI was made
-    ("mann-whitney": inverted exact test on logs; "bootstrap": percentile).
+    ("signed-rank (paired rounds)": :func:`paired_ratio`; "mann-whitney": inverted exact test on
+    logs of unpaired groups; "bootstrap": percentile).
     """
 
     ratio: float
@@ -397,6 +485,7 @@ class Ratio:
     ci_level: float = _NAN
     min_p: float = _NAN
     method: str = ""
+    pairs: int = 0  # rounds paired (paired_ratio); 0 for unpaired groups
 
 
 def ratio(
@@ -477,6 +566,62 @@ def ratio(
     significant = bool(not math.isnan(p) and p <= alpha and excludes_one and not math.isnan(point))
     return Ratio(ratio=point, ci_low=lo, ci_high=hi, p_value=p, significant=significant,
                  ci_level=level, min_p=min_p, method=method)
+
+
+def paired_ratio(
+    candidate: Sequence[float],
+    baseline: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    alpha: float = 0.05,
+) -> Ratio:
+    """A candidate against the baseline from paired rounds: ``candidate[i]`` and ``baseline[i]`` were
+    measured in the same round (interleaved, so drift and load of that round hit both).
+
+    * A round with NaN on either side (a failed or missing repetition: a hole) is left out; the
+      ratio uses the rounds with both (``pairs`` of them).
+    * ``ratio``: exp of the Hodges-Lehmann estimate of the rounds' log ratios (the median of their
+      Walsh averages); ``ci_low``/``ci_high``: the signed-rank test inverted (:func:`walsh_ci`) at
+      ``confidence``, or the widest interval with its lower ``ci_level`` when the rounds cannot
+      reach it; ``p_value``: the two-sided signed-rank test; ``min_p``: 2 / 2^pairs.
+    * ``significant``: ``p_value <= alpha`` and the ``1 - alpha`` interval excludes 1.
+    * Values that are not positive have no log: the unpaired :func:`ratio` of the rounds kept.
+    NaN interval and p-value below 2 pairs.
+    """
+    if not 0.0 < confidence < 1.0 or not 0.0 < alpha < 1.0:
+        raise ValueError(f"confidence and alpha must be between 0 and 1 (exclusive), got {confidence!r}, {alpha!r}")
+    c = np.asarray(candidate, dtype=float).ravel()
+    b = np.asarray(baseline, dtype=float).ravel()
+    if c.size != b.size:
+        raise ValueError(f"paired rounds need as many candidate as baseline values, got {c.size} and {b.size}")
+    keep = ~(np.isnan(c) | np.isnan(b))
+    c, b = c[keep], b[keep]
+    n = int(c.size)
+    if n == 0:
+        return Ratio(_NAN, _NAN, _NAN, _NAN, False, pairs=0)
+    if not (np.all(np.isfinite(c) & (c > 0)) and np.all(np.isfinite(b) & (b > 0))):
+        r = ratio(c, b, confidence=confidence, alpha=alpha)
+        return Ratio(r.ratio, r.ci_low, r.ci_high, r.p_value, r.significant, r.ci_level, r.min_p,
+                     r.method + " (unpaired: values not positive)", pairs=n)
+    d = np.log(c) - np.log(b)
+    if n < 2:
+        return Ratio(float(math.exp(d[0])), _NAN, _NAN, _NAN, False, pairs=n)
+    est, lo, hi, level, method = walsh_ci(d, confidence)
+    _, t_lo, t_hi, _, _ = walsh_ci(d, 1.0 - alpha)  # the test's own interval
+    p = _signed_rank_p(d)
+    significant = bool(math.isfinite(p) and p <= alpha and (t_lo > 0.0 or t_hi < 0.0))
+    return Ratio(math.exp(est), math.exp(lo), math.exp(hi), p, significant, level, signed_rank_min_p(n), method,
+                 pairs=n)
+
+
+def ratio_halfwidth(r: Ratio, confidence: float = 0.95) -> float:
+    """Half the width of a ratio's CI relative to the ratio: what an adaptive run's ci_target is
+    compared with. ``inf`` when the interval is missing or does not reach ``confidence`` (too few
+    repetitions or rounds), so the runner keeps repeating."""
+    if not (math.isfinite(r.ci_low) and math.isfinite(r.ci_high) and math.isfinite(r.ratio) and r.ratio > 0) \
+            or not r.ci_level >= confidence - 1e-12:
+        return math.inf
+    return (r.ci_high - r.ci_low) / 2.0 / r.ratio
 
 
 def overhead(r: Ratio, higher_is_better: bool) -> float:
