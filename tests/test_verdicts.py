@@ -54,3 +54,31 @@ def test_marker_and_interval_never_contradict_over_many_tables():
     assert seen == {"significant", "not significant", "n too small"}
     assert false / max(discoveries, 1) < 0.05  # the false discovery rate holds
 
+
+
+def test_paired_rows_marker_and_interval_agree_too():
+    """Rows from paired rounds (signed-rank) in the same correction: '*' exactly when the printed
+    interval excludes 1, and 'n too small' where 2 / 2^rounds cannot reach the table's level."""
+    rng = np.random.default_rng(24)
+    seen = set()
+    for _ in range(100):
+        rows, values = [], {}
+        for t in range(8):
+            n = int(rng.integers(4, 16))
+            load = rng.uniform(0.6, 1.0, n)
+            factor = rng.choice([1.0, 1.0, 0.98, 0.9])
+            base = 100 * load * np.exp(rng.normal(0, 0.01, n))
+            cand = factor * 100 * load * np.exp(rng.normal(0, 0.01, n))
+            r = stats.paired_ratio(cand, base)
+            rows.append({"cell_key": t, "environment": "c", "p_value": r.p_value, "_compared": True,
+                         "_min_p": r.min_p, "_seed": 0, "_paired": (list(cand), list(base)), "n": n})
+        analysis._verdicts(rows, values, lambda r: "one table", lambda r: (None, None))
+        for r in rows:
+            seen.add(r["verdict"])
+            assert r["ratio_ci_method"] == "signed-rank (paired rounds)"
+            excludes = r["ratio_ci_low"] > 1 or r["ratio_ci_high"] < 1
+            if r["verdict"] == "n too small":
+                assert stats.signed_rank_min_p(r["n"]) > r["p_threshold"] and not r["significant"]
+            else:
+                assert r["significant"] == excludes and mark(r) == ("*" if excludes else "~")
+    assert seen == {"significant", "not significant", "n too small"}

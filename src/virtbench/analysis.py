@@ -8,6 +8,14 @@ That key then joins the row identity: one row per (cell, metric, series value, e
 the value added to the row's `params` and `cell_key` "<cell key>/<series_key>=<value>".
 Sample metadata conventions: `warnings` (a list of sentences) are carried into the row's warnings;
 `verified` (true/false) becomes the row's `verified`, false when any sample failed its check.
+
+Ratios come from paired rounds: the runner runs a cell's environments in lockstep rounds and
+stores each sample's `round`. A round's value is the median of its samples (usually one); each
+environment's ratio to the baseline is estimated from the rounds where both have a value
+(stats.paired_ratio). A round with a value on one side only (a failed repetition: a hole) is left
+out of that ratio and counted in the row's `holes`, with a warning. Samples stored without a round
+(runs made before rounds were recorded) fall back to the unpaired groups (stats.ratio), and the row
+says so.
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ from . import monitor, scaling, stats, workloads
 from .store import Store, canonical
 
 # Sample metadata that differs per repetition; not lifted into a result's metadata.
-_PER_SAMPLE = {"repetition", "measured_seconds", "count", "index", "instance", "condition", "warnings", "load_1m"}
+_PER_SAMPLE = {"repetition", "round", "measured_seconds", "count", "index", "instance", "condition", "warnings",
+               "load_1m", "cpu_given"}
 
 
 def _series_key(workload: str) -> str | None:
@@ -82,7 +91,8 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
         here = [e for e in env_order if e in by_env or e in _cell_envs(cells[cell_key], env_order)]
         for env in here:
             row = _row(cell, metric, env, by_env.get(env, []), base_values, env == baseline,
-                       failures[(cell_key, env)], reasons[(cell_key, env)], seed)
+                       failures[(cell_key, env)], reasons[(cell_key, env)], seed,
+                       base_samples=by_env.get(baseline, []))
             if baseline not in _cell_envs(cells[cell_key], env_order) and env != baseline and row["n"]:
                 row["warnings"].append(f"no ratio: this cell does not run on the baseline ({baseline})")
             rows.append(row)
@@ -185,8 +195,13 @@ def _verdicts(rows: list[dict], values: dict, family, value_key) -> None:
         for r, p_adj in zip(members, adjusted):
             del r["_compared"]
             cand_key, base_key = value_key(r)
-            rr = stats.ratio(values[cand_key], values[base_key], confidence=1.0 - threshold,
-                             alpha=threshold, seed=r.pop("_seed", 0))
+            paired = r.pop("_paired", None)
+            if paired:
+                rr = stats.paired_ratio(*paired, confidence=1.0 - threshold, alpha=threshold)
+                r.pop("_seed", None)
+            else:
+                rr = stats.ratio(values[cand_key], values[base_key], confidence=1.0 - threshold,
+                                 alpha=threshold, seed=r.pop("_seed", 0))
             reachable = math.isfinite(rr.min_p) and rr.min_p <= threshold + 1e-12
             excludes = rr.ci_low > 1.0 or rr.ci_high < 1.0
             r.update(ratio_ci_low=rr.ci_low, ratio_ci_high=rr.ci_high, ratio_ci_level=rr.ci_level,
@@ -195,7 +210,7 @@ def _verdicts(rows: list[dict], values: dict, family, value_key) -> None:
                      verdict=("n too small" if not reachable else
                               "significant" if excludes else "not significant"))
     for r in rows:  # rows that never had a ratio
-        for k in ("_compared", "_min_p", "_seed"):
+        for k in ("_compared", "_min_p", "_seed", "_paired"):
             r.pop(k, None)
 
 
@@ -212,14 +227,48 @@ def _bh_adjusted(ps: list[float], tested: int) -> list[float]:
     return out
 
 
-def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reasons, seed) -> dict[str, Any]:
+def _rounds(samples_: list[dict]) -> dict[int, float] | None:
+    """Round -> the median of that round's values; None when a sample has no round (an old run)."""
+    by_round: dict[int, list[float]] = defaultdict(list)
+    for s in samples_:
+        rnd = json.loads(s["metadata_json"]).get("round")
+        if not isinstance(rnd, int):
+            return None
+        by_round[rnd].append(s["value"])
+    return {k: float(statistics.median(v)) for k, v in by_round.items()}
+
+
+def _paired(samples_: list[dict], base_samples: list[dict]) -> tuple[list[float], list[float], int] | None:
+    """Candidate and baseline values aligned by round (NaN where one side has none) and the count of
+    such holes; None when either side's samples carry no round."""
+    cand, base = _rounds(samples_), _rounds(base_samples)
+    if cand is None or base is None:
+        return None
+    every = sorted(set(cand) | set(base))
+    holes = len(set(cand) ^ set(base))
+    return [cand.get(i, math.nan) for i in every], [base.get(i, math.nan) for i in every], holes
+
+
+def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reasons, seed,
+         base_samples=None) -> dict[str, Any]:
     values = [s["value"] for s in samples_]
     summary = stats.summarize(values, seed=seed)
     hib = bool(samples_[0]["higher_is_better"]) if samples_ else True
+    paired, holes, ratio_notes = None, 0, []
     if is_baseline:
         r = stats.Ratio(1.0, 1.0, 1.0, math.nan, False) if values else _nan_ratio()
     elif values and base_values:
-        r = stats.ratio(values, base_values, higher_is_better=hib, seed=seed)
+        aligned = _paired(samples_, base_samples or [])
+        if aligned is not None:
+            paired, holes = aligned[:2], aligned[2]
+            r = stats.paired_ratio(*paired)
+            if holes:
+                ratio_notes.append(f"{holes} round(s) with a value on one side only (a failed or missing repetition) "
+                                   f"left out of the ratio, which pairs the {r.pairs} round(s) with both")
+        else:
+            r = stats.ratio(values, base_values, higher_is_better=hib, seed=seed)
+            ratio_notes.append("unpaired ratio: these samples carry no round (stored before virtbench ran lockstep "
+                               "rounds), so the interval treats the two environments' repetitions as independent")
     else:
         r = _nan_ratio()
     metas = [json.loads(s["metadata_json"]) for s in samples_]
@@ -241,6 +290,7 @@ def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reason
     warnings += _sample_warnings(metas)
     if failures:
         warnings.append(f"{failures} failed repetition(s): {_top(reasons)}")
+    warnings += ratio_notes
     row = {"cell_key": cell["key"], "workload": cell["workload"], "params": cell["params"],
            "condition": condition, "metric": metric, "unit": samples_[0]["unit"] if samples_ else "",
            "environment": env, "n": summary.n, "median": summary.median, "mean": summary.mean,
@@ -249,10 +299,13 @@ def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reason
            "ratio_ci_high": r.ci_high, "p_value": r.p_value, "significant": r.significant,
            "higher_is_better": hib, "failures": failures, "metadata": meta, "warnings": warnings,
            "ci_level": summary.ci_level, "ratio_ci_level": r.ci_level, "ratio_ci_method": r.method,
-           "verdict": None, "p_adjusted": math.nan, "p_threshold": math.nan, "comparisons": 0}
+           "verdict": None, "p_adjusted": math.nan, "p_threshold": math.nan, "comparisons": 0,
+           "pairs": r.pairs, "holes": holes}
     if not is_baseline and math.isfinite(r.ratio) and math.isfinite(r.min_p):
         # picked up by _verdicts, which corrects across the table and removes these keys
         row.update(_compared=True, _min_p=r.min_p, _seed=seed)
+        if paired is not None:
+            row["_paired"] = paired
     return row
 
 

@@ -1,4 +1,10 @@
-"""The runner: expand -> provision -> warm up -> interleaved repetitions -> adaptive stop -> teardown.
+"""The runner: expand -> provision -> warm up -> lockstep rounds -> adaptive stop -> teardown.
+
+A cell's environments run in rounds (A B C, then B C A, ...): every environment still in the cell
+takes one repetition per round, none runs rounds alone, and the round index is stored with each
+attempt (its `repetition`) and sample (metadata `round`) so the analysis pairs each environment
+with the baseline of the same round. A failed attempt leaves a hole in its round. The cell stops
+when the ratio to the baseline of every other environment is within `ci_target`, or at the limits.
 
 Every attempt (ok or failed) and its samples are committed as soon as they exist. Teardown always
 happens: on success, on errors, on Ctrl-C and on SIGTERM. An interrupted run resumes by id.
@@ -10,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import tempfile
 import time
 import traceback
@@ -21,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import conditions, drivers, machines, monitor, procs, stats, sysinfo, workloads
+from .analysis import FDR  # the tables' false discovery rate: the stopping rule aims at their level
 from .conditions import Applied, ConditionUnavailable
 from .drivers.base import DriverContext, Instance
 from .errors import UserError, WorkloadFailed
@@ -52,7 +60,8 @@ class Tally:
     consecutive_failures: int = 0
     warmed_up: bool = False
     warmups: int = 0  # warm-up runs taken (recorded in every sample's metadata)
-    values: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    # metric (or (metric, series point)) -> round -> that round's values (usually one)
+    values: dict[Any, dict[int, list[float]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
     finished: bool = False
     stop_reason: str = ""
 
@@ -106,7 +115,7 @@ class Runner:
         self.matrix = Matrix.from_spec(run["spec"])
         self.run_id = run["id"]
         self.store.set_status(self.run_id, "running")
-        self._execute(self._tallies_from_store())
+        self._execute(*self._tallies_from_store())
         return self.run_id
 
     def _check_capacity(self) -> None:
@@ -124,14 +133,14 @@ class Runner:
                             "use fewer ranks or instances, a smaller class or dataset, or a bigger shape")
 
     # -- the loop ----------------------------------------------------------------------------
-    def _execute(self, tallies: dict[tuple[str, str], Tally]) -> None:
+    def _execute(self, tallies: dict[tuple[str, str], Tally], next_round: dict[str, int] | None = None) -> None:
         workdir = Path(tempfile.mkdtemp(prefix=f"virtbench-{self.run_id}-"))
         states: dict[str, _EnvState] = {}
         self.machines = machines.pool_for(self.matrix.inventory)
         try:
             with _sigterm_as_interrupt():
                 states = self._prepare_envs(workdir)
-                self._loop(states, tallies)
+                self._loop(states, tallies, next_round)
             self.store.set_status(self.run_id, "completed")
         except KeyboardInterrupt:
             self.store.set_status(self.run_id, "interrupted",
@@ -179,10 +188,12 @@ class Runner:
                     peak[role] = max(peak[role], count)
         return sum(peak.values())
 
-    def _loop(self, states: dict[str, _EnvState], tallies: dict[tuple[str, str], Tally]) -> None:
+    def _loop(self, states: dict[str, _EnvState], tallies: dict[tuple[str, str], Tally],
+              next_round: dict[str, int] | None = None) -> None:
         policy = self.matrix.policy
         all_envs = [e.name for e in self.matrix.environments]
         cells = self.matrix.cells
+        next_round = next_round or {}
         self._verdict_minimum(policy)
         self._load_before = _load()
         if self._load_before is not None and self._load_before >= 0.5 * (os.cpu_count() or 1):
@@ -199,22 +210,29 @@ class Runner:
                 tallies.setdefault((cell["key"], env), Tally())
             for env in envs:  # warm-up: unrecorded in statistics, but the attempt is logged
                 tally = tallies[(cell["key"], env)]
-                if not tally.warmed_up:
+                if not tally.warmed_up and not tally.finished:
                     self._warm_up(states[env], wl, cell, tally, timeout, policy.warmup)
                 tally.warmed_up = True
-            rotation = 0
+            rnd = next_round.get(cell["key"], 0)
             while True:
                 active = [env for env in envs if not tallies[(cell["key"], env)].finished]
                 if not active:
                     break
-                # Interleave A B C, starting one further each round, so drift hits all alike.
-                order = active[rotation % len(active):] + active[:rotation % len(active)]
-                rotation += 1
+                reason = self._cell_stop(cell, active, tallies, rnd, self._cell_budget(started, index, len(cells)))
+                if reason:
+                    for env in active:
+                        tallies[(cell["key"], env)].finished = True
+                        tallies[(cell["key"], env)].stop_reason = reason
+                    break
+                # Lockstep: every environment still in the cell takes this round, A B C starting one
+                # further each round, so drift and load hit all alike.
+                order = active[rnd % len(active):] + active[:rnd % len(active)]
                 for env in order:
-                    self._attempt(states[env], wl, cell, tallies[(cell["key"], env)], timeout, warmup=False)
-                cell_budget = self._cell_budget(started, index, len(cells))
-                for env in active:
-                    self._decide(tallies[(cell["key"], env)], cell_budget)
+                    tally = tallies[(cell["key"], env)]
+                    self._attempt(states[env], wl, cell, tally, timeout, warmup=False, round_=rnd)
+                    if tally.consecutive_failures >= GIVE_UP_AFTER:  # leaves the rounds; a hole from now on
+                        tally.finished, tally.stop_reason = True, f"gave up after {GIVE_UP_AFTER} failures in a row"
+                rnd += 1
             self._drop_unneeded(states, cells[index + 1:], envs, all_envs)
 
     def _warm_up(self, state: _EnvState, wl: workloads.Workload, cell: dict, tally: Tally, timeout: float,
@@ -268,22 +286,63 @@ class Runner:
         # Cells share what is left evenly; this one may use its share.
         return used < budget * (index + 1) / total
 
-    def _decide(self, tally: Tally, within_budget: bool) -> None:
+    def _cell_stop(self, cell: dict, active: list[str], tallies: dict[tuple[str, str], Tally], rounds: int,
+                   within_budget: bool) -> str:
+        """Why the cell stops before round `rounds` ("" to go on). Limits: `max_repetitions` rounds;
+        at least `min_repetitions` ok values in every environment still running before anything else
+        stops it. Then it stops when every ratio to the baseline is within `ci_target` (or, in a cell
+        without a baseline beside other environments, every median), or when its time is spent."""
         policy = self.matrix.policy
-        if tally.attempts >= policy.max_repetitions:
-            tally.finished, tally.stop_reason = True, "max_repetitions"
-        elif tally.consecutive_failures >= GIVE_UP_AFTER:
-            tally.finished, tally.stop_reason = True, f"gave up after {GIVE_UP_AFTER} failures in a row"
-        elif tally.ok >= policy.min_repetitions:
-            if all(stats.relative_ci_halfwidth(v) <= policy.ci_target for v in tally.values.values()):
-                tally.finished, tally.stop_reason = True, "ci_target reached"
-            elif not within_budget:
-                tally.finished, tally.stop_reason = True, "time budget spent"
+        if rounds >= policy.max_repetitions:
+            return "max_repetitions"
+        tally = {env: tallies[(cell["key"], env)] for env in active}
+        if any(t.ok < policy.min_repetitions for t in tally.values()):
+            return ""
+        if self._targets_met(cell, tally):
+            return "ci_target reached"
+        return "" if within_budget else "time budget spent"
+
+    def _targets_met(self, cell: dict, tally: dict[str, Tally]) -> bool:
+        """Every non-baseline environment's ratio to the baseline, per metric, from the rounds both
+        have (stats.paired_ratio), within ci_target at the level the cell's table will use when
+        nothing in it is significant (Benjamini-Hochberg over its m comparisons: 1 - 0.05 / m; a
+        table with discoveries reports narrower intervals). A cell whose baseline is not running
+        (not in the cell, or gave up) stops on each environment's median CI at 95 % instead."""
+        target = self.matrix.policy.ci_target
+        base = tally.get(self.matrix.baseline)
+        others = [env for env in tally if env != self.matrix.baseline]
+        if base is None or not others:
+            return all(stats.relative_ci_halfwidth([v for vs in by_round.values() for v in vs]) <= target
+                       for t in tally.values() for by_round in t.values.values())
+        level = 1.0 - FDR / max(1, self._family_size(cell) * len(base.values))
+        for env in others:
+            for key, by_round in tally[env].values.items():
+                base_rounds = base.values.get(key, {})
+                rounds = sorted(set(by_round) & set(base_rounds))
+                r = stats.paired_ratio([statistics.median(by_round[i]) for i in rounds],
+                                       [statistics.median(base_rounds[i]) for i in rounds], confidence=level)
+                if stats.ratio_halfwidth(r, level) > target:
+                    return False
+        return True
+
+    def _family_size(self, cell: dict) -> int:
+        """Comparisons per metric in the table this cell belongs to (analysis._family: cells of one
+        workload, parameters except the indexed test's, condition), one per non-baseline environment."""
+        wl = workloads.get(cell["workload"])
+
+        def family(c: dict) -> str:
+            params = {k: v for k, v in c["params"].items() if k != wl.index_param}
+            return json.dumps([c["workload"], params, c["condition"]], sort_keys=True, default=str)
+
+        all_envs = [e.name for e in self.matrix.environments]
+        return sum(len([e for e in cell_environments(c, all_envs) if e != self.matrix.baseline])
+                   for c in self.matrix.cells if family(c) == family(cell)) or 1
 
     def _attempt(self, state: _EnvState, wl: workloads.Workload, cell: dict, tally: Tally, timeout: float,
-                 *, warmup: bool) -> list:
-        """One run of the cell in one environment, stored; returns its samples (empty if it failed)."""
-        repetition = -1 if warmup else tally.attempts
+                 *, warmup: bool, round_: int = -1) -> list:
+        """One run of the cell in one environment, stored; returns its samples (empty if it failed).
+        A measured attempt's repetition is its round (warm-ups: -1)."""
+        repetition = -1 if warmup else round_
         if warmup:
             tally.warmups += 1
         started = time.time()
@@ -295,6 +354,7 @@ class Runner:
             main = next(iter(instances.values()))[0]
             applied = self._conditions(state, cell, instances)
             meta = {**main.metadata(), "repetition": repetition, **self._machines_meta(instances),
+                    **({} if warmup else {"round": round_}),
                     "load_1m": _load(), "load_before_run": getattr(self, "_load_before", None),
                     "cores_here": os.cpu_count(),  # this machine's load: busy-machine detection
                     "warmups": tally.warmups}
@@ -335,7 +395,7 @@ class Runner:
                 tally.consecutive_failures = 0
                 series = wl.series_key  # one CI per series point (e.g. message size)
                 for s in found:
-                    tally.values[(s.metric, s.metadata.get(series)) if series else s.metric].append(s.value)
+                    tally.values[(s.metric, s.metadata.get(series)) if series else s.metric][round_].append(s.value)
             else:
                 tally.consecutive_failures += 1
         self.events.attempt(cell, state.env.name, repetition, warmup, status, reason)
@@ -458,12 +518,20 @@ class Runner:
                     pool.clear()
 
     # -- resume ------------------------------------------------------------------------------
-    def _tallies_from_store(self) -> dict[tuple[str, str], Tally]:
+    def _tallies_from_store(self) -> tuple[dict[tuple[str, str], Tally], dict[str, int]]:
+        """Counts and values per (cell, environment), and the round each cell goes on with: one after
+        the last it started, so a round cut short by the interruption keeps its holes (completing it
+        now would pair values from different times)."""
         tallies: dict[tuple[str, str], Tally] = defaultdict(Tally)
+        next_round: dict[str, int] = {}
         for a in self.store.attempts(self.run_id):
             tally = tallies[(a["cell_key"], a["environment"])]
+            if a["status"] == "skipped":  # final, also when the warm-up found it
+                tally.finished, tally.stop_reason = True, a["reason"] or "skipped"
+                continue
             if a["warmup"]:
                 continue  # fresh instances after a resume get a fresh warm-up
+            next_round[a["cell_key"]] = max(next_round.get(a["cell_key"], 0), a["repetition"] + 1)
             tally.attempts += 1
             if a["status"] == "ok":
                 tally.ok += 1
@@ -476,13 +544,11 @@ class Runner:
                 continue  # the monitor's summaries never decide when to stop
             key = series.get(s["cell_key"])
             metric = (s["metric"], json.loads(s["metadata_json"]).get(key)) if key else s["metric"]
-            tallies[(s["cell_key"], s["environment"])].values[metric].append(s["value"])
-        policy = self.matrix.policy
+            tallies[(s["cell_key"], s["environment"])].values[metric][s["repetition"]].append(s["value"])
         for tally in tallies.values():
-            # Only stop early for counts here; the CI test runs after the next round.
-            if tally.attempts >= policy.max_repetitions:
-                tally.finished = True
-        return dict(tallies)
+            if tally.consecutive_failures >= GIVE_UP_AFTER:
+                tally.finished, tally.stop_reason = True, f"gave up after {GIVE_UP_AFTER} failures in a row"
+        return dict(tallies), next_round
 
 
 def _load() -> float | None:
