@@ -27,7 +27,7 @@ SUITE_KEYS = {
               "in a row agree within 5 %, at most 5)",
     "min_repetitions": "repetitions always taken",
     "max_repetitions": "repetitions at most",
-    "ci_target": "stop repeating when the 95% CI half-width is below this fraction of the median",
+    "ci_target": "stop a cell when every ratio to the baseline has a CI half-width within this fraction of the ratio",
     "time_budget": "seconds the whole run may take; cells stop repeating once it is spent",
     "timeout": "seconds one repetition may take (default: the workload's own estimate)",
     "monitor": "sample CPU, memory, network and disk of the host and every instance while repetitions run "
