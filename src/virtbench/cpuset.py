@@ -34,19 +34,21 @@ def parse(text: str) -> list[int]:
     return sorted(cpus)
 
 
-def problems(text: str, driver: str) -> list[Problem]:
-    """What is wrong with an environment's cpuset on this machine (empty: fine or not set)."""
+def problems(text: str, driver: str, allowed: list[int] | None = None, place: str = "this machine") -> list[Problem]:
+    """What is wrong with an environment's cpuset on the machine that offers `allowed` (default: this
+    process's CPUs); empty: fine or not set."""
     if not text:
         return []
     try:
         cpus = parse(text)
     except ValueError as exc:
         return [Problem(str(exc), "write a CPU list such as 0, 0-1 or 0,2-3")]
-    allowed = sorted(os.sched_getaffinity(0))
+    allowed = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
     missing = [c for c in cpus if c not in allowed]
     if missing:
-        return [Problem(f"{driver} cpuset {text!r} names CPU(s) {', '.join(map(str, missing))}, which this "
-                        f"machine does not offer (it has {compact(allowed)})",
+        where = "this machine" if place == "the host" else place
+        return [Problem(f"{driver} cpuset {text!r} names CPU(s) {', '.join(map(str, missing))}, which {where} "
+                        f"does not offer (it has {compact(allowed)})",
                         f"choose CPUs among {compact(allowed)}")]
     return []
 

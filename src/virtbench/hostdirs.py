@@ -24,13 +24,14 @@ import tempfile
 import threading
 from pathlib import Path
 
-from .machines.local import local
+from . import procs
 
 PREFIX = "virtbench-cond-"
 GUEST_DIR = "/vb-mnt"
 _MS_BIND, _MS_SHARED = 4096, 1 << 20  # <sys/mount.h>
 _lock = threading.RLock()
 _base: Path | None = None
+_counter = 0
 
 
 def start_ticks(pid: int) -> str | None:
@@ -46,6 +47,14 @@ def owner_tag() -> str:
     return f"{pid}-{start_ticks(pid) or 0}"
 
 
+def next_id() -> int:
+    """A number unique in this process, for names under base_dir() and of other things made here."""
+    global _counter
+    with _lock:
+        _counter += 1
+        return _counter
+
+
 def base_dir() -> Path:
     """This process's directory (created on first use, removed at exit unless something is mounted in it)."""
     global _base
@@ -55,6 +64,19 @@ def base_dir() -> Path:
             _base.mkdir(mode=0o755, exist_ok=True)
             atexit.register(_remove_base)
         return _base
+
+
+def ledger(path: Path, add: str | None = None, remove: str | None = None) -> list[str]:
+    """A file of one item a line: add or remove one, and return what it holds."""
+    with _lock:
+        items = path.read_text().split() if path.exists() else []
+        if add and add not in items:
+            items.append(add)
+        if remove in items:
+            items.remove(remove)
+        if add or remove:
+            path.write_text("".join(f"{i}\n" for i in items))
+        return items
 
 
 def _remove_base() -> None:
@@ -113,7 +135,7 @@ def release(path: str | None) -> None:
     if not path:
         return
     for mp in mounts_under(path):
-        local().run(["umount", "-l", mp], timeout=60)
+        procs.run(["umount", "-l", mp], timeout=60)
     with contextlib.suppress(OSError):
         for child in Path(path).iterdir():
             if child.is_dir() and not mounts_under(child):

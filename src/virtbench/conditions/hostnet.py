@@ -34,16 +34,14 @@ _lock = threading.Lock()
 
 def proxy_bin(machine: Machine) -> str:
     """vb-delayproxy on `machine`: the built one here, the shipped copy on a remote machine."""
-    if not machine.is_local:
-        from ..machines import ship
+    from ..machines import ship
 
-        return f"{ship.ensure_native(machine).bin_dir}/{PROXY_BIN}"
-    path = paths.native_bin_dir() / PROXY_BIN
-    if not path.exists():
+    path = f"{ship.ensure_native(machine).bin_dir}/{PROXY_BIN}"
+    if not machine.exists(path):
         from ..kernels import advice
 
-        raise ConditionUnavailable(f"{PROXY_BIN} is not built in {path.parent} (run: {advice()})")
-    return str(path)
+        raise ConditionUnavailable(f"{PROXY_BIN} is not built in {paths.native_bin_dir()} (run: {advice()})")
+    return path
 
 
 # -- links -------------------------------------------------------------------------------------------
@@ -147,7 +145,7 @@ def _tc_probe(machine: Machine, kind: str) -> tuple[bool, str]:
     if missing.stdout.count("\n") < 2:
         return False, "tc/ip not installed (apt-get install iproute2)"
     if not is_root(machine):
-        return False, f"tc needs root on {'the host' if machine.is_local else machine.name}"
+        return False, f"tc needs root on {machine.place}"
     n = next_id()
     a, b = f"vbprb{n}a"[-15:], f"vbprb{n}b"[-15:]
     if machine.is_local:
@@ -273,9 +271,9 @@ def _split(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _tied(machine: Machine) -> list[str]:
+def exit_with_parent(machine: Machine) -> list[str]:
     # Here the proxy's parent is virtbench; on a remote machine it is a shell that exits at once.
-    return ["--exit-with-parent"] if machine.is_local else []
+    return ["--exit-with-parent"] if machine.spawns_children else []
 
 
 class Proxy:
@@ -284,7 +282,7 @@ class Proxy:
     def __init__(self, machine: Machine, listen_host: str, target: tuple[str, int], delay_ms: float,
                  rate_mbit: float, log=None):
         argv = [proxy_bin(machine), "relay", "--listen", fmt_addr(listen_host, 0), "--target", fmt_addr(*target),
-                "--delay-ms", f"{delay_ms:g}", *_tied(machine)]
+                "--delay-ms", f"{delay_ms:g}", *exit_with_parent(machine)]
         if rate_mbit:
             argv += ["--rate-mbit", f"{rate_mbit:g}"]
         self.machine = machine
@@ -306,7 +304,7 @@ class Echo:
     """An echo server on `machine`, optionally inside a network namespace (by name, or a process's pid)."""
 
     def __init__(self, machine: Machine, host: str, *, netns: str | None = None, pid: int | None = None):
-        argv = [proxy_bin(machine), "echo", "--listen", fmt_addr(host, 0), *_tied(machine)]
+        argv = [proxy_bin(machine), "echo", "--listen", fmt_addr(host, 0), *exit_with_parent(machine)]
         if pid is not None:
             argv = ["nsenter", "-t", str(pid), "-n", "--", *argv]
         self.helper = Helper(machine, argv, name="echo server", netns=netns)

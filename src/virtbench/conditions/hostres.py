@@ -31,9 +31,7 @@ from ..hostdirs import PREFIX
 from ..machines import Machine, local
 
 _lock = threading.RLock()
-_counter = 0
 _stale_checked = False
-_root: dict[str, bool] = {}
 
 
 class HostCommandFailed(RuntimeError):
@@ -56,16 +54,15 @@ def new_dir(kind: str) -> Path:
 
 def machine_dir(machine: Machine, kind: str) -> str:
     """A fresh directory on `machine` for one condition's files; the caller removes it (remove_tree)."""
-    if machine.is_local:
-        return str(new_dir(kind))
-    return run(machine, ["mktemp", "-d", "-t", f"{PREFIX}{kind}.XXXXXX"], timeout=60).strip()
+    cleanup_stale()
+    try:
+        return machine.scratch_dir(kind)
+    except OSError as exc:
+        raise HostCommandFailed(str(exc)) from None
 
 
 def next_id() -> int:
-    global _counter
-    with _lock:
-        _counter += 1
-        return _counter
+    return hostdirs.next_id()
 
 
 def run(machine: Machine, argv: Sequence[str], timeout: float = 60.0, check: bool = True,
@@ -73,45 +70,29 @@ def run(machine: Machine, argv: Sequence[str], timeout: float = 60.0, check: boo
     """Run a command on `machine`; HostCommandFailed with its stderr when it fails and check is set."""
     res = machine.run(list(argv), timeout=timeout, stdin=stdin)
     if check and not res.ok:
-        where = "" if machine.is_local else f" on {machine.name}"
-        raise HostCommandFailed(f"{' '.join(map(str, argv))}{where}: {res.describe_failure()}")
+        raise HostCommandFailed(f"{' '.join(map(str, argv))}{machine.on}: {res.describe_failure()}")
     return res.stdout
 
 
 def is_root(machine: Machine) -> bool:
-    if machine.is_local:
-        return os.geteuid() == 0
-    if machine.name not in _root:
-        _root[machine.name] = machine.run(["id", "-u"], timeout=30).stdout.strip() == "0"
-    return _root[machine.name]
+    return machine.is_root()
 
 
 def require_root(machine: Machine, what: str) -> None:
     if not is_root(machine):
-        where = "the host" if machine.is_local else machine.name
-        raise ConditionUnavailable(f"{what} needs root on {where} (mounts, loop devices, namespaces)")
+        raise ConditionUnavailable(f"{what} needs root on {machine.place} (mounts, loop devices, namespaces)")
 
 
 def require_tools(machine: Machine, what: str, tools: dict[str, str]) -> None:
     """tools: program -> Debian package. ConditionUnavailable naming what is missing."""
-    if machine.is_local:
-        missing = {t: p for t, p in tools.items() if not shutil.which(t)}
-    else:
-        res = machine.run(["sh", "-c", 'for t; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done', "sh",
-                           *tools], timeout=30)
-        missing = {t: tools[t] for t in res.stdout.split() if t in tools}
+    missing = {t: tools[t] for t in machine.missing_programs(list(tools))}
     if missing:
         pkgs = " ".join(sorted(set(missing.values())))
-        where = "" if machine.is_local else f" on {machine.name}"
-        raise ConditionUnavailable(f"{what} needs {', '.join(sorted(missing))}{where} (apt-get install {pkgs})")
+        raise ConditionUnavailable(f"{what} needs {', '.join(sorted(missing))}{machine.on} (apt-get install {pkgs})")
 
 
 def read_file(machine: Machine, path: str | Path) -> str:
-    if machine.is_local:
-        with contextlib.suppress(OSError):
-            return Path(path).read_text(errors="replace")
-        return ""
-    return machine.run(["cat", "--", str(path)], timeout=30).stdout
+    return machine.read_text(path)
 
 
 # -- helper processes ------------------------------------------------------------------------------
@@ -126,17 +107,15 @@ class Helper:
         argv = [str(a) for a in argv]
         if netns:
             argv = ["nsenter", f"--net=/run/netns/{netns}", "--", *argv]
-        if machine.is_local:
-            argv = ["setpriv", "--pdeathsig", "KILL", "--", *argv]  # dies with virtbench, even on SIGKILL
         self._own_log = log is None
-        if log is None:
-            log = (f"{base_dir()}/helper-{next_id()}.log" if machine.is_local else
-                   run(machine, ["mktemp", "-t", f"{PREFIX}helper.XXXXXX"], timeout=60).strip())
-        self.log = str(log)
-        self.argv = argv
-        self._output: str | None = None
         try:
-            self.process = machine.spawn(argv, self.log)
+            if log is None:
+                cleanup_stale()
+                log = machine.scratch_file("helper")
+            self.log = str(log)
+            self.argv = argv
+            self._output: str | None = None
+            self.process = machine.spawn_tethered(argv, self.log)  # here: dies with virtbench, even on SIGKILL
         except OSError as exc:
             raise HostCommandFailed(f"{name}: {exc}") from None
 
@@ -147,9 +126,7 @@ class Helper:
     def alive(self) -> bool:
         if self._output is not None:
             return False
-        if self.machine.is_local:
-            return not self.machine.exited(self.pid)
-        return self.process.alive()
+        return not self.machine.exited(self.pid)
 
     def output(self) -> str:
         return read_file(self.machine, self.log)
@@ -161,7 +138,7 @@ class Helper:
     def read_json_line(self, key: str, timeout: float = 10.0) -> dict:
         """The first JSON line with `key` the helper prints (e.g. {"listening": "127.0.0.1:4242"})."""
         deadline = time.monotonic() + timeout
-        interval = 0.01 if self.machine.is_local else 0.05
+        interval = self.machine.poll_interval
         while True:
             for line in self.output().splitlines():
                 with contextlib.suppress(ValueError):
@@ -180,11 +157,7 @@ class Helper:
             self.process.stop(grace)
             self._output = self.output()
             if self._own_log:
-                if self.machine.is_local:
-                    with contextlib.suppress(OSError):
-                        os.unlink(self.log)
-                else:
-                    self.machine.run(["rm", "-f", "--", self.log], timeout=30)
+                self.machine.remove(self.log)
         return self._output
 
 
@@ -204,9 +177,7 @@ def wait_for(check, timeout: float, what: str, helper: Helper | None = None, int
 
 def mounts_under(machine: Machine, root: Path | str) -> list[str]:
     """Mount points at or below root on `machine` (its sessions' mount namespace), deepest first."""
-    if machine.is_local:
-        return hostdirs.mounts_under(root)
-    return hostdirs.parse_mounts(machine.run(["cat", "/proc/self/mountinfo"], timeout=30).stdout, root)
+    return hostdirs.parse_mounts(machine.mountinfo(), root)
 
 
 def is_mounted(machine: Machine, path: Path | str) -> bool:
@@ -225,16 +196,7 @@ def umount(machine: Machine, path: Path | str) -> None:
 LOOP_LEDGER = "loop-devices"  # in base_dir(): loop devices attached here and not yet detached
 
 
-def _ledger(path: Path, add: str | None = None, remove: str | None = None) -> list[str]:
-    with _lock:
-        items = path.read_text().split() if path.exists() else []
-        if add and add not in items:
-            items.append(add)
-        if remove in items:
-            items.remove(remove)
-        if add or remove:
-            path.write_text("".join(f"{i}\n" for i in items))
-        return items
+_ledger = hostdirs.ledger
 
 
 def loop_attach(machine: Machine, backing: Path, direct_io: bool = True) -> str:
@@ -242,10 +204,10 @@ def loop_attach(machine: Machine, backing: Path, direct_io: bool = True) -> str:
     if direct_io:
         argv.append("--direct-io=on")
     dev = run(machine, [*argv, str(backing)], timeout=60).strip()
-    if machine.is_local:
-        # Once its FUSE backing is gone a loop device shows just '/<name>' as its file: the ledger is
-        # how a later run still finds it if this one is killed.
-        _ledger(base_dir() / LOOP_LEDGER, add=f"{dev}:{backing.name}")
+    # Once its FUSE backing is gone a loop device shows just '/<name>' as its file: the ledger is
+    # how a later run still finds it if this one is killed.
+    cleanup_stale()
+    machine.remember(LOOP_LEDGER, f"{dev}:{backing.name}")
     return dev
 
 
@@ -253,10 +215,9 @@ def loop_detach(machine: Machine, dev: str) -> None:
     res = machine.run(["losetup", "-d", dev], timeout=60)
     if not res.ok and "No such device" not in res.stderr:
         raise HostCommandFailed(f"losetup -d {dev}: {res.describe_failure()}")
-    if machine.is_local:
-        for item in _ledger(base_dir() / LOOP_LEDGER):
-            if item.split(":")[0] == dev:
-                _ledger(base_dir() / LOOP_LEDGER, remove=item)
+    for item in machine.remembered(LOOP_LEDGER):
+        if item.split(":")[0] == dev:
+            machine.forget(LOOP_LEDGER, item)
 
 
 def _loop_back_file(dev: str) -> str | None:
@@ -284,10 +245,7 @@ def remove_tree(machine: Machine, path: Path | str) -> None:
     """rm -r that never crosses into a mounted file system (a leftover mount keeps its contents)."""
     if mounts := mounts_under(machine, path):
         raise HostCommandFailed(f"{path} still has mounts under it: {', '.join(mounts)}")
-    if machine.is_local:
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        machine.run(["rm", "-rf", "--one-file-system", "--", str(path)], timeout=120)
+    machine.rmtree(path)
 
 
 # -- sizes -------------------------------------------------------------------------------------------

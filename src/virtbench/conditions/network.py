@@ -208,8 +208,7 @@ class _SamePortProxy(hostnet.Proxy):
                  rate_mbit: float):
         argv = [hostnet.proxy_bin(machine), "relay", "--listen", hostnet.fmt_addr(listen_host, target[1]),
                 "--target", hostnet.fmt_addr(*target), "--delay-ms", f"{delay_ms:g}"]
-        if machine.is_local:
-            argv.append("--exit-with-parent")
+        argv += hostnet.exit_with_parent(machine)
         if rate_mbit:
             argv += ["--rate-mbit", f"{rate_mbit:g}"]
         self.machine = machine

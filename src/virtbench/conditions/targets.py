@@ -99,8 +99,7 @@ def tmpfs(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict
     opts = f"size={size},mode=1777" if size else "size=25%,mode=1777"
     run(m, ["mount", "-t", "tmpfs", "-o", opts, "virtbench-tmpfs", mount_dir])
     applied.defer(lambda: umount(m, mount_dir))
-    where = "the host" if m.is_local else m.name
-    return inside, {"storage_fs": "tmpfs", "storage_mechanism": f"tmpfs mounted by {where}"}
+    return inside, {"storage_fs": "tmpfs", "storage_mechanism": f"tmpfs mounted by {m.place}"}
 
 
 def _engine_cmd(inst: Instance) -> str:
@@ -341,27 +340,23 @@ _NO_NFS_CLIENT = ("no NFS client (no nfs/nfs4 in /proc/filesystems, 'modprobe nf
                   "user-space NFS client can mount a file system; a VM mounts NFS with its own kernel "
                   "(storage=nfs or nfs-datastore with the vm driver), and remote storage works here with "
                   "storage=nbd or storage=iscsi")
-_HAS_NFS = "grep -qwE 'nfs4?' /proc/filesystems"
 
 
 def kernel_nfs_client(machine: Machine | None = None) -> tuple[bool, str]:
     """Has the kernel of `machine` (default: this one) an NFS client, after trying to load it?"""
     m = machine or local()
-    if m.is_local:
-        def has() -> bool:
-            with contextlib.suppress(OSError):
-                names = {ln.split()[-1] for ln in Path("/proc/filesystems").read_text().splitlines() if ln.strip()}
-                return bool(names & {"nfs", "nfs4"})
-            return False
+
+    def has() -> bool:
+        names = {ln.split()[-1] for ln in m.read_text("/proc/filesystems").splitlines() if ln.strip()}
+        return bool(names & {"nfs", "nfs4"})
+
+    if has():
+        return True, ""
+    if m.which("modprobe"):
+        m.run(["modprobe", "-q", "nfs"], timeout=60)
         if has():
             return True, ""
-        if shutil.which("modprobe"):
-            m.run(["modprobe", "-q", "nfs"], timeout=60)
-            if has():
-                return True, ""
-        return False, f"this kernel has {_NO_NFS_CLIENT}"
-    res = m.run(["sh", "-c", f"{_HAS_NFS} || {{ modprobe -q nfs 2>/dev/null; {_HAS_NFS}; }}"], timeout=60)
-    return (True, "") if res.ok else (False, f"the kernel of {m.name} has {_NO_NFS_CLIENT}")
+    return False, f"the kernel of {m.place} has {_NO_NFS_CLIENT}"
 
 
 def _host_mount_refusal(inst: Instance) -> str | None:

@@ -16,9 +16,7 @@ import contextlib
 import json
 import os
 import re
-import resource
 import shlex
-import shutil
 import socket
 import threading
 import time
@@ -88,17 +86,6 @@ def _run(machine: Machine, argv: Sequence[str], timeout: float | None = CLI_TIME
     return machine.run(argv, timeout=timeout, stdin=stdin)
 
 
-def _on(machine: Machine) -> str:
-    """' on <host>' for a remote machine, for messages."""
-    return "" if machine.is_local else f" on {machine.name}"
-
-
-def _which(machine: Machine, name: str) -> bool:
-    if machine.is_local:
-        return bool(shutil.which(name))
-    return machine.run(["sh", "-c", 'command -v "$1"', "vb", name], timeout=60).ok
-
-
 def _tail(res: ExecResult, lines: int = 3) -> str:
     text = (res.stderr.strip() or res.stdout.strip()).splitlines()[-lines:]
     return " | ".join(text) or res.describe_failure()
@@ -111,15 +98,12 @@ def pick_engine(choice: str = "auto", machine: Machine | None = None) -> str:
     """podman if installed and answering, else docker if its engine answers. A working answer is
     kept per machine for the process: `podman info` costs about a second, and every provision asks."""
     machine = machine or local()
-    if machine.is_local:
-        key = (machine.name, choice, shutil.which("podman"), shutil.which("docker"))  # a changed PATH asks again
-    else:
-        try:  # an unreachable host says so, rather than "podman is not installed"
-            machine.connect()
-        except MachineUnreachable as exc:
-            raise UserError(f"cannot reach {machine.name} to run containers there: {exc.reason}",
-                            "check the host with: virtbench hosts --inventory FILE") from None
-        key = (machine.name, choice)
+    try:  # an unreachable host says so, rather than "podman is not installed"
+        machine.connect()
+    except MachineUnreachable as exc:
+        raise UserError(f"cannot reach {machine.name} to run containers there: {exc.reason}",
+                        "check the host with: virtbench hosts --inventory FILE") from None
+    key = (machine.name, choice, machine.which("podman"), machine.which("docker"))  # a changed PATH asks again
     if key not in _picked:
         _picked[key] = _pick_engine(choice, machine)
     return _picked[key]
@@ -128,14 +112,14 @@ def pick_engine(choice: str = "auto", machine: Machine | None = None) -> str:
 def _pick_engine(choice: str, machine: Machine) -> str:
     if choice not in ("auto", "podman", "docker"):
         raise UserError(f"unknown container engine '{choice}'", hint="use auto, podman or docker")
-    on = _on(machine)
+    on = machine.on
     podman_err = None
-    if choice in ("auto", "podman") and _which(machine, "podman"):
+    if choice in ("auto", "podman") and machine.which("podman"):
         res = _run(machine, ["podman", "info", "--format", "json"], timeout=60)
         if res.ok:
             return "podman"
         podman_err = _tail(res)
-    if choice in ("auto", "docker") and _which(machine, "docker"):
+    if choice in ("auto", "docker") and machine.which("docker"):
         if _run(machine, ["docker", "info"], timeout=60).ok:
             return "docker"
         if choice == "docker":
@@ -168,12 +152,6 @@ _LIMITS = "ulimit -Sn; ulimit -Hn; { ulimit -Su || ulimit -Sp; } 2>/dev/null; { 
 
 def _limits(machine: Machine) -> tuple[tuple[int, int], tuple[int, int]]:
     """(nofile, nproc) as (soft, hard) of a process on the machine where the engine runs."""
-    if machine.is_local:
-        def own(res: int, inf: int) -> tuple[int, int]:
-            soft, hard = resource.getrlimit(res)
-            return (inf if soft == resource.RLIM_INFINITY else soft, inf if hard == resource.RLIM_INFINITY else hard)
-
-        return own(resource.RLIMIT_NOFILE, _NOFILE_INF), own(resource.RLIMIT_NPROC, _NPROC_INF)
     res = machine.run(["sh", "-c", _LIMITS], timeout=60)
     words = res.stdout.split()
     if not res.ok or len(words) != 4 or not all(w.isdigit() or w == "unlimited" for w in words):
@@ -198,8 +176,6 @@ _CATATONIT = ("/usr/libexec/podman/catatonit", "/usr/lib/podman/catatonit")
 
 
 def _has_catatonit(machine: Machine) -> bool:
-    if machine.is_local:
-        return any(Path(p).exists() for p in _CATATONIT) or bool(shutil.which("catatonit"))
     script = " || ".join(f"test -e {shlex.quote(p)}" for p in _CATATONIT) + " || command -v catatonit"
     return machine.run(["sh", "-c", script], timeout=60).ok
 
@@ -216,7 +192,7 @@ def probe(cmd: str, tag: str, runtime: str = "auto", cgroup_manager: str = "auto
         if cmd == "podman":
             runtimes = [runtime] if runtime != "auto" else list(dict.fromkeys(
                 r for r in (facts["runtime"], "runc", "crun")
-                if r and (r == facts["runtime"] or _which(machine, r))))
+                if r and (r == facts["runtime"] or machine.which(r))))
             managers = [cgroup_manager] if cgroup_manager != "auto" else list(dict.fromkeys(
                 m for m in (facts["cgroup_manager"], "cgroupfs") if m))
             init = _has_catatonit(machine)
@@ -243,11 +219,11 @@ def probe(cmd: str, tag: str, runtime: str = "auto", cgroup_manager: str = "auto
         hint = "set runtime/cgroup_manager for this environment, or apt-get install runc"
         if any("no cgroup mount found" in t for t in tried):
             # Seen where podman runs under `ip netns exec`, which mounts a fresh /sys without cgroups.
-            hint = (f"the OCI runtime finds no cgroup filesystem{_on(machine)}: /sys/fs/cgroup is not mounted in "
+            hint = (f"the OCI runtime finds no cgroup filesystem{machine.on}: /sys/fs/cgroup is not mounted in "
                     "the mount namespace podman runs in (e.g. a shell started by `ip netns exec`, which "
                     "remounts /sys); mount the cgroup hierarchies there, or enter the network namespace "
                     "with `nsenter --net=/run/netns/NAME`, which keeps /sys")
-        raise UserError(f"{cmd} cannot start a container{_on(machine)}; tried:\n  " + "\n  ".join(tried), hint)
+        raise UserError(f"{cmd} cannot start a container{machine.on}; tried:\n  " + "\n  ".join(tried), hint)
 
 
 def ensure_image(cmd: str, info: image.ImageInfo, machine: Machine | None = None) -> None:
@@ -255,17 +231,15 @@ def ensure_image(cmd: str, info: image.ImageInfo, machine: Machine | None = None
     process and machine). A remote machine gets the tarball through its blob cache first."""
     machine = machine or local()
     with _lock:
-        if (machine.name, cmd, info.tag) in _imported or (machine.is_local and (cmd, info.tag) in _imported):
+        if (machine.name, cmd, info.tag) in _imported:
             return
-        source = str(info.tarball)
-        if not machine.is_local:
-            # Always through the blob cache (one `test -f` once it is there): that verified copy is
-            # what an import there reads, now or after the engine's images were pruned.
-            source = ship.ensure_blob(machine, info.tarball, ship.file_sha256(info.tarball), info.tarball.name)
+        # Elsewhere always through the blob cache (one `test -f` once it is there): that verified copy
+        # is what an import there reads, now or after the engine's images were pruned.
+        source = ship.ensure_blob(machine, info.tarball, ship.file_sha256(info.tarball), info.tarball.name)
         if not _run(machine, [cmd, "image", "inspect", info.tag], timeout=60).ok:
             res = _run(machine, [cmd, "import", "--change", 'CMD ["/bin/sh"]', source, info.tag], timeout=1800)
             if not res.ok:
-                raise UserError(f"{cmd} import of the guest image{_on(machine)} failed: {_tail(res)}")
+                raise UserError(f"{cmd} import of the guest image{machine.on} failed: {_tail(res)}")
         if machine.is_local:  # a remote engine may hold images of other virtbench installations
             _remove_old_images(cmd, keep={i.hash for i in image.installed()} | {info.hash})
         _imported.add((machine.name, cmd, info.tag))
@@ -331,8 +305,7 @@ class ContainerInstance(Instance):
             argv += ["--cpuset-cpus", self.env.options["cpuset"]]
         if shape.memory_mb:
             argv += ["--memory", f"{shape.memory_mb}m", "--memory-swap", f"{shape.memory_mb}m"]
-        # Storage conditions on remote machines come with the conditions' move to the executor.
-        self.host_mount_dir = hostdirs.prepare(self.name) if self.machine.is_local else None
+        self.host_mount_dir = self.machine.container_mount_dir(self.name)
         if self.host_mount_dir:
             argv += ["--mount", f"type=bind,src={self.host_mount_dir},dst={hostdirs.GUEST_DIR},"
                                 "bind-propagation=rslave"]
@@ -400,37 +373,16 @@ class ContainerInstance(Instance):
         return ExecResult(argv, res.returncode, res.stdout, stderr, res.started, res.ended, timed_out)
 
     def copy_in(self, src: Path, dest: str) -> None:
-        if self.machine.is_local:
-            res = self._cli("cp", str(src), f"{self.name}:{dest}", timeout=600)
-        else:  # to a temporary file on the machine, then into the container there
-            with self._remote_tmp() as tmp:
-                self.machine.put(src, f"{tmp}/f")
-                res = self._cli("cp", f"{tmp}/f", f"{self.name}:{dest}", timeout=600)
+        with self.machine.staged(src) as there:  # the engine copies from a file on its machine
+            res = self._cli("cp", there, f"{self.name}:{dest}", timeout=600)
         if not res.ok:
             raise OSError(f"copy of {src} into {self.name}:{dest} failed: {_tail(res)}")
 
     def copy_out(self, src: str, dest: Path) -> None:
-        if self.machine.is_local:
-            res = self._cli("cp", f"{self.name}:{src}", str(dest), timeout=600)
-        else:
-            with self._remote_tmp() as tmp:
-                res = self._cli("cp", f"{self.name}:{src}", f"{tmp}/f", timeout=600)
-                if res.ok:
-                    self.machine.get(f"{tmp}/f", dest)
-        if not res.ok:
-            raise OSError(f"copy of {self.name}:{src} to {dest} failed: {_tail(res)}")
-
-    @contextlib.contextmanager
-    def _remote_tmp(self):
-        """A temporary directory on the (remote) machine, removed afterwards."""
-        res = self.machine.run(["mktemp", "-d"], timeout=60)
-        if not res.ok:
-            raise OSError(f"cannot make a temporary directory on {self.machine.name}: {_tail(res)}")
-        tmp = res.stdout.strip()
-        try:
-            yield tmp
-        finally:
-            self.machine.run(["rm", "-rf", "--", tmp], timeout=60)
+        with self.machine.fetched(dest) as there:  # the engine copies to a file on its machine
+            res = self._cli("cp", f"{self.name}:{src}", there, timeout=600)
+            if not res.ok:
+                raise OSError(f"copy of {self.name}:{src} to {dest} failed: {_tail(res)}")
 
     def bin(self, name: str) -> str:
         return f"{image.GUEST_BIN_DIR}/{name}"
@@ -447,14 +399,14 @@ class ContainerInstance(Instance):
     def metadata(self) -> dict[str, Any]:
         shape = self.env.shape
         return {**super().metadata(), **self.engine.describe(), "image_hash": self.image.hash,
-                "image_shipped": not self.machine.is_local,  # through the machine's blob cache
+                "image_shipped": ship.is_shipped_to(self.machine),  # through the machine's blob cache
                 "container_id": self.container_id, "started_at": self.started_at,
                 "cpus": shape.vcpus, "memory_mb": shape.memory_mb,
                 **({"cpuset": self.env.options["cpuset"]} if self.env.options.get("cpuset") else {})}
 
     def _destroy(self) -> None:
         _remove(self.machine, self.engine.cli(), self.engine.cmd, self.name)
-        hostdirs.release(self.host_mount_dir)
+        self.machine.release_mount_dir(self.host_mount_dir)
         with _lock:
             _names.discard(self.name)
 
@@ -481,7 +433,7 @@ class ContainerDriver(Driver):
 
     def __init__(self, context):
         super().__init__(context)
-        self._swept: set[str] = set()
+        self._swept: set[str] = {local().name}  # the runner's cleanup_stale() sweeps this machine
 
     def _machine(self, env_options: Mapping[str, Any] | None) -> Machine:
         return self.context.machines.get((env_options or {}).get("machine") or None)
@@ -498,9 +450,8 @@ class ContainerDriver(Driver):
         return probe(cmd, info.tag, opts["runtime"], opts["cgroup_manager"], machine)
 
     def check_env(self, env: EnvSpec) -> list[Problem]:
-        if self._machine(env.options).is_local:  # a remote machine's CPUs: its engine checks them
-            return cpuset.problems(env.options.get("cpuset") or "", self.name)
-        return []
+        machine = self._machine(env.options)
+        return cpuset.problems(env.options.get("cpuset") or "", self.name, machine.allowed_cpus(), machine.place)
 
     def check(self) -> list[Problem]:
         try:
@@ -524,9 +475,9 @@ class ContainerDriver(Driver):
         machine = self._machine(env.options)
         engine = self.engine_for(env.options)
         info = self._image()
-        if not machine.is_local and machine.name not in self._swept:
-            # The runner's cleanup_stale() knows no environments, so only this machine's: sweep a
-            # remote machine once, when it is first used.
+        if machine.name not in self._swept:
+            # The runner's cleanup_stale() knows no environments, so only this machine's: sweep
+            # another machine once, when it is first used.
             self._swept.add(machine.name)
             self.stale_removed += self._cleanup(machine, engine.cmd, engine.cli())
         made: list[ContainerInstance] = []
@@ -579,8 +530,7 @@ class ContainerDriver(Driver):
             if not got.ok:
                 continue  # gone meanwhile
             labels = json.loads(got.stdout or "{}") or {}
-            if not machine.is_local and (labels.get("virtbench.run") == self.context.run_id
-                                         or labels.get("virtbench.host") != socket.gethostname()):
+            if labels.get("virtbench.host", socket.gethostname()) != socket.gethostname():
                 continue  # the pid label is only meaningful on the machine that runs virtbench
             pid, start = labels.get("virtbench.pid", ""), labels.get("virtbench.pidstart", "")
             now = _process_start(int(pid)) if pid.isdigit() else None

@@ -34,7 +34,7 @@ from typing import Any
 
 from .. import cpuset, image, procs
 from ..errors import MissingTool, UserError
-from ..machines import MachineUnreachable, owners
+from ..machines import MachineUnreachable, owners, ship
 from ..model import EnvSpec
 from ..vm import disk, kernels, qemu, segment, ssh, stale
 from ..vm.instance import DEFAULT_MEMORY_MB, NIC_MODULES, SCRATCH, TCG_NOTE, BootFailure, VmInstance
@@ -113,12 +113,11 @@ class VmDriver(Driver):
                     machine.connect()
                 except MachineUnreachable as exc:
                     raise UserError(f"cannot reach {machine.name} to run VMs there: {exc.reason}") from None
-                site = Site(machine)
-                if not machine.is_local:
-                    missing = site.missing_tools()
-                    if missing:
-                        raise UserError(f"{machine.name} lacks what the vm driver needs there: {', '.join(missing)}",
-                                        "install them there: apt-get install qemu-system-x86 qemu-utils e2fsprogs")
+                site = Site.of(machine)
+                missing = site.missing_tools()
+                if missing:
+                    raise UserError(f"{machine.name} lacks what the vm driver needs there: {', '.join(missing)}",
+                                    "install them there: apt-get install qemu-system-x86 qemu-utils e2fsprogs")
                 self._sites[name] = site
             return self._sites[name]
 
@@ -150,8 +149,7 @@ class VmDriver(Driver):
         site = site or self.site()
         got = site.accelerator(self.boot_files("cloud", site), want)
         if got["accel"] is None:
-            where = "" if site.machine.is_local else f" on {site.machine.name}"
-            raise UserError(f"QEMU cannot boot a guest{where} with accel={want}: {got['kvm_problem']}",
+            raise UserError(f"QEMU cannot boot a guest{site.machine.on} with accel={want}: {got['kvm_problem']}",
                             "use accel = \"auto\" or \"tcg\"")
         return got
 
@@ -190,8 +188,9 @@ class VmDriver(Driver):
             raise UserError(f"vm option free_space: {exc}") from None
         if opts["free_bytes"] is None:
             opts["free_bytes"] = disk.AUTO_FREE
-        if opts["cpuset"] and site.machine.is_local:  # a remote machine's taskset says what it lacks
-            problems = cpuset.problems(opts["cpuset"], self.name)
+        if opts["cpuset"]:
+            m = site.machine
+            problems = cpuset.problems(opts["cpuset"], self.name, m.allowed_cpus(), m.place)
             if problems:
                 raise UserError(problems[0].what, problems[0].fix)
         return opts
@@ -304,7 +303,7 @@ class VmDriver(Driver):
             self._count += 1
             here = self.run_dir() / f"i{n}"
             there = here
-            if not site.machine.is_local:
+            if ship.is_shipped_to(site.machine):  # this run's directory here is not there
                 name = site.machine.name
                 if name not in self._remote_runs:
                     # What runs of this controller killed outright left there goes first (owners.py);

@@ -7,8 +7,10 @@ on Ansible's connection plugins (exec, put, fetch) and hyperfine's executor.
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,22 @@ echo "memory_kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null)"
 echo "home=$HOME"
 """
 
+
+# The temporary names virtbench makes on a machine start with this (hostdirs.PREFIX is the same).
+TMP_PREFIX = "virtbench-cond-"
+
+# Kills the processes whose environment or command line holds one of the strings read on stdin
+# (never from arguments: this script's own command line must not match). Command lines count
+# because some daemons (sshd) overwrite their environment with their process title.
+_KILL_MATCHING = r"""
+pats=$(cat)
+find() { printf '%s\n' "$pats" | grep -lzF -f - /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null |
+  sed 's|^/proc/||; s|/.*$||' | sort -u | grep -vx "$$"; }
+pids=$(find); [ -n "$pids" ] || exit 0
+kill -TERM $pids 2>/dev/null; sleep 0.3
+pids=$(find); [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+exit 0
+"""
 
 _GROUP_ALIVE = "ps -e -o pgid=,stat= | awk -v g=\"$1\" '$1 == g && $2 !~ /^Z/ {f = 1} END {exit !f}'"
 
@@ -59,18 +77,42 @@ class Process:
 
 
 class Machine(ABC):
-    """A place where commands run: this machine, or a remote one over SSH."""
+    """A place where commands run: this machine, or a remote one over SSH.
+
+    Besides the five primitives (run, put, get, spawn, kill_group) it offers the file-system
+    conveniences callers need, written here as commands on the machine; LocalMachine overrides
+    them with os/shutil fast paths. So a caller never asks where a machine is."""
 
     kind: str = "abstract"
+    # Processes spawned here are children of this Python process (so they can be tied to it).
+    spawns_children: bool = False
+    # How often to poll a helper's log or state: a command here costs a round trip.
+    poll_interval: float = 0.05
 
     def __init__(self, name: str, address: str | None = None):
         self.name = name          # inventory name; "localhost" for this machine
         self.address = address    # an address peers can reach it on, when known
         self._facts: dict[str, Any] | None = None
+        self._root: bool | None = None
 
     @property
     def is_local(self) -> bool:
         return False
+
+    @property
+    def reached_via(self) -> str | None:
+        """What this controller reaches the machine's ports through, for a result's notes (None: directly)."""
+        return None
+
+    @property
+    def on(self) -> str:
+        """' on <name>' for messages about another machine, '' for this one."""
+        return f" on {self.name}"
+
+    @property
+    def place(self) -> str:
+        """How messages name the machine: its name, or 'the host' for this one."""
+        return self.name
 
     @abstractmethod
     def run(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
@@ -93,6 +135,161 @@ class Machine(ABC):
     @abstractmethod
     def kill_group(self, pgid: int, grace: float = 2.0) -> None:
         """SIGTERM, then SIGKILL, a process group on the machine."""
+
+    def exited(self, pgid: int) -> bool:
+        """Has the process group `pgid` (spawned here) gone?"""
+        return not Process(self, pgid, "").alive()
+
+    def kill_matching(self, patterns: Sequence[str]) -> None:
+        """Kill every process whose environment or command line contains one of `patterns`."""
+        self.run(["sh", "-c", _KILL_MATCHING], stdin="\n".join(patterns).encode(), timeout=20)
+
+    def spawn_tethered(self, argv: Sequence[str], log: str) -> Process:
+        """spawn(), and where the process is a child of this one, make it die with this process
+        (even on SIGKILL). Elsewhere there is no parent to tie it to: the caller stops it."""
+        return self.spawn(argv, log)
+
+    # Port forwards: what listens on the machine, reachable from here.
+    def forward(self, remote_host: str, remote_port: int) -> tuple[str, int]:
+        raise NotImplementedError(f"{self.kind} machines forward no ports")
+
+    def forward_unix(self, remote_path: str) -> str:
+        raise NotImplementedError(f"{self.kind} machines forward no sockets")
+
+    def cancel_forward(self, local: tuple[str, int] | str) -> None:
+        """Remove a forward added by forward() or forward_unix()."""
+
+    # A ledger of what this process made on the machine that a later run must find if this one is
+    # killed (loop devices). Kept here, beside the process's directory; elsewhere what a run leaves
+    # is found through owner files (owners.py), so these are no-ops.
+    def remember(self, kind: str, item: str) -> None:
+        """Note `item` of `kind` (one word) as made by this process."""
+
+    def forget(self, kind: str, item: str) -> None:
+        """`item` is gone again."""
+
+    def remembered(self, kind: str) -> list[str]:
+        return []
+
+    def container_mount_dir(self, name: str) -> str | None:
+        """A directory shared into container `name` (mount propagation), where storage conditions
+        mount what the container sees; None where the machine offers none (the default)."""
+        return None
+
+    def release_mount_dir(self, path: str | None) -> None:
+        """Detach what is mounted under a container_mount_dir() and remove it."""
+
+    # -- file-system conveniences (commands on the machine; LocalMachine has fast paths) ----------
+
+    def read_text(self, path: str | Path) -> str:
+        """The file's text, '' when it cannot be read."""
+        return self.run(["cat", "--", str(path)], timeout=30).stdout
+
+    def write_text(self, path: str | Path, text: str, mode: int | None = None) -> None:
+        argv = ["sh", "-c", 'cat > "$1" && { [ -z "$2" ] || chmod "$2" "$1"; }', "vb", str(path),
+                "" if mode is None else f"{mode:o}"]
+        res = self.run(argv, stdin=text.encode(), timeout=60)
+        if not res.ok:
+            raise OSError(f"writing {path}{self.on}: {res.describe_failure()}")
+
+    def exists(self, path: str | Path) -> bool:
+        return self.run(["test", "-e", str(path)], timeout=30).ok
+
+    def which(self, program: str) -> bool:
+        """Is `program` on the machine's PATH?"""
+        return self.run(["sh", "-c", 'command -v "$1"', "vb", program], timeout=60).ok
+
+    def missing_programs(self, programs: Sequence[str]) -> list[str]:
+        """Those of `programs` not on the machine's PATH (one command for all)."""
+        res = self.run(["sh", "-c", 'for t; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done', "sh",
+                        *programs], timeout=30)
+        return [p for p in res.stdout.split() if p in programs]
+
+    def makedirs(self, path: str | Path) -> None:
+        res = self.run(["mkdir", "-p", str(path)], timeout=60)
+        if not res.ok:
+            raise OSError(f"making {path}{self.on}: {res.describe_failure()}")
+
+    def scratch_dir(self, kind: str) -> str:
+        """A fresh directory for this process's files of one kind; the caller removes it (rmtree)."""
+        return self._mktemp(["-d", "-t", f"{TMP_PREFIX}{kind}.XXXXXX"])
+
+    def scratch_file(self, kind: str) -> str:
+        """A fresh file name for this process (e.g. a helper's log); the caller removes it."""
+        return self._mktemp(["-t", f"{TMP_PREFIX}{kind}.XXXXXX"])
+
+    def _mktemp(self, args: list[str]) -> str:
+        res = self.run(["mktemp", *args], timeout=60)
+        if not res.ok:
+            raise OSError(f"mktemp{self.on}: {res.describe_failure()}")
+        return res.stdout.strip()
+
+    def remove(self, path: str | Path) -> None:
+        """Remove a file; a missing one is no error."""
+        self.run(["rm", "-f", "--", str(path)], timeout=30)
+
+    def rmtree(self, path: str | Path) -> None:
+        """rm -r that stays on one file system; what cannot be removed stays, silently."""
+        self.run(["rm", "-rf", "--one-file-system", "--", str(path)], timeout=120)
+
+    def mountinfo(self) -> str:
+        """/proc/self/mountinfo of the machine's sessions ('' if unreadable)."""
+        return self.read_text("/proc/self/mountinfo")
+
+    def is_root(self) -> bool:
+        if self._root is None:
+            self._root = self.run(["id", "-u"], timeout=30).stdout.strip() == "0"
+        return self._root
+
+    def cpu_count(self) -> int:
+        """CPUs of the machine (at least 1)."""
+        return self.facts().get("cores") or 1
+
+    def allowed_cpus(self) -> list[int]:
+        """The CPUs a process started there may run on."""
+        text = self.read_text("/proc/self/status")
+        for line in text.splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                return _cpu_list(line.partition(":")[2])
+        return list(range(self.cpu_count()))
+
+    def free_port(self) -> int:
+        """A TCP port on the machine's 127.0.0.1 that is probably free: the caller retries on a
+        collision (there is no race-free way to ask from outside)."""
+        return 20000 + secrets.randbelow(40000)
+
+    def fsync(self, path: str | Path) -> None:
+        """The file's data on disk, not just in the page cache (`sync FILE` fsyncs it)."""
+        res = self.run(["sync", str(path)], timeout=600)
+        if not res.ok:
+            raise OSError(f"sync of {path}{self.on}: {res.describe_failure()}")
+
+    def file_size(self, path: str | Path) -> int:
+        res = self.run(["stat", "-c", "%s", str(path)], timeout=60)
+        if not res.ok or not res.stdout.strip().isdigit():
+            raise OSError(f"stat of {path}{self.on}: {res.describe_failure()}")
+        return int(res.stdout.strip())
+
+    @contextlib.contextmanager
+    def staged(self, src: Path) -> Iterator[str]:
+        """A copy of the local file `src` on the machine, for a command there to read; removed after."""
+        tmp = self.scratch_dir("stage")
+        try:
+            self.put(src, f"{tmp}/f")
+            yield f"{tmp}/f"
+        finally:
+            self.run(["rm", "-rf", "--", tmp], timeout=60)
+
+    @contextlib.contextmanager
+    def fetched(self, dest: Path) -> Iterator[str]:
+        """A path on the machine for a command there to write; copied to the local `dest` when the
+        block ends without an error, then removed."""
+        tmp = self.scratch_dir("fetch")
+        try:
+            yield f"{tmp}/f"
+            self.get(f"{tmp}/f", dest)
+        finally:
+            self.run(["rm", "-rf", "--", tmp], timeout=60)
 
     def connect(self) -> None:
         """Make sure the machine can be acted on; raises MachineUnreachable with the reason."""
@@ -117,6 +314,16 @@ class Machine(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
+
+
+def _cpu_list(text: str) -> list[int]:
+    """'0-2,5' -> [0, 1, 2, 5] (the kernel's CPU list format; pure)."""
+    out: list[int] = []
+    for item in text.strip().split(","):
+        lo, _, hi = item.partition("-")
+        if lo.strip().isdigit():
+            out += range(int(lo), int(hi or lo) + 1)
+    return out
 
 
 def parse_facts(text: str) -> dict[str, Any]:

@@ -44,6 +44,16 @@ class Shipped:
     compiler: str = ""  # when built there
 
 
+def is_shipped_to(machine: Machine) -> bool:
+    """Do this controller's files reach `machine` by shipping? (Not on this machine itself.)"""
+    return not machine.is_local
+
+
+def data_dir(machine: Machine) -> str:
+    """virtbench's own directory on `machine`: the data directory here, remote_dir() elsewhere."""
+    return str(paths.data_dir()) if machine.is_local else remote_dir(machine)
+
+
 def remote_dir(machine: Machine) -> str:
     spec = getattr(machine, "spec", None)
     base = getattr(spec, "remote_dir", None) or DEFAULT_DIR

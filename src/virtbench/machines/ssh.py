@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..errors import MissingTool
 from ..model import ExecResult
-from .base import Machine, MachineUnreachable, Process
+from .base import _KILL_MATCHING, Machine, MachineUnreachable, Process
 from .inventory import HostSpec
 
 CONNECT_TIMEOUT = 10
@@ -45,18 +45,6 @@ _WRAPPER = ('d=$1; t=$2; export VIRTBENCH_EXEC="$3"; n=$4; shift 4; '
             'while [ "$n" -gt 0 ]; do export "$1"; shift; n=$((n - 1)); done; '
             'if [ -n "$d" ]; then cd "$d" || exit 126; fi; '
             'if [ "$t" = 0 ]; then exec "$@"; fi; exec timeout -k 5 "$t" "$@"')
-# Kills the processes whose environment or command line holds one of the strings read on stdin
-# (never from arguments: this script's own command line must not match). Command lines count
-# because some daemons (sshd) overwrite their environment with their process title.
-_KILL_MATCHING = r"""
-pats=$(cat)
-find() { printf '%s\n' "$pats" | grep -lzF -f - /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null |
-  sed 's|^/proc/||; s|/.*$||' | sort -u | grep -vx "$$"; }
-pids=$(find); [ -n "$pids" ] || exit 0
-kill -TERM $pids 2>/dev/null; sleep 0.3
-pids=$(find); [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
-exit 0
-"""
 _SPAWN = ('d=$1; log=$2; shift 2; if [ -n "$d" ]; then cd "$d" || exit 126; fi; '
           'setsid env "$@" >"$log" 2>&1 </dev/null & echo $!')
 _KILL = ('g=$1; n=$2; kill -TERM "-$g" 2>/dev/null || exit 0; i=0; '
@@ -88,6 +76,10 @@ class SshMachine(Machine):
         self._options: list[str] | None = None
         self._closed = False
         self._forwards: dict[tuple[str, int] | str, str] = {}  # local end -> its -L spec
+
+    @property
+    def reached_via(self) -> str | None:
+        return f"the SSH connection to {self.name}"
 
     def describe(self) -> dict:
         out = super().describe()

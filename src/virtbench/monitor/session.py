@@ -107,12 +107,12 @@ def _instance_sampler(inst: Instance, scope: str, interval: float, lifetime: flo
                     interval, lifetime, token, copy_in=inst.copy_in)
 
 
-def _machine_sampler(machine: Machine, directory: Path, interval: float, lifetime: float,
+def _machine_sampler(machine: Machine, as_host: bool, directory: Path, interval: float, lifetime: float,
                      token: str) -> _Sampler:
-    """The whole machine's series: this machine's (name and role `host`, watching virtbench's pid so
-    it cannot outlive us), or a remote machine's that runs containers or VMs (its own name, role
-    `machine`)."""
-    if machine.is_local:
+    """The whole machine's series: this machine's (`as_host`: name and role `host`, watching
+    virtbench's pid so it cannot outlive us), or another machine's that runs containers or VMs (its
+    own name, role `machine`)."""
+    if as_host:
         exe = host_binary()
         if not exe.exists():
             from ..kernels import advice
@@ -163,15 +163,15 @@ class Session:
         session = cls(environment, interval)
         life = lifetime + LIFETIME_MARGIN
         token = secrets.token_hex(4)
-        machines = [local()] if host else []
+        machines = [(local(), True)] if host else []
         seen, targets = set(), []
         for pool in instances.values():
             for inst in pool:
                 m = inst.machine
                 # An ssh instance samples its own host already; containers or VMs on a remote machine
-                # need that machine's series beside theirs.
-                if not m.is_local and inst.env.driver != "ssh" and all(m is not x for x in machines):
-                    machines.append(m)
+                # need that machine's series beside theirs (this one's is the host series, if asked for).
+                if not m.is_local and inst.env.driver != "ssh" and all(m is not x for x, _ in machines):
+                    machines.append((m, False))
                 scope = scope_for(inst)
                 if scope and inst.name not in seen:
                     seen.add(inst.name)
@@ -181,12 +181,12 @@ class Session:
         def begin(job):
             kind, what = job
             if kind == "machine":
-                return _machine_sampler(what, session._dir, interval, life, token)
+                return _machine_sampler(*what, session._dir, interval, life, token)
             return _instance_sampler(what[0], what[1], interval, life, token)
 
         for (kind, what), sampler, exc in _parallel(begin, jobs):
             if exc is not None:
-                where = "host: " if kind == "machine" and what.is_local else ""
+                where = "host: " if kind == "machine" and what[1] else ""
                 session.notes.append(f"monitor: {where}{exc}")
             else:
                 session._samplers.append(sampler)

@@ -406,7 +406,7 @@ def make_instance_disk(base: BaseDisk, dest_dir: Path, mode: str,
         _fsync(machine, dest)  # the copy is done when it is on disk, not when it sits in the page cache
         fmt = "raw"
     elif mode == "overlay":
-        if machine.is_local and not shutil.which("qemu-img"):
+        if not machine.which("qemu-img"):
             raise MissingTool("qemu-img", "qemu-utils", "overlay disks are qcow2 files made by it")
         dest = dest_dir / "disk.qcow2"
         _run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(base.path), str(dest)],
@@ -426,15 +426,11 @@ def make_instance_disk(base: BaseDisk, dest_dir: Path, mode: str,
 
 
 def _fsync(machine: Machine, path: Path) -> None:
-    """fsync a file here, or `sync FILE` (which fsyncs it) on a remote machine."""
-    if not machine.is_local:
-        _run(["sync", str(path)], f"sync of {path}", machine=machine)
-        return
-    fd = os.open(path, os.O_RDONLY)
+    """fsync a file on the machine."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        machine.fsync(path)
+    except OSError as exc:
+        raise UserError(f"sync of {path} failed: {exc}") from None
 
 
 def make_blank_disk(path: Path, size: int, fmt: str = "qcow2", machine: Machine | None = None) -> None:
@@ -448,10 +444,7 @@ def snapshot(src: Path, src_format: str, dest: Path, machine: Machine | None = N
 
 
 def file_size(path: Path, machine: Machine | None = None) -> int:
-    machine = machine or local()
-    if machine.is_local:
-        return path.stat().st_size
-    return int(_run(["stat", "-c", "%s", str(path)], f"stat of {path}", timeout=60, machine=machine).strip())
+    return (machine or local()).file_size(path)
 
 
 def cached() -> list[dict]:

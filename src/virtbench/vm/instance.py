@@ -15,7 +15,6 @@ both are one directory.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import shutil
 import threading
@@ -96,8 +95,10 @@ class VmInstance(Instance):
     def start(self) -> None:
         self.mark("requested")
         self.dir.mkdir(parents=True, exist_ok=True)
-        if not self.machine.is_local:
-            disk._run(["mkdir", "-p", str(self.mdir)], f"making {self.mdir}", timeout=60, machine=self.machine)
+        try:
+            self.machine.makedirs(self.mdir)  # the same directory when the VM runs here
+        except OSError as exc:
+            self._fail(str(exc))
         self.disk_path, self.disk_format, self.disk_prep_s = disk.make_instance_disk(
             self.base, self.mdir, self.s["image_mode"], self.machine)
         self.channel = ssh.Channel(0, self.driver.keypair(), self.bootfiles.host_key_pub, self.dir)
@@ -168,9 +169,7 @@ class VmInstance(Instance):
         return RELAY_ADDR, port
 
     def _host_cores(self) -> int:
-        if self.machine.is_local:
-            return os.cpu_count() or 1
-        return self.machine.facts().get("cores") or 1
+        return self.machine.cpu_count()
 
     def _spawn(self) -> bool:
         """Start QEMU paused, mark created and running. False if the SSH port was taken meanwhile."""
@@ -324,8 +323,8 @@ class VmInstance(Instance):
         meta["network"] = ("qemu user-mode (restrict=on; SSH and forwarded ports on 127.0.0.1 only; the guest "
                            f"reaches only {RELAY_ADDR}:{','.join(map(str, RELAY_PORTS))}, relayed to a storage=nfs "
                            "server while one is set)")
-        if not self.machine.is_local:
-            meta["network"] += f"; reached over the SSH connection to {self.machine.name}"
+        if self.machine.reached_via:
+            meta["network"] += f"; reached over {self.machine.reached_via}"
         if self.segment is not None:
             meta["cluster_network"] = {**self.segment.describe(), "address": self.address,
                                        "nic_model": NIC_DEVICES[nic_model], "mac": self.segment_nic["mac"]}
@@ -460,7 +459,7 @@ class VmInstance(Instance):
         self._stop_qemu()
         if self.segment is not None:
             self.segment.hosts.pop(self.name, None)
-        if not self.machine.is_local:
+        if self.mdir != self.dir:  # its directory on another machine
             self.machine.run(["rm", "-rf", str(self.mdir)], timeout=120)
         shutil.rmtree(self.dir, ignore_errors=True)
         self.driver._forget(self)

@@ -85,7 +85,7 @@ def accelerator_of(machine: Machine, want: str = "auto") -> dict:
     from .. import image
     from .site import Site
 
-    site = Site(machine)
+    site = Site.of(machine)
     boot = site.boot_files(site.local_boot(image.require()))
     return site.accelerator(boot, want)
 

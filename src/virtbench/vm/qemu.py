@@ -6,9 +6,8 @@ forwarded path when the machine is remote). The QMP greeting marks the moment th
 up, `cont` the moment the vCPUs run, and the console reader timestamps each line as it arrives;
 end of file on the console means QEMU is gone.
 
-On this machine a QEMU also dies with virtbench, even on SIGKILL: it is spawned from one long-lived
-thread through `setpriv --pdeathsig KILL` (the kernel sends the parent-death signal when the
-spawning *thread* exits). A remote QEMU is stopped by teardown.
+On this machine a QEMU also dies with virtbench, even on SIGKILL (LocalMachine.spawn_tethered).
+A remote QEMU is stopped by teardown.
 """
 
 from __future__ import annotations
@@ -16,10 +15,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
-import queue
 import re
-import secrets
-import shutil
 import socket
 import threading
 import time
@@ -43,51 +39,10 @@ PANIC_RE = re.compile(r"Kernel panic - not syncing|end Kernel panic")
 
 # -- spawning -----------------------------------------------------------------------------------
 
-class _Spawner:
-    """Runs calls on one daemon thread that lives as long as the process (see module docstring)."""
-
-    def __init__(self) -> None:
-        self._q: queue.Queue = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def _loop(self) -> None:
-        while True:
-            fn, box, done = self._q.get()
-            try:
-                box.append(fn())
-            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
-                box.append(exc)
-            done.set()
-
-    def call(self, fn: Callable[[], Any]) -> Any:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="virtbench-vm-spawner", daemon=True)
-                self._thread.start()
-        box: list = []
-        done = threading.Event()
-        self._q.put((fn, box, done))
-        done.wait()
-        if isinstance(box[0], BaseException):
-            raise box[0]
-        return box[0]
-
-
-_spawner = _Spawner()
-
-
-def pdeathsig_prefix() -> list[str]:
-    """`setpriv --pdeathsig KILL --` when util-linux has it: the child dies with its parent."""
-    exe = shutil.which("setpriv")
-    return [exe, "--pdeathsig", "KILL", "--"] if exe else []
-
-
 def spawn(machine: machines.Machine, argv: Sequence[str], log: str) -> machines.Process:
-    """Start argv in the background on `machine`, output to `log` there; tied to this process when local."""
-    if machine.is_local:
-        return _spawner.call(lambda: machine.spawn([*pdeathsig_prefix(), *argv], log))
-    return machine.spawn(argv, log)
+    """Start argv in the background on `machine`, output to `log` there; tied to this process when
+    it is a child of it (Machine.spawn_tethered)."""
+    return machine.spawn_tethered(argv, log)
 
 
 # -- QMP ----------------------------------------------------------------------------------------
@@ -299,12 +254,8 @@ def _escape(value: str) -> str:
 
 def free_port(machine: machines.Machine) -> int:
     """A TCP port on the machine's 127.0.0.1 for QEMU to listen on; the caller retries when QEMU
-    cannot bind it. Here: one free right now; elsewhere: a random one (a collision is rare and retried)."""
-    if not machine.is_local:
-        return 20000 + secrets.randbelow(40000)
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    cannot bind it (Machine.free_port)."""
+    return machine.free_port()
 
 
 def unix_connect(path: str) -> socket.socket:

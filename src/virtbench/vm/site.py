@@ -58,12 +58,20 @@ class Site:
         self._accel: dict[str, dict] = {}
         self._qemu_version: str | None = None
 
+    @staticmethod
+    def of(machine: Machine) -> "Site":
+        """The site for `machine`: one that ships what it needs, or this machine's, which builds it."""
+        return Site(machine) if ship.is_shipped_to(machine) else LocalSite(machine)
+
     @property
     def root(self) -> Path:
         """virtbench's VM directory on the machine."""
-        if self.machine.is_local:
-            return disk.vm_root()
-        return Path(ship.remote_dir(self.machine)) / "vm"
+        return Path(ship.data_dir(self.machine)) / "vm"
+
+    @property
+    def accel_cache(self) -> Path:
+        """Where the accelerator probe's answer for this machine is kept (here)."""
+        return disk.vm_root() / f"accel-{self.machine.name}.json"
 
     def missing_tools(self) -> list[str]:
         """'tool (package)' for each tool the machine lacks."""
@@ -84,8 +92,6 @@ class Site:
 
     def boot_files(self, boot: disk.BootFiles) -> disk.BootFiles:
         """`boot` (files here) with kernel and initramfs paths on the machine, shipped once."""
-        if self.machine.is_local:
-            return boot
         with self._lock:
             if boot.dir not in self._boot:
                 debian = boot.debian_initrd
@@ -97,8 +103,6 @@ class Site:
     def base_disk(self, info, boot: disk.BootFiles, size: int | None, free: int) -> disk.BaseDisk:
         """The base disk on the machine: built here (disk.ensure_base), or there from the shipped image.
         `boot`: the image's own (cloud kernel) boot files here, whose directory holds the guest host key."""
-        if self.machine.is_local:
-            return disk.ensure_base(info, size, free=free)
         if size is not None:
             raise UserError("padded disk images (image_size other than auto) are built on this machine only",
                             "use image_size = \"auto\" (with free_space) for VMs on another machine")
@@ -128,8 +132,8 @@ class Site:
         """The probe's answer for this machine (`boot`: files on it), once per process and request."""
         with self._lock:
             if want not in self._accel:
-                cache = disk.vm_root() / ("accel.json" if self.machine.is_local else f"accel-{self.machine.name}.json")
-                self._accel[want] = probe.detect(self.machine, str(boot.kernel), boot.kernel_version, cache, want)
+                self._accel[want] = probe.detect(self.machine, str(boot.kernel), boot.kernel_version,
+                                                 self.accel_cache, want)
             return self._accel[want]
 
     def qemu_version(self) -> str:
@@ -137,6 +141,24 @@ class Site:
             if self._qemu_version is None:
                 self._qemu_version = qemu.version(self.machine)
             return self._qemu_version
+
+
+class LocalSite(Site):
+    """This machine: everything is where disk.py and kernels.py build it, nothing is shipped."""
+
+    @property
+    def root(self) -> Path:
+        return disk.vm_root()
+
+    @property
+    def accel_cache(self) -> Path:
+        return disk.vm_root() / "accel.json"
+
+    def boot_files(self, boot: disk.BootFiles) -> disk.BootFiles:
+        return boot
+
+    def base_disk(self, info, boot: disk.BootFiles, size: int | None, free: int) -> disk.BaseDisk:
+        return disk.ensure_base(info, size, free=free)
 
 
 def _glue_tar(boot: disk.BootFiles) -> Path:
