@@ -642,6 +642,11 @@ def testbed_status(prefix, as_json) -> None:
         out.print(f"{mark} {h['name']}  {h['address']}  (netns {h['netns']})", highlight=False)
 
 
+from .cli_reproduce import reproduce as _reproduce  # noqa: E402
+
+cli.add_command(_reproduce)
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)

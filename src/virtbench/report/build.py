@@ -6,7 +6,7 @@ import time
 
 from ..errors import UserError
 from ..store import Store
-from . import header, sections
+from . import header, reproduce, sections
 from .fmt import MARK_HELP
 from .data import RunData, load
 from .model import Document, Note, Part, Section
@@ -36,4 +36,11 @@ def document(store: Store, run_ids: list[str]) -> Document:
     if len(set(seen)) != len(seen):
         raise UserError("the same run is given twice: " + ", ".join(sorted({i for i in seen if seen.count(i) > 1})))
     title = f"virtbench report: run {seen[0]}" if len(seen) == 1 else f"virtbench report: {len(seen)} runs"
-    return Document(title, time.time(), [part_for(d) for d in datas], legend=LEGEND)
+    parts: list[Part] = []
+    for d in datas:
+        if reproduce.is_reproduce(d.run):  # its scorecard first, then the run of each experiment
+            head, children = reproduce.part(store, d.id)
+            parts += [head] + [part_for(load(store, c)) for c in children]
+        else:
+            parts.append(part_for(d))
+    return Document(title, time.time(), parts, legend=LEGEND)

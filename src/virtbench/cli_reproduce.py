@@ -1,0 +1,127 @@
+"""`virtbench reproduce`: plan, run and score the five studies within a time budget."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from . import paths
+from .errors import UserError
+from .store import Store
+
+DB_HELP = "results database: a SQLite file path or a postgresql:// URL [default: the user's data directory]"
+
+
+class _PrintEvents:
+    def __init__(self, console):
+        self.console = console
+
+    def step(self, index, total, step, message) -> None:
+        where = ", ".join(step.envs)
+        self.console.print(f"[{index + 1}/{total}] {step.exp.id} ({where}): {escape(message)}", highlight=False)
+
+    def runner_events(self):
+        return None
+
+
+def _plan_table(plan: list[dict], left_out: dict[str, str], done: dict | None = None) -> Table:
+    t = Table(title="plan", title_justify="left")
+    for col in ("experiment", "study", "where", "scale", "estimate"):
+        t.add_column(col, justify="right" if col == "estimate" else "left")
+    if done is not None:
+        t.add_column("actual", justify="right")
+        t.add_column("status")
+    for p in plan:
+        row = [p["id"], p["study"], ", ".join(p["environments"]),
+               p["scale"] or f"left out: {p['left_out']}",
+               f"{p['estimate_s']:.0f} s" if p["estimate_s"] is not None else "-"]
+        if done is not None:
+            d = done.get(p["id"], {})
+            row += [f"{d['actual_s']:.0f} s" if d.get("actual_s") is not None else "-",
+                    (d.get("status") or ("not run" if p["scale"] else "left out"))
+                    + (f": {d['reason']}" if d.get("reason") else "")]
+        t.add_row(*[escape(str(x)) for x in row])
+    for key, why in left_out.items():
+        t.add_row(*[escape(x) for x in (key, key[:3], "-", f"left out: {why}", "-")],
+                  *(["-", "left out"] if done is not None else []))
+    return t
+
+
+def scorecard_table(cards: list[dict]) -> Table:
+    t = Table(title="scorecard: the studies' findings on this machine", title_justify="left")
+    for col in ("finding", "study", "verdict", "measured / why not"):
+        t.add_column(col)
+    colour = {"holds": "green", "differs": "red", "not measured": "yellow"}
+    for c in cards:
+        t.add_row(escape(c["finding"]), c["study"], f"[{colour[c['verdict']]}]{c['verdict']}[/]",
+                  escape(c["measured"] if c["verdict"] != "not measured" else c["reason"]))
+    return t
+
+
+@click.command("reproduce")
+@click.argument("studies", nargs=-1, type=click.Choice(["000", "001", "002", "003", "004"]))
+@click.option("--budget", default="60m", show_default=True,
+              help="time the whole reproduction may take: 30m, 1h, 1h30m ...; scales are fitted to it")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
+              help="a Kubernetes cluster's kubeconfig: the pods experiments run there (backend kubernetes)")
+@click.option("--pods-image", default="localhost/virtbench-guest:{hash}", show_default=True,
+              help="the guest image as the cluster's nodes know it ({hash}: the image's hash)")
+@click.option("--plan", "plan_only", is_flag=True, help="print the plan (what runs where, at what scale, "
+              "estimated time, what is left out and why) and stop")
+@click.option("--resume", "resume_id", metavar="RUN_ID", help="continue an interrupted reproduce run")
+@click.option("--db", help=DB_HELP)
+@click.option("--json", "as_json", is_flag=True, help="print the scorecard and the plan as one JSON object")
+def reproduce(studies, budget, kubeconfig, pods_image, plan_only, resume_id, db, as_json) -> None:
+    """Run the five studies' experiments (or those of the STUDIES named: 000 ... 004) on the platforms
+    this machine reaches, within --budget, and score each study's published findings against the
+    results: holds, differs, or not measured (with why)."""
+    from .cli import _emit_json, _ensure_kernels, err, out
+    from .reproduce import Reproducer, machine_facts, parse_budget, plan, left_out_always, spec_for
+    from .studies import card
+
+    store = Store(db or paths.default_db())
+    budget_s = parse_budget(budget)
+    chosen = list(studies) or None
+    command = "virtbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    events = _PrintEvents(err)
+    rep = Reproducer(store, events=events, command=command)
+    if resume_id:
+        if studies or kubeconfig or plan_only:
+            raise UserError("--resume continues a stored reproduce run with its own plan; give no STUDIES, "
+                            "--kubeconfig or --plan")
+    else:
+        err.print("checking this machine (QEMU's accelerator, NFS client, cluster) ...", highlight=False)
+        facts = machine_facts(kubeconfig)
+        steps = plan(budget_s, facts, studies=chosen)
+        spec = spec_for(steps, budget_s, facts, chosen, kubeconfig, pods_image)
+        err.print(_plan_table(spec["plan"], spec["left_out"]))
+        total = sum(p["estimate_s"] or 0 for p in spec["plan"])
+        err.print(f"estimated {total / 60:.1f} min of a {budget_s / 60:.0f} min budget; accelerator "
+                  f"{facts['accelerator']}, load {facts['load_1m']:.2f} on {facts['cores']} cores", highlight=False)
+        if plan_only:
+            if as_json:
+                _emit_json({"plan": spec["plan"], "left_out": left_out_always(chosen), "facts": facts,
+                            "budget_s": budget_s})
+            return
+    _ensure_kernels()
+    try:
+        run_id = rep.resume(resume_id) if resume_id else rep.start(budget_s, chosen, facts, kubeconfig=kubeconfig,
+                                                                    pods_image=pods_image)
+    except KeyboardInterrupt:
+        rid = rep.run_id or resume_id
+        err.print(f"\ninterrupted; everything was torn down. Resume with: virtbench reproduce --resume {rid}"
+                  + (f" --db {db}" if db else ""), highlight=False)
+        sys.exit(130)
+    data = card.result(store, run_id)
+    if as_json:
+        _emit_json(data)
+        return
+    out.print(scorecard_table(data["scorecard"]))
+    c = data["counts"]
+    out.print(f"run {run_id}: {c['holds']} hold, {c['differs']} differ, {c['not measured']} not measured; "
+              f"{data['elapsed_s'] / 60:.1f} min of a {budget_s / 60:.0f} min budget. "
+              f"Report: virtbench report {run_id}", highlight=False)

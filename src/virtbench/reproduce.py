@@ -1,0 +1,621 @@
+"""`virtbench reproduce`: the five studies' experiments in one command, fitted to a time budget.
+
+The plan is data over the shipped suite files: each experiment names a suite, the environments and
+cells of it that bear on the studies' findings, and a few *tiers* (scales) from the smallest useful
+one up to the suite's own, each with an estimate. The planner keeps what this machine can reach
+(KVM or only TCG, a cluster, a kernel NFS client), drops what the budget cannot hold (last in
+priority first), then raises experiments to larger tiers while the budget allows. Every choice is
+said in the plan ("scaled", "left out: why").
+
+One reproduce run is a run in the store (spec kind "reproduce") whose attempts are its experiments:
+each names the child run (an ordinary workload or boot run) that holds the measurements, with the
+estimate and the time it really took. `--resume` continues the interrupted child and the
+experiments not yet done. The scorecard (studies/) is computed from the children's samples.
+
+Estimates: each tier carries a prior measured on a quiet 2-core machine. Every finished experiment
+records its time (and the load average) in the data directory; later plans use the median of the
+recorded times for that tier, else the prior times the median actual/prior of the others, scaled by
+how much busier the machine is now than then.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from . import paths, workloads
+from . import suite as suite_mod
+from .errors import UserError
+from .model import EnvSpec
+from .store import Store
+
+STUDY_IDS = ("000", "001", "002", "003", "004")
+RESERVE = 0.08          # of the budget, kept for planning, teardown between children and the report
+MIN_RESERVE_S = 60.0
+HISTORY_KEEP = 10
+
+
+@dataclass(frozen=True)
+class Tier:
+    label: str                          # what this scale is, in words
+    repeat: int                         # repetitions per cell and environment
+    estimate_s: float                   # prior: seconds on a quiet 2-core machine (TCG only)
+    params: dict[str, Any] = field(default_factory=dict)      # overrides (workloads without the key ignore it)
+    select: dict[str, Any] = field(default_factory=dict)      # extra cell filter: param -> allowed values
+    conditions: tuple[dict[str, Any], ...] = ()               # replaces each cell's condition by each of these
+    boot: dict[str, Any] = field(default_factory=dict)        # boot grids: sizes_gb, scale, concurrency
+
+
+@dataclass(frozen=True)
+class Experiment:
+    id: str
+    study: str
+    title: str
+    suite: str                          # file name in suites/
+    envs: tuple[str, ...] = ()          # the suite's environment names (the first is the baseline if no host)
+    workload: str = ""                  # which [[workloads]] entries: by name
+    where: dict[str, Any] = field(default_factory=dict)       # cell filter: param -> allowed values
+    condition_where: dict[str, Any] = field(default_factory=dict)
+    tiers: tuple[Tier, ...] = ()
+    needs: tuple[str, ...] = ()         # kvm, cluster, nfs (see studies/claims.py)
+    kvm_envs: tuple[str, ...] = ()      # environments added where KVM works (VMs under TCG count for nothing)
+    boot: bool = False                  # a boot grid (`virtbench boot`) rather than a workload suite
+    same: tuple[str, ...] = ()          # params that must be equal in a kept cell (ranks = instances)
+    note: str = ""                      # what differs from the study, beyond the suite's own comments
+
+
+def _iscsi(*delays: float, **extra: Any) -> tuple[dict[str, Any], ...]:
+    return tuple({"storage": "iscsi", "delay_ms": d, **extra} for d in delays)
+
+
+# In priority order: what the budget keeps first. Estimates are priors (seconds, quiet 2-core machine).
+EXPERIMENTS: tuple[Experiment, ...] = (
+    Experiment("003-hpa", "003", "HPA on local disk, iSCSI and iSCSI behind delay; CPU while it runs",
+               "vcluster-hpa.toml", ("host",), "hpa", {"transactions": [400000, 1000000]},
+               tiers=(Tier("400k transactions (1/20 of 8M), local / iSCSI / iSCSI + 50 ms, 3 repetitions", 3, 130,
+                           select={"transactions": [400000]},
+                           conditions=({"storage": "local"}, *_iscsi(0, 50))),
+                      Tier("400k transactions, local / iSCSI / iSCSI + 10, 30, 50 ms, 3 repetitions", 3, 220,
+                           select={"transactions": [400000]},
+                           conditions=({"storage": "local"}, *_iscsi(0, 10, 30, 50))),
+                      Tier("1M transactions (1/20 of 20M), local / iSCSI / iSCSI + 10, 30, 50 ms, 3 repetitions",
+                           3, 420, select={"transactions": [1000000]},
+                           conditions=({"storage": "local"}, *_iscsi(0, 10, 30, 50)))),
+               note="system A (the dom0s) only: the host with 4 logical instances; the suite's storage conditions "
+                    "(local, iSCSI, iSCSI + delay) as the study ran them"),
+    Experiment("004-fio", "004", "fio 64 MiB-block read max latency over host-internal networking",
+               "nfs-dd.toml", ("host", "container"), "fio", condition_where={"storage": ["nbd"]},
+               tiers=(Tier("256 MiB file (1/8 of 2 GB), NBD target on a server link, 3 repetitions", 3, 70),
+                      Tier("256 MiB file, 5 repetitions (the study: 5)", 5, 110)),
+               kvm_envs=("vm",),
+               note="the NBD target stands in for the study's NFS server on the same host (no kernel NFS client "
+                    "here); NFS cells left out"),
+    Experiment("003-bonnie", "003", "bonnie++ write: local, iSCSI, iSCSI + 10 ms one-way delay (dom0)",
+               "remote-storage-delay.toml", ("host",), "bonnie", condition_where={"delay_ms": [None, 0, 10]},
+               tiers=(Tier("suite sizes (1 GiB local, 256 MiB iSCSI, 64 MiB delayed), 2 repetitions", 2, 120),
+                      Tier("suite sizes, 3 repetitions", 3, 170)),
+               note="dom0 = the host; the 20-50 ms cells are left out (the finding is about 10 ms)"),
+    Experiment("002-link", "002", "bonnie++ over iSCSI with the target's link at 1 GbE and at 10 GbE",
+               "ipsan.toml", ("host",), "bonnie", condition_where={"storage": ["iscsi"]},
+               tiers=(Tier("512 MiB file (1/4 of 2 GiB), 1000 / 10000 Mbit/s, 2 repetitions", 2, 110,
+                           params={"scale": 0.25},
+                           conditions=({"storage": "iscsi", "rate_mbit": 1000}, {"storage": "iscsi", "rate_mbit": 10000})),
+                      Tier("1 GiB file (the suite's 1/2), 1000 / 10000 Mbit/s, 3 repetitions", 3, 230,
+                           conditions=({"storage": "iscsi", "rate_mbit": 1000}, {"storage": "iscsi", "rate_mbit": 10000}))),
+               note="the study's GbE and 10 GbE links as bandwidth caps on the target's link (normal kernel = host)"),
+    Experiment("000-npb-ep", "000", "NPB EP on 1 and 2 one-vCPU instances",
+               "nii-npb.toml", ("c-small",), "npb", {"kernel": ["ep"], "class": ["W"], "instances": [1, 2],
+                                                    "ranks": [1, 2]},
+               same=("ranks", "instances"),
+               tiers=(Tier("class W, 1 and 2 instances (1/8 of 2..16), 3 repetitions", 3, 60),
+                      Tier("class W, 5 repetitions", 5, 90)),
+               note="m1.small VMs as 1-vCPU containers (EP does no I/O and hardly communicates)"),
+    Experiment("001-network", "001", "SP-MZ and the Bloss-like eigensolver on 1 and on 2 instances",
+               "aist-mpi.toml", ("host", "container"), "", {"kernel": ["sp-mz", None], "threads": [1]},
+               same=("ranks", "instances"),
+               tiers=(Tier("class S, 1 rank on 1 instance and 2 ranks on 2, 3 repetitions", 3, 130,
+                           select={"class": ["S"]}),
+                      Tier("class W, 1 rank on 1 instance and 2 ranks on 2, 3 repetitions", 3, 420,
+                           select={"class": ["W"]})),
+               kvm_envs=("vm",),
+               note="the virtual network is the podman bridge between containers"),
+    Experiment("000-boot-size", "000", "VM boot time against image size (copy mode, 1 instance)",
+               "nii-boot.toml", boot=True,
+               tiers=(Tier("5, 10, 20 GB x 0.1 (raised to the smallest image), 2 repetitions", 2, 200,
+                           boot={"sizes_gb": [5, 10, 20], "scale": 0.1, "concurrency": [1]}),
+                      Tier("5, 10, 20 GB x 0.2 = 1, 2, 4 GB, 3 repetitions", 3, 420,
+                           boot={"sizes_gb": [5, 10, 20], "scale": 0.2, "concurrency": [1]})),
+               note="image copied from the local cache as in the study; the study's 'running' is our running"),
+    Experiment("000-boot-concurrency", "000", "VM boot time at 1 and 4 instances started at once (copy mode)",
+               "nii-boot.toml", boot=True,
+               tiers=(Tier("smallest image, 1 and 4 at once (4 on 2 cores ~ the study's 8 on 4 nodes), 2 repetitions",
+                           2, 240, boot={"sizes_gb": [2], "scale": 0.2, "concurrency": [1, 4]}),
+                      Tier("smallest image, 1, 4 and 8 at once, 2 repetitions", 2, 520,
+                           boot={"sizes_gb": [2], "scale": 0.2, "concurrency": [1, 4, 8]})),
+               note="concurrency scaled with the cores"),
+    # Only where KVM works: the studies' hardware-virtualization findings.
+    Experiment("000-unixbench", "000", "UnixBench-style index, bare host vs a VM with all its cores",
+               "quick.toml", ("host", "vm"), "system", {"copies": ["vcpus"]},
+               tiers=(Tier("0.5 s per test, N copies, 3 repetitions", 3, 150),), needs=("kvm",)),
+    Experiment("001-iozone", "001", "iozone-style write/read, host vs VM (virtio)",
+               "iozone-like.toml", ("host", "vm"), "iozone-like", {"file_size_kb": [1 << 20]},
+               condition_where={"storage": ["local"]},
+               tiers=(Tier("1 GiB file, 64 KiB records, 3 repetitions", 3, 150),), needs=("kvm",)),
+    Experiment("001-mpi", "001", "PingPong up to 64 MiB, 2 host ranks vs 2 VMs",
+               "aist-mpi.toml", ("host", "vm"), "mpi", {"op": ["pingpong"]},
+               tiers=(Tier("up to 64 MiB (1/16 of 1 GB), 3 repetitions", 3, 150, params={"max_bytes": "64M"}),),
+               needs=("kvm",)),
+    Experiment("001-npbmz", "001", "SP-MZ on one node, host vs VM",
+               "aist-mpi.toml", ("host", "vm"), "npb", {"kernel": ["sp-mz"], "class": ["S"], "instances": [1],
+                                                        "ranks": [1]},
+               tiers=(Tier("class S, 1 rank, 3 repetitions", 3, 100),), needs=("kvm",)),
+    Experiment("002-domu", "002", "bonnie++ over iSCSI, host vs VM (domU)",
+               "ipsan.toml", ("host", "vm"), "bonnie", condition_where={"storage": ["iscsi"]},
+               tiers=(Tier("512 MiB file, 3 repetitions", 3, 200, params={"scale": 0.25}),), needs=("kvm",)),
+    Experiment("003-bonnie-vm", "003", "bonnie++ write in a VM (domU): local vs iSCSI",
+               "remote-storage-delay.toml", ("vm",), "bonnie", condition_where={"delay_ms": [None, 0]},
+               tiers=(Tier("suite sizes, 3 repetitions", 3, 200),),
+               needs=("kvm",)),
+    Experiment("003-hpa-vm", "003", "HPA on 4 VMs (domUs) vs the host",
+               "vcluster-hpa.toml", ("host", "vm"), "hpa", {"transactions": [50000]},
+               tiers=(Tier("50k transactions, local disk, 3 repetitions", 3, 200, conditions=({"storage": "local"},)),),
+               needs=("kvm",)),
+    Experiment("004-nfs", "004", "dd direct-I/O write/read over NFS mounted by the host and by a pod",
+               "nfs-dd.toml", ("host", "container"), "dd", {"file_size_mb": [1024]},
+               condition_where={"storage": ["nfs"]},
+               tiers=(Tier("1 GiB x 1/8 file, 3 repetitions", 3, 150),), needs=("nfs",), kvm_envs=("vm",)),
+    Experiment("004-web", "004", "nginx pods behind a Service, 1-8 replicas (and one VM with 8 workers)",
+               "container-vs-vm.toml", ("host", "pods"), "web", {"workers": [1, 8]},
+               tiers=(Tier("replicas 1, 2, 4, 8 (VM: 8 workers), 5 s of load, 2 repetitions", 2, 300,
+                           params={"duration": 5.0}, select={"replicas": [1, 2, 4, 8]}),),
+               needs=("cluster",), kvm_envs=("vm",),
+               note="the pods environment uses the Kubernetes backend of --kubeconfig"),
+)
+LEFT_OUT_ALWAYS = {
+    "000-boot-cloud": "the cloud boot grid (suites/nii-boot-cloud.toml) needs a cloud's settings: run it with "
+                      "virtbench boot --suite suites/nii-boot-cloud.toml",
+    "000-functional": "study 000's functional check of euca2ools commands is about one cloud's API, not a "
+                      "measurement",
+}
+
+
+# -- facts of this machine --------------------------------------------------------------------------
+
+def machine_facts(kubeconfig: str | None) -> dict[str, Any]:
+    """What decides which experiments can run: the accelerator QEMU has, a cluster, an NFS client."""
+    facts: dict[str, Any] = {"cores": os.cpu_count() or 1, "load_1m": _load(), "probe_s": cpu_probe(),
+                             "cluster": bool(kubeconfig), "nfs": _has_nfs_client()}
+    facts["accelerator"], facts["accelerator_detail"] = _accelerator()
+    return facts
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def _has_nfs_client() -> bool:
+    try:
+        text = Path("/proc/filesystems").read_text()
+    except OSError:
+        return False
+    return any(line.split()[-1] in ("nfs", "nfs4") for line in text.splitlines() if line.strip())
+
+
+def _accelerator() -> tuple[str | None, str]:
+    """KVM only if a real probe boot works (cached by the vm driver); else TCG."""
+    from . import drivers, image, machines
+    from .drivers.base import DriverContext
+
+    workdir = Path(tempfile.mkdtemp(prefix="virtbench-reproduce-probe-"))
+    pool = machines.pool_for(None)
+    try:
+        ctx = DriverContext("reproduce-probe", workdir, image.require(), pool)
+        got = drivers.make("vm", ctx).accelerator("auto")
+        return got["accel"], got.get("kvm_problem") or ""
+    except UserError as exc:
+        return None, str(exc)
+    finally:
+        pool.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# -- estimates -----------------------------------------------------------------------------------------
+
+def history_path() -> Path:
+    return paths.data_dir() / "reproduce-times.json"
+
+
+def load_history(path: Path | None = None) -> dict[str, list[dict[str, Any]]]:
+    try:
+        data = json.loads((path or history_path()).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def record_history(exp_id: str, tier: Tier, actual_s: float, load: float | None, probe: float | None,
+                   path: Path | None = None) -> None:
+    path = path or history_path()
+    data = load_history(path)
+    key = f"{exp_id}|{tier.label}"
+    data[key] = (data.get(key, []) + [{"seconds": round(actual_s, 1), "prior": tier.estimate_s,
+                                       "load_1m": load, "probe_s": probe, "at": time.time()}])[-HISTORY_KEEP:]
+    tmp = path.with_name(path.name + f".{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def cpu_probe(work: int = 200_000, rounds: int = 5) -> float:
+    """Seconds a fixed piece of CPU work takes now (median of a few rounds): how busy the machine is for
+    us. Load averages overstate it (niced builds, processes waiting on I/O); this measures it."""
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        acc = 0
+        for i in range(work):
+            acc ^= i * 2654435761 % 4294967291
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _slower(now: float | None, then: float | None) -> float:
+    """How much slower work runs now than when a time was recorded (1 when either is unknown)."""
+    if not now or not then:
+        return 1.0
+    return max(0.5, min(4.0, now / then))
+
+
+def estimate(exp_id: str, tier: Tier, history: dict[str, list[dict[str, Any]]], probe: float | None) -> float:
+    """Seconds this tier should take now: the median of its own recorded times if any, else its prior
+    corrected by how the other recorded experiments compared with their priors; each recorded time is
+    scaled by the CPU probe now against the probe when it was recorded."""
+    own = history.get(f"{exp_id}|{tier.label}", [])
+    if own:
+        return statistics.median(r["seconds"] * _slower(probe, r.get("probe_s")) for r in own)
+    ratios = [r["seconds"] / r["prior"] * _slower(probe, r.get("probe_s"))
+              for recs in history.values() for r in recs if r.get("prior")]
+    factor = statistics.median(ratios) if ratios else 1.0
+    return tier.estimate_s * factor
+
+
+# -- the plan ------------------------------------------------------------------------------------------
+
+@dataclass
+class Step:
+    exp: Experiment
+    tier: int | None            # index into exp.tiers; None: left out
+    estimate_s: float = 0.0
+    why: str = ""               # left out: why; else what was scaled
+    envs: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        t = self.exp.tiers[self.tier] if self.tier is not None else None
+        return {"id": self.exp.id, "study": self.exp.study, "title": self.exp.title, "suite": self.exp.suite,
+                "kind": "boot" if self.exp.boot else "run", "environments": list(self.envs),
+                "tier": self.tier, "tiers": len(self.exp.tiers), "scale": t.label if t else None,
+                "estimate_s": round(self.estimate_s, 1) if t else None, "left_out": None if t else self.why,
+                "note": self.exp.note}
+
+
+def plan(budget_s: float, facts: dict[str, Any], *, studies: list[str] | None = None,
+         history: dict | None = None) -> list[Step]:
+    """Fit the chosen studies' experiments into the budget (pure: facts and history are given)."""
+    history = load_history() if history is None else history
+    probe = facts.get("probe_s")
+    steps: list[Step] = []
+    for exp in EXPERIMENTS:
+        if studies and exp.study not in studies:
+            continue
+        step = Step(exp, 0, envs=_envs_for(exp, facts))
+        missing = _missing(exp, facts)
+        if missing:
+            step.tier, step.why = None, missing
+        else:
+            step.estimate_s = estimate(exp.id, exp.tiers[0], history, probe)
+        steps.append(step)
+    room = budget_s - max(budget_s * RESERVE, MIN_RESERVE_S)
+
+    def used() -> float:
+        return sum(s.estimate_s for s in steps if s.tier is not None)
+
+    # Too much even at the smallest scale: leave out from the end of the priority order.
+    for s in reversed(steps):
+        if used() <= room:
+            break
+        if s.tier is not None:
+            s.why = (f"the budget ({budget_s / 60:.0f} min) cannot hold it: about {s.estimate_s:.0f} s at its "
+                     f"smallest scale; give a larger --budget")
+            s.tier, s.estimate_s = None, 0.0
+    # Room left: raise experiments to their next scale, in priority order, while it fits.
+    raised = True
+    while raised:
+        raised = False
+        for s in steps:
+            if s.tier is None or s.tier + 1 >= len(s.exp.tiers):
+                continue
+            nxt = estimate(s.exp.id, s.exp.tiers[s.tier + 1], history, probe)
+            if used() - s.estimate_s + nxt <= room:
+                s.tier, s.estimate_s, raised = s.tier + 1, nxt, True
+    return steps
+
+
+def _missing(exp: Experiment, facts: dict[str, Any]) -> str | None:
+    for need in exp.needs:
+        if need == "kvm" and facts.get("accelerator") != "kvm":
+            acc = facts.get("accelerator")
+            return ("needs hardware virtualization: QEMU has only TCG (emulation) here" if acc == "tcg" else
+                    f"needs hardware virtualization: no VM can start here ({facts.get('accelerator_detail')})")
+        if need == "cluster" and not facts.get("cluster"):
+            return "no cluster: give --kubeconfig of a Kubernetes cluster"
+        if need == "nfs" and not facts.get("nfs"):
+            return "no kernel NFS client here: the host and pod NFS ways cannot mount the export"
+    return None
+
+
+def _envs_for(exp: Experiment, facts: dict[str, Any]) -> tuple[str, ...]:
+    if exp.boot:
+        return ("vm",)
+    return exp.envs + (exp.kvm_envs if facts.get("accelerator") == "kvm" else ())
+
+
+def left_out_always(studies: list[str] | None) -> dict[str, str]:
+    return {k: v for k, v in LEFT_OUT_ALWAYS.items() if not studies or k[:3] in studies}
+
+
+# -- from a plan step to what the runner runs ------------------------------------------------------
+
+def _allowed(value: Any, allowed: list) -> bool:
+    return any(value == a or (a is None and value is None) for a in allowed)
+
+
+def matrix_for(exp: Experiment, tier: Tier, envs: tuple[str, ...], *, kubeconfig: str | None = None,
+               pods_image: str = "") -> suite_mod.Matrix:
+    """The suite's matrix narrowed to this experiment's cells at this tier's scale."""
+    m = suite_mod.load(paths.suites_dir() / exp.suite, envs=list(envs))
+    where = {**exp.where, **tier.select}
+    cells: dict[str, dict] = {}
+    for c in m.cells:
+        if exp.workload and c["workload"] != exp.workload:
+            continue
+        if any(not _allowed(c["params"].get(k), v) for k, v in where.items()):
+            continue
+        if any(not _allowed(c["condition"].get(k), v) for k, v in exp.condition_where.items()):
+            continue
+        if len({c["params"].get(k) for k in exp.same}) > 1:
+            continue
+        wl = workloads.get(c["workload"])
+        params = dict(c["params"])
+        known = {p.name: p for p in wl.params}
+        for k, v in tier.params.items():
+            if k in known:
+                params[k] = known[k].coerce(v)
+        wl.validate(params)
+        for cond in tier.conditions or (c["condition"],):
+            cond = _coerce_condition(cond)
+            new = suite_mod.cell(c["workload"], params, cond)
+            if "environments" in c:
+                new["environments"] = c["environments"]
+            prev = cells.setdefault(new["key"], new)
+            if prev is not new:  # two suite entries became one cell: it runs where either ran
+                if "environments" in prev and "environments" in new:
+                    prev["environments"] = prev["environments"] + [e for e in new["environments"]
+                                                                   if e not in prev["environments"]]
+                else:
+                    prev.pop("environments", None)
+    if not cells:
+        raise UserError(f"experiment {exp.id}: no cell of {exp.suite} matches its selection",
+                        "the suite file changed; update EXPERIMENTS in reproduce.py")
+    m.cells = list(cells.values())
+    names = {e for c in m.cells for e in suite_mod.cell_environments(c, [x.name for x in m.environments])}
+    m.environments = [e for e in m.environments if e.name in names or e.name == m.baseline]
+    if kubeconfig:
+        m.environments = [_kubernetes(e, pods_image) if e.driver == "pods" else e for e in m.environments]
+    p = m.policy
+    p.min_repetitions = p.max_repetitions = tier.repeat
+    if p.warmup == "auto" or (isinstance(p.warmup, int) and p.warmup > 1):
+        p.warmup = 1
+    m.name = f"{m.name} (reproduce {exp.id})"
+    return m
+
+
+def _kubernetes(env: EnvSpec, image_ref: str) -> EnvSpec:
+    opts = {**env.options, "backend": "kubernetes"}
+    if image_ref:
+        opts["image"] = image_ref
+    return replace(env, options=opts)
+
+
+def _coerce_condition(cond: dict[str, Any]) -> dict[str, Any]:
+    from . import conditions
+
+    return {k: conditions.get(k).coerce(v) for k, v in cond.items()}
+
+
+def boot_grid(exp: Experiment, tier: Tier):
+    from . import boot as boot_mod
+
+    g = boot_mod.load_suite(paths.suites_dir() / exp.suite)
+    g.image_modes = ["copy"]
+    g.concurrency = list(tier.boot["concurrency"])
+    g.image_sizes, g.size_notes = boot_mod._scaled_sizes(g, tier.boot["sizes_gb"], tier.boot["scale"])
+    g.repeat = tier.repeat
+    g.name = f"{g.name} (reproduce {exp.id})"
+    return g
+
+
+# -- running -------------------------------------------------------------------------------------------
+
+class Events:
+    """Progress callbacks; the CLI prints them. Default: silent."""
+
+    def step(self, index: int, total: int, step: Step, message: str) -> None: ...
+    def runner_events(self):  # events for the child runner (a runner.Events), or None
+        return None
+
+
+def spec_for(steps: list[Step], budget_s: float, facts: dict[str, Any], studies: list[str] | None,
+             kubeconfig: str | None, pods_image: str) -> dict[str, Any]:
+    return {"kind": "reproduce", "name": "reproduce", "path": None, "baseline": "host", "environments": [],
+            "cells": [], "policy": {}, "budget_s": budget_s, "studies": studies or list(STUDY_IDS),
+            "facts": facts, "plan": [s.as_dict() for s in steps], "left_out": left_out_always(studies),
+            "kubeconfig": kubeconfig, "pods_image": pods_image}
+
+
+def experiments_done(store: Store, run_id: str) -> dict[str, dict[str, Any]]:
+    """The latest record of each experiment of a reproduce run: status, child run, estimate, actual."""
+    out: dict[str, dict[str, Any]] = {}
+    for a in store.attempts(run_id):
+        if a["workload"] != "reproduce":
+            continue
+        try:
+            raw = json.loads(a["raw_output"] or "{}")
+        except ValueError:
+            raw = {}
+        out[a["cell_key"]] = {"status": a["status"], "reason": a["reason"], "started": a["started_at"],
+                              "ended": a["ended_at"], **raw}
+    return out
+
+
+class Reproducer:
+    def __init__(self, store: Store, *, events: Events | None = None, command: str = "",
+                 clock: Callable[[], float] = time.time):
+        self.store = store
+        self.events = events or Events()
+        self.command = command
+        self.clock = clock
+        self.run_id: str | None = None
+
+    def start(self, budget_s: float, studies: list[str] | None, facts: dict[str, Any], *,
+              kubeconfig: str | None = None, pods_image: str = "") -> str:
+        steps = plan(budget_s, facts, studies=studies)
+        spec = spec_for(steps, budget_s, facts, studies, kubeconfig, pods_image)
+        self.run_id = self.store.create_run(spec, suite_name="reproduce", suite_path=None, baseline="host",
+                                            command=self.command)
+        self._execute(spec, self.clock())
+        return self.run_id
+
+    def resume(self, run_id: str) -> str:
+        run = self.store.run(run_id)
+        if run["spec"].get("kind") != "reproduce":
+            raise UserError(f"run {run['id']} is not a reproduce run", f"resume it with: virtbench run --resume {run['id']}")
+        if run["status"] == "completed":
+            raise UserError(f"reproduce run {run['id']} already completed", "start a new one")
+        self.run_id = run["id"]
+        self.store.set_status(self.run_id, "running")
+        # The budget restarts from what the finished experiments used.
+        done = experiments_done(self.store, self.run_id)
+        used = sum((d["ended"] or 0) - (d["started"] or 0) for d in done.values() if d["status"] == "ok")
+        self._execute(run["spec"], self.clock() - used)
+        return self.run_id
+
+    def _execute(self, spec: dict[str, Any], started: float) -> None:
+        by_id = {e.id: e for e in EXPERIMENTS}
+        steps = [p for p in spec["plan"] if p["tier"] is not None]
+        deadline = started + spec["budget_s"] - MIN_RESERVE_S / 2
+        done = experiments_done(self.store, self.run_id)
+        slowdown = 1.0  # actual / estimated of the experiments run so far: later estimates follow it
+        try:
+            for i, p in enumerate(steps):
+                exp = by_id[p["id"]]
+                prev = done.get(exp.id, {})
+                if prev.get("status") in ("ok", "skipped"):
+                    continue
+                tier_i = p["tier"]
+                est = p["estimate_s"] * slowdown
+                left = deadline - self.clock()
+                while est > left * 1.1 and tier_i > 0:  # the budget is short: a smaller scale
+                    tier_i -= 1
+                    est = exp.tiers[tier_i].estimate_s * slowdown * (p["estimate_s"] / exp.tiers[p["tier"]].estimate_s)
+                step = Step(exp, tier_i, est, envs=tuple(p["environments"]))
+                if est > left * 1.1:
+                    why = (f"left out at run time: {max(left, 0):.0f} s of the budget were left, it needs about "
+                           f"{est:.0f} s")
+                    self._record(exp, tier_i, "skipped", self.clock(), self.clock(), why, {"estimate_s": est})
+                    self.events.step(i, len(steps), step, f"skipped: {why}")
+                    continue
+                self.events.step(i, len(steps), step, f"about {est:.0f} s: {exp.tiers[tier_i].label}")
+                t0 = self.clock()
+                child, status, reason = self._run_child(exp, exp.tiers[tier_i], step.envs, spec, prev)
+                t1 = self.clock()
+                self._record(exp, tier_i, status, t0, t1, reason, {"child": child, "estimate_s": round(est, 1),
+                                                                  "actual_s": round(t1 - t0, 1),
+                                                                  "load_1m": _load()})
+                if status == "ok":
+                    record_history(exp.id, exp.tiers[tier_i], t1 - t0, _load(), cpu_probe())
+                    slowdown = max(1.0, (slowdown + (t1 - t0) / max(est / slowdown, 1.0)) / 2)
+                self.events.step(i, len(steps), step, f"{status} in {t1 - t0:.0f} s" + (f": {reason}" if reason else ""))
+            self.store.set_status(self.run_id, "completed")
+        except KeyboardInterrupt:
+            self.store.set_status(self.run_id, "interrupted",
+                                  f"interrupted; resume with: virtbench reproduce --resume {self.run_id}")
+            raise
+        except BaseException as exc:
+            self.store.set_status(self.run_id, "failed", f"{type(exc).__name__}: {exc}")
+            raise
+
+    def _run_child(self, exp: Experiment, tier: Tier, envs: tuple[str, ...], spec: dict[str, Any],
+                   prev: dict[str, Any]) -> tuple[str | None, str, str | None]:
+        """Run (or resume) one experiment's child run; a failure is data: (child id, status, reason)."""
+        from .boot import BootRunner
+        from .runner import Runner
+
+        command = f"virtbench reproduce (run {self.run_id}, experiment {exp.id})"
+        runner = None
+        try:
+            if exp.boot:
+                runner = BootRunner(self.store, boot_grid(exp, tier), command=command)
+                return runner.run(), "ok", None
+            kube = spec.get("kubeconfig")
+            if kube:
+                os.environ["KUBECONFIG"] = kube
+            child_prev = prev.get("child")
+            if child_prev and self.store.run(child_prev)["status"] != "completed":
+                runner = Runner(self.store, None, events=self.events.runner_events(), command=command)
+                return runner.resume(child_prev), "ok", None
+            matrix = matrix_for(exp, tier, envs, kubeconfig=kube, pods_image=spec.get("pods_image", ""))
+            runner = Runner(self.store, matrix, events=self.events.runner_events(), command=command)
+            return runner.start(), "ok", None
+        except KeyboardInterrupt:
+            child = getattr(runner, "run_id", None)
+            self._record(exp, exp.tiers.index(tier), "failed", self.clock(), self.clock(), "interrupted",
+                         {"child": child})
+            raise
+        except Exception as exc:  # recorded as data; the other experiments go on
+            child = getattr(runner, "run_id", None)
+            text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            return child, "failed", f"{type(exc).__name__}: {text}"
+
+    def _record(self, exp: Experiment, tier_i: int, status: str, t0: float, t1: float, reason: str | None,
+                raw: dict[str, Any]) -> None:
+        cell = {"key": exp.id, "workload": "reproduce", "params": {"tier": tier_i, "scale": exp.tiers[tier_i].label},
+                "condition": {}}
+        self.store.record_attempt(self.run_id, cell, "reproduce", 0, warmup=False, status=status, started=t0,
+                                  ended=t1, reason=reason, raw=json.dumps({"tier": tier_i, **raw}))
+
+
+def parse_budget(text: str) -> float:
+    """'30m', '1h', '90s', '1h30m' or a number of minutes -> seconds."""
+    import re
+
+    t = text.strip().lower()
+    if re.fullmatch(r"[0-9.]+", t):
+        return float(t) * 60
+    parts = re.findall(r"([0-9.]+)\s*(h|m|min|s)", t)
+    if not parts or "".join(a + b for a, b in parts) != t.replace(" ", ""):
+        raise UserError(f"--budget {text!r} is not a duration", "use e.g. 30m, 1h, 1h30m or 90s")
+    secs = sum(float(n) * {"h": 3600, "m": 60, "min": 60, "s": 1}[u] for n, u in parts)
+    if not math.isfinite(secs) or secs <= 0:
+        raise UserError(f"--budget {text!r} must be positive")
+    return secs

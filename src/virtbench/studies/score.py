@@ -1,0 +1,343 @@
+"""Scoring a claim (claims.py) against measured evidence: pure functions, no store, no I/O.
+
+Evidence is a list of measured groups (the repetitions of one metric of one cell in one environment)
+plus facts about the machine (accelerator, cluster, NFS client) and, per plan experiment, why it has
+no data when it has none. A verdict is one of HOLDS, DIFFERS or NOT_MEASURED, with what was
+measured (the value and its interval) and, for NOT_MEASURED, the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .. import stats
+from .claims import CLAIMS, Claim
+
+HOLDS, DIFFERS, NOT_MEASURED = "holds", "differs", "not measured"
+
+REASONS = {
+    "kvm": "TCG instead of KVM: QEMU can only emulate the CPU on this machine, so a VM's figures say what "
+           "emulation costs, never what a hypervisor does; they count neither for nor against this finding",
+    "cluster": "no cluster: the finding is about Kubernetes pods; pass --kubeconfig of a cluster (one machine "
+               "playing a cluster does not count)",
+    "nfs": "no kernel NFS client on this host: bare metal and pods cannot mount the export",
+}
+# Conditions that mean "none" when a cell does not name them.
+_ZERO_CONDITIONS = ("delay_ms", "rate_mbit")
+
+
+@dataclass
+class Group:
+    experiment: str
+    workload: str
+    params: dict[str, Any]
+    condition: dict[str, Any]
+    env: str
+    kind: str                 # the environment's driver: host, container, vm, pods, ssh, cloud
+    metric: str
+    unit: str
+    higher_is_better: bool
+    values: list[float]
+    meta: dict[str, Any] = field(default_factory=dict)  # accelerator, backend
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values) if self.values else math.nan
+
+
+@dataclass
+class Evidence:
+    groups: list[Group]
+    facts: dict[str, Any] = field(default_factory=dict)  # accelerator, cluster, nfs
+    notes: dict[str, str] = field(default_factory=dict)  # experiment -> why it has no data
+
+
+@dataclass
+class Verdict:
+    id: str
+    study: str
+    finding: str
+    cite: str
+    quantity: str
+    tolerance: str
+    verdict: str
+    measured: str = ""
+    value: float | None = None
+    ci: list[float] | None = None
+    reason: str = ""
+    environments: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _NoData(Exception):
+    """The selection found nothing to compute with; the message says what is missing."""
+
+
+# -- selection ----------------------------------------------------------------------------------------
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)i?B?\s*", str(v), re.I)
+    if not m:
+        return None
+    return float(m.group(1)) * {"": 1, "K": 2**-20, "M": 2**-10, "G": 1, "T": 2**10}[m.group(2).upper()]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a == b:
+        return True
+    x, y = _num(a), _num(b)
+    return x is not None and y is not None and not isinstance(a, str) and not isinstance(b, str) and math.isclose(x, y)
+
+
+_SPECIAL = ("max", "min", "best")
+
+
+def select(ev: Evidence, s: dict[str, Any], *, exclude_tcg: bool = False) -> list[Group]:
+    """Groups matching a selector (claims.sel). A param or condition value "max"/"min" keeps the groups
+    with the largest/smallest value of that key; "best" the one whose median is best."""
+    out = []
+    for g in ev.groups:
+        if (g.experiment != s["experiment"] or g.workload != s["workload"] or g.metric != s["metric"]
+                or g.kind not in s["kind"] or not g.values):
+            continue
+        if exclude_tcg and g.meta.get("accelerator") == "tcg":
+            continue
+        ok = True
+        for where, wanted in (("params", s["params"]), ("condition", s["condition"])):
+            have = getattr(g, where)
+            for k, v in wanted.items():
+                if v in _SPECIAL:
+                    ok = ok and k in have
+                    continue
+                hv = have.get(k, 0 if k in _ZERO_CONDITIONS and where == "condition" else None)
+                ok = ok and _same(hv, v)
+        if ok:
+            out.append(g)
+    for where, wanted in (("params", s["params"]), ("condition", s["condition"])):
+        for k, v in wanted.items():
+            if v in ("max", "min") and out:
+                key = lambda g: _num(getattr(g, where)[k]) or 0.0  # noqa: E731
+                pick = max if v == "max" else min
+                edge = key(pick(out, key=key))
+                out = [g for g in out if math.isclose(key(g), edge)]
+            elif v == "best" and out:
+                best = max(out, key=lambda g: g.median if g.higher_is_better else -g.median)
+                out = [best]
+    return out
+
+
+def one(ev: Evidence, s: dict[str, Any], *, exclude_tcg: bool = False) -> Group:
+    found = select(ev, s, exclude_tcg=exclude_tcg)
+    if not found:
+        why = ev.notes.get(s["experiment"])
+        what = f"{s['workload']} {s['metric']} on {'/'.join(s['kind'])}"
+        raise _NoData(f"no results for {what}" + (f": {why}" if why else f" (experiment {s['experiment']})"))
+    return max(found, key=lambda g: len(g.values))  # several environments of one kind: the fullest
+
+
+# -- the rules ----------------------------------------------------------------------------------------
+
+def _fmt(v: float) -> str:
+    if not math.isfinite(v):
+        return "n/a"
+    a = abs(v)
+    return f"{v:.3g}" if a < 1000 else f"{v:,.0f}"
+
+
+def _ci_text(lo: float, hi: float) -> str:
+    return f" [{_fmt(lo)}, {_fmt(hi)}]" if math.isfinite(lo) and math.isfinite(hi) else " (no interval: too few values)"
+
+
+def _ratio(num: Group, den: Group) -> stats.Ratio:
+    return stats.ratio(num.values, den.values, higher_is_better=num.higher_is_better)
+
+
+def _decide_ratio(r: float, lo: float, hi: float, args: dict) -> bool:
+    def low_bound() -> float:
+        return lo if math.isfinite(lo) else r
+
+    def high_bound() -> float:
+        return hi if math.isfinite(hi) else r
+
+    if "above" in args:
+        return low_bound() > args["above"]
+    if "below" in args:
+        return high_bound() < args["below"]
+    if "within" in args:
+        a, b = args["within"]
+        return a <= r <= b
+    if "at_most" in args:
+        return r <= args["at_most"]
+    if "at_least" in args:
+        return r >= args["at_least"]
+    raise ValueError(f"ratio rule without a test: {args}")
+
+
+def _rule_ratio(c: Claim, ev: Evidence, tcg: bool) -> tuple[bool, str, float, list[float] | None, list[str]]:
+    num, den = one(ev, c.args["num"], exclude_tcg=tcg), one(ev, c.args["den"], exclude_tcg=tcg)
+    r = _ratio(num, den)
+    ok = _decide_ratio(r.ratio, r.ci_low, r.ci_high, c.args)
+    text = (f"{_fmt(r.ratio)}x{_ci_text(r.ci_low, r.ci_high)}: {_label(num)} {_fmt(num.median)} / {_label(den)} "
+            f"{_fmt(den.median)} {den.unit} (n = {len(num.values)} / {len(den.values)})")
+    ci = [r.ci_low, r.ci_high] if math.isfinite(r.ci_low) else None
+    return ok, text, r.ratio, ci, sorted({num.env, den.env})
+
+
+def _label(g: Group) -> str:
+    extra = [f"{k}={v}" for k, v in g.condition.items() if k != "storage"]
+    if "storage" in g.condition:
+        extra.insert(0, str(g.condition["storage"]))
+    return g.env + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _rule_efficiency(c: Claim, ev: Evidence, tcg: bool):
+    a = c.args
+    one_, many = one(ev, a["one"], exclude_tcg=tcg), one(ev, a["many"], exclude_tcg=tcg)
+    r = stats.ratio(one_.values, many.values, higher_is_better=False)  # T1 / Tn
+    e, lo, hi = r.ratio / a["factor"], r.ci_low / a["factor"], r.ci_high / a["factor"]
+    lo_b, hi_b = a["within"]
+    text = (f"efficiency {_fmt(e)}{_ci_text(lo, hi)}: T1 {_fmt(one_.median)} s, T{a['factor']} {_fmt(many.median)} s "
+            f"on {many.env} (n = {len(one_.values)} / {len(many.values)})")
+    return lo_b <= e <= hi_b, text, e, ([lo, hi] if math.isfinite(lo) else None), sorted({one_.env, many.env})
+
+
+def _rule_order(c: Claim, ev: Evidence, tcg: bool):
+    chain = [one(ev, s, exclude_tcg=tcg) for s in c.args["chain"]]
+    ok, steps = True, []
+    for prev, nxt in zip(chain, chain[1:]):
+        r = _ratio(nxt, prev)
+        bound = r.ci_high if math.isfinite(r.ci_high) else r.ratio
+        ok = ok and bound < 1.0
+        steps.append(f"{_fmt(r.ratio)}x{_ci_text(r.ci_low, r.ci_high)}")
+    medians = " > ".join(f"{_label(g)} {_fmt(g.median)}" for g in chain)
+    return ok, f"{medians} {chain[0].unit}; steps {', '.join(steps)}", None, None, sorted({g.env for g in chain})
+
+
+def _x_of(g: Group, key: str) -> float:
+    v = g.params.get(key, g.condition.get(key))
+    x = _num(v)
+    if x is None:
+        raise _NoData(f"{key}={v!r} is not a number")
+    return x
+
+
+def _rule_slope(c: Claim, ev: Evidence, tcg: bool):
+    from scipy import stats as sps
+
+    s, key = c.args["select"], c.args["x"]
+    groups = select(ev, s, exclude_tcg=tcg)
+    xs = sorted({_x_of(g, key) for g in groups})
+    if len(xs) < 3:
+        one(ev, s, exclude_tcg=tcg)  # raises the missing-data reason when there is nothing at all
+        raise _NoData(f"a slope needs at least 3 {key} values; measured {len(xs)}")
+    pts = [(_x_of(g, key), v) for g in groups for v in g.values]
+    fit = sps.linregress([p[0] for p in pts], [p[1] for p in pts])
+    t = sps.t.ppf(0.975, len(pts) - 2) if len(pts) > 2 else math.nan
+    lo, hi = fit.slope - t * fit.stderr, fit.slope + t * fit.stderr
+    med = {x: statistics.median([v for g in groups if _x_of(g, key) == x for v in g.values]) for x in xs}
+    mfit = sps.linregress(xs, [med[x] for x in xs])
+    r2 = mfit.rvalue ** 2
+    ok = math.isfinite(lo) and lo > 0 and r2 >= c.args["min_r2"]
+    unit = groups[0].unit
+    text = (f"slope {_fmt(fit.slope)} {unit}/GB{_ci_text(lo, hi)}, R^2 of the medians {r2:.3f}; medians "
+            + ", ".join(f"{_fmt(x)} GB: {_fmt(med[x])} {unit}" for x in xs))
+    return ok, text, fit.slope, ([lo, hi] if math.isfinite(lo) else None), sorted({g.env for g in groups})
+
+
+def _rule_level(c: Claim, ev: Evidence, tcg: bool):
+    g = one(ev, c.args["select"], exclude_tcg=tcg)
+    lo, hi, _level = stats.median_ci(g.values)
+    ok = g.median >= c.args["at_least"]
+    return ok, f"median {_fmt(g.median)}{_ci_text(lo, hi)} {g.unit} on {g.env} (n = {len(g.values)})", g.median, \
+        ([lo, hi] if math.isfinite(lo) else None), [g.env]
+
+
+def _rule_peak(c: Claim, ev: Evidence, tcg: bool):
+    s, key = c.args["select"], c.args["x"]
+    groups = select(ev, s, exclude_tcg=tcg)
+    med: dict[float, float] = {}
+    for g in groups:
+        med[_x_of(g, key)] = g.median
+    if len(med) < 3:
+        one(ev, s, exclude_tcg=tcg)
+        raise _NoData(f"a peak needs at least 3 {key} values; measured {len(med)}")
+    xs = sorted(med)
+    best = max(xs, key=lambda x: med[x])
+    ok = xs[0] < best < xs[-1]
+    text = f"best at {key} = {_fmt(best)}: " + ", ".join(f"{_fmt(x)}: {_fmt(med[x])}" for x in xs)
+    return ok, text, best, None, sorted({g.env for g in groups})
+
+
+def _rule_penalty(c: Claim, ev: Evidence, tcg: bool):
+    a = c.args
+    out, envs = {}, set()
+    for name in ("fine", "coarse"):
+        base = {"experiment": a["experiment"], "workload": a[name]["workload"], "metric": a["metric"],
+                "condition": {}}
+        med = {}
+        for kind in ("host", *a["kind"]):
+            for inst in (1, 2):
+                s = {**base, "kind": (kind,) if kind == "host" else tuple(a["kind"]),
+                     "params": {**a[name]["params"], "instances": inst}}
+                g = one(ev, s, exclude_tcg=tcg)
+                med[(kind == "host", inst)] = g.median
+                envs.add(g.env)
+        out[name] = (med[(False, 2)] / med[(True, 2)]) / (med[(False, 1)] / med[(True, 1)])
+    ok = out["fine"] > out["coarse"] and out["coarse"] <= a["coarse_max"]
+    text = f"P(fine-grained) {_fmt(out['fine'])}, P(coarse-grained) {_fmt(out['coarse'])}"
+    return ok, text, out["fine"] / out["coarse"], None, sorted(envs)
+
+
+RULES = {"ratio": _rule_ratio, "efficiency": _rule_efficiency, "order": _rule_order, "slope": _rule_slope,
+         "level": _rule_level, "peak": _rule_peak, "penalty": _rule_penalty}
+
+
+# -- scoring --------------------------------------------------------------------------------------------
+
+def missing_need(c: Claim, facts: dict[str, Any]) -> str | None:
+    """Why the machine cannot measure this claim at all, or None."""
+    if c.unmeasurable:
+        return c.unmeasurable
+    for need in c.needs:
+        have = facts.get("accelerator") == "kvm" if need == "kvm" else bool(facts.get(need))
+        if not have:
+            return REASONS[need]
+    return None
+
+
+def score(c: Claim, ev: Evidence) -> Verdict:
+    v = Verdict(c.id, c.study, c.finding, c.cite, c.quantity, c.tolerance, NOT_MEASURED)
+    why = missing_need(c, ev.facts)
+    if why:
+        v.reason = why
+        return v
+    try:
+        ok, text, value, ci, envs = RULES[c.check](c, ev, "kvm" in c.needs)
+    except _NoData as exc:
+        v.reason = str(exc)
+        return v
+    v.verdict = HOLDS if ok else DIFFERS
+    v.measured, v.environments, v.ci = text, envs, ci
+    v.value = value if value is None or math.isfinite(value) else None
+    return v
+
+
+def scorecard(ev: Evidence, claims: list[Claim] | None = None) -> list[Verdict]:
+    return [score(c, ev) for c in (CLAIMS if claims is None else claims)]
+
+
+def counts(verdicts: list[Verdict]) -> dict[str, int]:
+    out = {HOLDS: 0, DIFFERS: 0, NOT_MEASURED: 0}
+    for v in verdicts:
+        out[v.verdict] += 1
+    return out

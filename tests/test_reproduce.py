@@ -1,0 +1,147 @@
+"""`virtbench reproduce`: the plan fitted to a budget (pure), each experiment's matrix from the real
+suite files, estimates from recorded times, and a real end-to-end run (host only, tiny) with resume
+and the report's scorecard first."""
+
+import json
+
+import pytest
+
+from virtbench import reproduce as rp
+from virtbench.errors import UserError
+from virtbench.report import build as report_build
+from virtbench.report import markdown
+from virtbench.store import Store
+
+TCG = {"accelerator": "tcg", "cluster": False, "nfs": False, "cores": 2, "probe_s": None}
+KVM = {**TCG, "accelerator": "kvm", "cluster": True, "nfs": True}
+
+
+def _total(steps):
+    return sum(s.estimate_s for s in steps if s.tier is not None)
+
+
+@pytest.mark.parametrize("minutes", [10, 30, 60, 240])
+def test_plan_fits_the_budget_and_says_what_it_left_out(minutes):
+    budget = minutes * 60
+    steps = rp.plan(budget, TCG, history={})
+    assert _total(steps) <= budget - max(budget * rp.RESERVE, rp.MIN_RESERVE_S)
+    for s in steps:
+        if s.tier is None:
+            assert s.why  # every left-out experiment says why
+    kept = [s for s in steps if s.tier is not None]
+    assert kept, "the smallest scales of the first experiments fit any budget above 10 minutes"
+
+
+def test_a_larger_budget_raises_scales_and_keeps_more():
+    small, large = rp.plan(15 * 60, TCG, history={}), rp.plan(4 * 3600, TCG, history={})
+    assert sum(s.tier is not None for s in large) >= sum(s.tier is not None for s in small)
+    assert sum(s.tier or 0 for s in large) > sum(s.tier or 0 for s in small)
+    assert all(s.tier == len(s.exp.tiers) - 1 for s in large if s.tier is not None)
+
+
+def test_tcg_no_cluster_no_nfs_leave_out_with_the_reason():
+    why = {s.exp.id: s.why for s in rp.plan(4 * 3600, TCG, history={}) if s.tier is None}
+    assert "only TCG" in why["001-mpi"] and "only TCG" in why["003-hpa-vm"]
+    assert why["004-web"].startswith("no cluster")
+    assert why["004-nfs"].startswith("no kernel NFS client")
+    steps = {s.exp.id: s for s in rp.plan(4 * 3600, KVM, history={})}
+    assert steps["001-mpi"].tier is not None and "vm" in steps["004-fio"].envs  # KVM: the VMs come in
+
+
+def test_studies_narrow_the_plan():
+    steps = rp.plan(3600, TCG, studies=["002"], history={})
+    assert {s.exp.study for s in steps} == {"002"}
+    assert set(rp.left_out_always(["004"])) == set()
+
+
+def test_estimates_follow_what_was_measured(tmp_path):
+    exp = next(e for e in rp.EXPERIMENTS if e.id == "003-bonnie")
+    tier = exp.tiers[0]
+    path = tmp_path / "times.json"
+    assert rp.estimate(exp.id, tier, rp.load_history(path), None) == tier.estimate_s  # no history: the prior
+    rp.record_history(exp.id, tier, 300.0, 1.0, 0.05, path)
+    rp.record_history(exp.id, tier, 310.0, 1.0, 0.05, path)
+    hist = rp.load_history(path)
+    assert rp.estimate(exp.id, tier, hist, 0.05) == pytest.approx(305.0)
+    assert rp.estimate(exp.id, tier, hist, 0.10) == pytest.approx(610.0)  # twice as busy now
+    other = next(e for e in rp.EXPERIMENTS if e.id == "004-fio").tiers[0]
+    # another experiment: its prior times how the recorded ones compared with theirs
+    assert rp.estimate("004-fio", other, hist, 0.05) == pytest.approx(other.estimate_s * 305.0 / tier.estimate_s)
+
+
+def test_every_experiment_builds_from_its_suite_file():
+    for exp in rp.EXPERIMENTS:
+        for tier in exp.tiers:
+            if exp.boot:
+                g = rp.boot_grid(exp, tier)
+                assert g.image_modes == ["copy"] and g.repeat == tier.repeat
+                continue
+            m = rp.matrix_for(exp, tier, rp._envs_for(exp, KVM))
+            assert m.cells and m.policy.min_repetitions == m.policy.max_repetitions == tier.repeat
+            assert all(c["workload"] == exp.workload for c in m.cells if exp.workload)
+
+
+def test_bonnie_delay_experiment_keeps_the_suites_scales():
+    exp = next(e for e in rp.EXPERIMENTS if e.id == "003-bonnie")
+    m = rp.matrix_for(exp, exp.tiers[0], ("host",))
+    got = sorted((c["condition"].get("storage"), c["condition"].get("delay_ms"), c["params"]["scale"]) for c in m.cells)
+    assert got == [("iscsi", 0.0, 0.125), ("iscsi", 10.0, 0.03125), ("local", None, 0.5)]
+
+
+def test_parse_budget():
+    assert rp.parse_budget("30m") == 1800 and rp.parse_budget("1h30m") == 5400 and rp.parse_budget("45") == 2700
+    for bad in ("soon", "0m", "-5m"):
+        with pytest.raises(UserError):
+            rp.parse_budget(bad)
+
+
+# -- a real run: two tiny host-only experiments on the quick suite ---------------------------------------
+
+def _tiny(eid: str, test: str) -> rp.Experiment:
+    return rp.Experiment(eid, "000", f"tiny {test}", "quick.toml", ("host",), "system", {"copies": ["1"]},
+                         tiers=(rp.Tier(f"{test}, 1 repetition", 1, 5, params={"duration": 0.05},
+                                        select={"test": [test]}),))
+
+
+class _Interrupt(rp.Events):
+    """Ctrl-C as the second experiment starts."""
+
+    def step(self, index, total, step, message):
+        if index == 1 and message.startswith("about"):
+            raise KeyboardInterrupt
+
+
+def test_reproduce_runs_resumes_and_reports_scorecard_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(rp, "EXPERIMENTS", (_tiny("tiny-a", "dhrystone"), _tiny("tiny-b", "syscall")))
+    monkeypatch.setattr(rp, "history_path", lambda: tmp_path / "times.json")
+    store = Store(tmp_path / "r.sqlite")
+    rep = rp.Reproducer(store, events=_Interrupt())
+    with pytest.raises(KeyboardInterrupt):
+        rep.start(600, None, dict(TCG))
+    run_id = rep.run_id
+    assert store.run(run_id)["status"] == "interrupted"
+    done = rp.experiments_done(store, run_id)
+    assert done["tiny-a"]["status"] == "ok" and "tiny-b" not in done
+    first_child = done["tiny-a"]["child"]
+
+    rp.Reproducer(store).resume(run_id)
+    done = rp.experiments_done(store, run_id)
+    assert store.run(run_id)["status"] == "completed"
+    assert done["tiny-a"]["child"] == first_child  # not run again
+    assert done["tiny-b"]["status"] == "ok" and done["tiny-b"]["actual_s"] > 0
+    assert store.run(done["tiny-b"]["child"])["status"] == "completed"
+    assert len(json.loads((tmp_path / "times.json").read_text())) == 2  # both times recorded
+    with pytest.raises(UserError):
+        rp.Reproducer(store).resume(run_id)
+
+    from virtbench.studies import card
+
+    data = card.result(store, run_id)
+    assert len(data["scorecard"]) >= 12 and all(v["reason"] for v in data["scorecard"]
+                                                  if v["verdict"] == "not measured")
+    assert [p["status"] for p in data["plan"]] == ["ok", "ok"]
+    doc = report_build.document(store, [run_id])
+    assert doc.parts[0].sections[0].title.startswith("Do the studies' findings hold")
+    assert [p.id for p in doc.parts[1:]] == [done["tiny-a"]["child"], done["tiny-b"]["child"]]
+    text = markdown.render(doc)
+    assert text.index("Scorecard") < text.index(done["tiny-a"]["child"])
