@@ -249,6 +249,11 @@ def _inventory_path(path: str) -> str:
 
 
 def _show(store: Store, run_id: str, as_json: bool) -> None:
+    if store.run(run_id)["spec"].get("kind") == "reproduce":  # its scorecard and plan
+        from .cli_reproduce import show as show_reproduce
+
+        show_reproduce(store, run_id, as_json)
+        return
     if store.run(run_id)["spec"].get("kind") == "boot":  # a `virtbench boot` run: its own table
         from . import boot as boot_mod
 

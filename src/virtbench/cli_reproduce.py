@@ -81,7 +81,6 @@ def reproduce(studies, budget, kubeconfig, pods_image, plan_only, resume_id, db,
     results: holds, differs, or not measured (with why)."""
     from .cli import _emit_json, _ensure_kernels, err, out
     from .reproduce import Reproducer, machine_facts, parse_budget, plan, left_out_always, spec_for
-    from .studies import card
 
     store = Store(db or paths.default_db())
     budget_s = parse_budget(budget)
@@ -116,12 +115,22 @@ def reproduce(studies, budget, kubeconfig, pods_image, plan_only, resume_id, db,
         err.print(f"\ninterrupted; everything was torn down. Resume with: virtbench reproduce --resume {rid}"
                   + (f" --db {db}" if db else ""), highlight=False)
         sys.exit(130)
+    show(store, run_id, as_json)
+
+
+def show(store: Store, run_id: str, as_json: bool) -> None:
+    """A reproduce run's scorecard and plan (also `virtbench show RUN_ID`)."""
+    from .cli import _emit_json, out
+    from .studies import card
+
     data = card.result(store, run_id)
     if as_json:
         _emit_json(data)
         return
+    done = {p["id"]: p for p in data["plan"]}
+    out.print(_plan_table(data["plan"], data["left_out"], done))
     out.print(scorecard_table(data["scorecard"]))
     c = data["counts"]
-    out.print(f"run {run_id}: {c['holds']} hold, {c['differs']} differ, {c['not measured']} not measured; "
-              f"{data['elapsed_s'] / 60:.1f} min of a {budget_s / 60:.0f} min budget. "
-              f"Report: virtbench report {run_id}", highlight=False)
+    out.print(f"run {data['run_id']} ({data['status']}): {c['holds']} hold, {c['differs']} differ, "
+              f"{c['not measured']} not measured; {data['elapsed_s'] / 60:.1f} min of a "
+              f"{data['budget_s'] / 60:.0f} min budget. Report: virtbench report {data['run_id']}", highlight=False)

@@ -535,11 +535,11 @@ class Reproducer:
                 tier_i = p["tier"]
                 est = p["estimate_s"] * slowdown
                 left = deadline - self.clock()
-                while est > left * 1.1 and tier_i > 0:  # the budget is short: a smaller scale
+                while est > left and tier_i > 0:  # the budget is short: a smaller scale
                     tier_i -= 1
                     est = exp.tiers[tier_i].estimate_s * slowdown * (p["estimate_s"] / exp.tiers[p["tier"]].estimate_s)
                 step = Step(exp, tier_i, est, envs=tuple(p["environments"]))
-                if est > left * 1.1:
+                if est > left:
                     why = (f"left out at run time: {max(left, 0):.0f} s of the budget were left, it needs about "
                            f"{est:.0f} s")
                     self._record(exp, tier_i, "skipped", self.clock(), self.clock(), why, {"estimate_s": est})
