@@ -12,7 +12,8 @@ each names the child run (an ordinary workload or boot run) that holds the measu
 estimate and the time it really took. `--resume` continues the interrupted child and the
 experiments not yet done. The scorecard (studies/) is computed from the children's samples.
 
-Estimates: each tier carries a prior measured on a quiet 2-core machine. Every finished experiment
+Estimates: each tier carries a prior measured on this 2-core machine while four other developers
+worked on it (load 8-15). Every finished experiment
 records its time (and the load average) in the data directory; later plans use the median of the
 recorded times for that tier, else the prior times the median actual/prior of the others, scaled by
 how much busier the machine is now than then.
@@ -42,13 +43,14 @@ STUDY_IDS = ("000", "001", "002", "003", "004")
 RESERVE = 0.08          # of the budget, kept for planning, teardown between children and the report
 MIN_RESERVE_S = 60.0
 HISTORY_KEEP = 10
+BOOT_TIMEOUT = 300.0  # seconds one instance may take to be ready (boot's own default: 600)
 
 
 @dataclass(frozen=True)
 class Tier:
     label: str                          # what this scale is, in words
     repeat: int                         # repetitions per cell and environment
-    estimate_s: float                   # prior: seconds on a quiet 2-core machine (TCG only)
+    estimate_s: float                   # prior: seconds on a busy 2-core machine (TCG only)
     params: dict[str, Any] = field(default_factory=dict)      # overrides (workloads without the key ignore it)
     select: dict[str, Any] = field(default_factory=dict)      # extra cell filter: param -> allowed values
     conditions: tuple[dict[str, Any], ...] = ()               # replaces each cell's condition by each of these
@@ -77,7 +79,7 @@ def _iscsi(*delays: float, **extra: Any) -> tuple[dict[str, Any], ...]:
     return tuple({"storage": "iscsi", "delay_ms": d, **extra} for d in delays)
 
 
-# In priority order: what the budget keeps first. Estimates are priors (seconds, quiet 2-core machine).
+# In priority order: what the budget keeps first. Estimates are priors (seconds, busy 2-core machine).
 EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment("003-hpa", "003", "HPA on local disk, iSCSI and iSCSI behind delay; CPU while it runs",
                "vcluster-hpa.toml", ("host",), "hpa", {"transactions": [400000, 1000000]},
@@ -94,52 +96,52 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                     "(local, iSCSI, iSCSI + delay) as the study ran them"),
     Experiment("004-fio", "004", "fio 64 MiB-block read max latency over host-internal networking",
                "nfs-dd.toml", ("host", "container"), "fio", condition_where={"storage": ["nbd"]},
-               tiers=(Tier("256 MiB file (1/8 of 2 GB), NBD target on a server link, 3 repetitions", 3, 70),
-                      Tier("256 MiB file, 5 repetitions (the study: 5)", 5, 110)),
+               tiers=(Tier("256 MiB file (1/8 of 2 GB), NBD target on a server link, 3 repetitions", 3, 50),
+                      Tier("256 MiB file, 5 repetitions (the study: 5)", 5, 70)),
                kvm_envs=("vm",),
                note="the NBD target stands in for the study's NFS server on the same host (no kernel NFS client "
                     "here); NFS cells left out"),
     Experiment("003-bonnie", "003", "bonnie++ write: local, iSCSI, iSCSI + 10 ms one-way delay (dom0)",
                "remote-storage-delay.toml", ("host",), "bonnie", condition_where={"delay_ms": [None, 0, 10]},
-               tiers=(Tier("suite sizes (1 GiB local, 256 MiB iSCSI, 64 MiB delayed), 2 repetitions", 2, 120),
-                      Tier("suite sizes, 3 repetitions", 3, 170)),
+               tiers=(Tier("suite sizes (1 GiB local, 256 MiB iSCSI, 64 MiB delayed), 2 repetitions", 2, 180),
+                      Tier("suite sizes, 3 repetitions", 3, 260)),
                note="dom0 = the host; the 20-50 ms cells are left out (the finding is about 10 ms)"),
     Experiment("002-link", "002", "bonnie++ over iSCSI with the target's link at 1 GbE and at 10 GbE",
                "ipsan.toml", ("host",), "bonnie", condition_where={"storage": ["iscsi"]},
-               tiers=(Tier("512 MiB file (1/4 of 2 GiB), 1000 / 10000 Mbit/s, 2 repetitions", 2, 110,
+               tiers=(Tier("512 MiB file (1/4 of 2 GiB), 1000 / 10000 Mbit/s, 2 repetitions", 2, 140,
                            params={"scale": 0.25},
                            conditions=({"storage": "iscsi", "rate_mbit": 1000}, {"storage": "iscsi", "rate_mbit": 10000})),
-                      Tier("1 GiB file (the suite's 1/2), 1000 / 10000 Mbit/s, 3 repetitions", 3, 230,
+                      Tier("1 GiB file (the suite's 1/2), 1000 / 10000 Mbit/s, 3 repetitions", 3, 360,
                            conditions=({"storage": "iscsi", "rate_mbit": 1000}, {"storage": "iscsi", "rate_mbit": 10000}))),
                note="the study's GbE and 10 GbE links as bandwidth caps on the target's link (normal kernel = host)"),
     Experiment("000-npb-ep", "000", "NPB EP on 1 and 2 one-vCPU instances",
                "nii-npb.toml", ("c-small",), "npb", {"kernel": ["ep"], "class": ["W"], "instances": [1, 2],
                                                     "ranks": [1, 2]},
                same=("ranks", "instances"),
-               tiers=(Tier("class W, 1 and 2 instances (1/8 of 2..16), 3 repetitions", 3, 60),
-                      Tier("class W, 5 repetitions", 5, 90)),
+               tiers=(Tier("class W, 1 and 2 instances (1/8 of 2..16), 3 repetitions", 3, 65),
+                      Tier("class W, 5 repetitions", 5, 95)),
                note="m1.small VMs as 1-vCPU containers (EP does no I/O and hardly communicates)"),
     Experiment("001-network", "001", "SP-MZ and the Bloss-like eigensolver on 1 and on 2 instances",
                "aist-mpi.toml", ("host", "container"), "", {"kernel": ["sp-mz", None], "threads": [1]},
                same=("ranks", "instances"),
-               tiers=(Tier("class S, 1 rank on 1 instance and 2 ranks on 2, 3 repetitions", 3, 130,
+               tiers=(Tier("class S, 1 rank on 1 instance and 2 ranks on 2, 3 repetitions", 3, 150,
                            select={"class": ["S"]}),
-                      Tier("class W, 1 rank on 1 instance and 2 ranks on 2, 3 repetitions", 3, 420,
+                      Tier("class W, 1 rank on 1 instance and 2 ranks on 2, 3 repetitions", 3, 670,
                            select={"class": ["W"]})),
                kvm_envs=("vm",),
                note="the virtual network is the podman bridge between containers"),
     Experiment("000-boot-size", "000", "VM boot time against image size (copy mode, 1 instance)",
                "nii-boot.toml", boot=True,
-               tiers=(Tier("5, 10, 20 GB x 0.1 (raised to the smallest image), 2 repetitions", 2, 200,
+               tiers=(Tier("5, 10, 20 GB x 0.1 (raised to the smallest image), 2 repetitions", 2, 240,
                            boot={"sizes_gb": [5, 10, 20], "scale": 0.1, "concurrency": [1]}),
-                      Tier("5, 10, 20 GB x 0.2 = 1, 2, 4 GB, 3 repetitions", 3, 420,
+                      Tier("5, 10, 20 GB x 0.2 = 1, 2, 4 GB, 3 repetitions", 3, 600,
                            boot={"sizes_gb": [5, 10, 20], "scale": 0.2, "concurrency": [1]})),
                note="image copied from the local cache as in the study; the study's 'running' is our running"),
     Experiment("000-boot-concurrency", "000", "VM boot time at 1 and 4 instances started at once (copy mode)",
                "nii-boot.toml", boot=True,
                tiers=(Tier("smallest image, 1 and 4 at once (4 on 2 cores ~ the study's 8 on 4 nodes), 2 repetitions",
-                           2, 240, boot={"sizes_gb": [2], "scale": 0.2, "concurrency": [1, 4]}),
-                      Tier("smallest image, 1, 4 and 8 at once, 2 repetitions", 2, 520,
+                           2, 320, boot={"sizes_gb": [2], "scale": 0.2, "concurrency": [1, 4]}),
+                      Tier("smallest image, 1, 4 and 8 at once, 2 repetitions", 2, 800,
                            boot={"sizes_gb": [2], "scale": 0.2, "concurrency": [1, 4, 8]})),
                note="concurrency scaled with the cores"),
     # Only where KVM works: the studies' hardware-virtualization findings.
@@ -575,7 +577,7 @@ class Reproducer:
         runner = None
         try:
             if exp.boot:
-                runner = BootRunner(self.store, boot_grid(exp, tier), command=command)
+                runner = BootRunner(self.store, boot_grid(exp, tier), command=command, timeout=BOOT_TIMEOUT)
                 return runner.run(), "ok", None
             kube = spec.get("kubeconfig")
             if kube:
