@@ -30,7 +30,7 @@ class Box(Instance):
     def _destroy(self): ...
 
 
-class OnlyFirst(checks._Ops):
+class OnlyFirst(checks.LifecycleOps):
     """The Eucalyptus 2.0 bug: reboot-instances with several ids rebooted only the first."""
 
     def reboot(self, instances):

@@ -21,16 +21,12 @@ other, and a failed start is data, as in the first study.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import json
-import os
-import shlex
 import threading
 import time
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,10 +201,7 @@ def _scaled_sizes(g: Grid, published: list, scale: float) -> tuple[list[str], di
     """Published sizes (GB) x scale, as sizes in MiB; sizes below the smallest image are raised to it."""
     from .vm import disk
 
-    smallest = None
-    if g.driver == "vm":
-        with contextlib.suppress(Exception):
-            smallest = disk.min_size(disk.ensure_boot(image.require()))
+    smallest = drivers.driver_class(g.driver).smallest_image()
     sizes, notes = [], {}
     for gb in published:
         want = int(float(gb) * scale * (1 << 30))
@@ -243,23 +236,6 @@ def _env_for(g: Grid, params: dict, driver) -> EnvSpec:
         opts["image_size"] = params["image_size"]
     shape = shapes.resolve(params["shape"])
     return EnvSpec(g.driver, g.driver, shape, opts)
-
-
-def _cloud_unavailable(driver, params: dict, env: EnvSpec) -> str | None:
-    if params["image_mode"] != "overlay":
-        return "image modes do not apply to cloud instances: the cloud makes each disk from its image"
-    try:
-        driver.settings(env)  # an image for this size (option images), an instance type for the shape
-    except UserError as exc:
-        return exc.message
-    return None
-
-
-def _container_unavailable(params: dict) -> str | None:
-    if params["image_mode"] != "overlay":
-        return (f"image mode {params['image_mode']} does not apply to containers: every container starts "
-                "from a copy-on-write layer of the engine's image store (that is the overlay mode)")
-    return None
 
 
 class BootRunner:
@@ -302,7 +278,7 @@ class BootRunner:
             for name in self.driver.cleanup_stale():
                 self.events.note(f"removed a leftover of an earlier run: {name}")
             problems = self.driver.check()
-            if not problems and g.driver == "cloud":  # credentials, endpoint, image ids: before any start
+            if not problems:  # e.g. a cloud's credentials, endpoint, image ids: before any start
                 problems = self.driver.check_env(_env_for(g, g.cells()[0]["params"], self.driver))
             if problems:
                 raise UserError("the {} driver cannot run here:\n  ".format(g.driver)
@@ -343,31 +319,10 @@ class BootRunner:
         skipped: dict[str, str] = {}
         for cell in cells:
             p = cell["params"]
-            reason = None
-            if self.grid.driver == "vm":
-                from .vm import disk
-
-                env = _env_for(self.grid, p, self.driver)
-                try:
-                    settings = self.driver.settings(env)
-                    disk.ensure_base(self.context.image, settings["size_bytes"],
-                                     log=lambda m: self.events.note(m))
-                    if p["image_mode"] == "reflink":
-                        base_dir = disk.artifacts_dir(self.context.image.hash)
-                        reason = disk.reflink_problem(base_dir, self.driver.run_dir())
-                    self.extra.setdefault("accelerator", settings["accel"])
-                except ConditionUnavailable as exc:
-                    reason = str(exc)
-            elif self.grid.driver == "container":
-                reason = _container_unavailable(p)
-                if reason is None and p["image_size"] not in ("auto", "", None):
-                    try:
-                        _padded_container_image(self.driver, self.context.image, p["image_size"],
-                                                lambda m: self.events.note(m))
-                    except ConditionUnavailable as exc:
-                        reason = str(exc)
-            elif self.grid.driver == "cloud":
-                reason = _cloud_unavailable(self.driver, p, _env_for(self.grid, p, self.driver))
+            reason, facts = self.driver.prepare_boot_cell(_env_for(self.grid, p, self.driver), p,
+                                                          lambda m: self.events.note(m))
+            for k, v in facts.items():
+                self.extra.setdefault(k, v)
             if reason:
                 skipped[cell["key"]] = reason
                 self.store.record_attempt(self.run_id, cell, self.grid.driver, 0, warmup=False, status="skipped",
@@ -384,11 +339,7 @@ class BootRunner:
         p = cell["params"]
         conc = p["concurrency"]
         env = _env_for(self.grid, p, self.driver)
-        driver = self.driver
-        context = self.context
-        if self.grid.driver == "container" and p["image_size"] not in ("auto", "", None):
-            info = _padded_container_image(driver, context.image, p["image_size"], lambda m: None)
-            driver = drivers.make("container", DriverContext(context.run_id, context.workdir, info))
+        driver = self.driver.boot_cell_driver(p)
         barrier = threading.Barrier(conc)
         slots: list[dict] = [{} for _ in range(conc)]
         instances: list[Instance | None] = [None] * conc
@@ -481,44 +432,6 @@ def _cell_label(cell: dict) -> str:
     return f"concurrency {p['concurrency']}, size {p['image_size']}, mode {p['image_mode']}, shape {p['shape']}"
 
 
-def _padded_container_image(driver, info: image.ImageInfo, size: str, log: Callable[[str], None]) -> image.ImageInfo:
-    """The guest image plus a layer of `size` random bytes, committed under its own tag (cached)."""
-    from .drivers import container
-    from .vm import disk
-
-    nbytes = disk.parse_size(size)
-    tarball_bytes = info.tarball.stat().st_size
-    pad = nbytes - tarball_bytes
-    if pad <= 0:
-        raise ConditionUnavailable(f"image size {size} is smaller than the container image "
-                                   f"({disk.format_size(tarball_bytes)})")
-    padded = image.ImageInfo(f"{info.hash}-pad{nbytes}", info.tarball, info.manifest)
-    engine = driver.engine_for({})
-    cli = engine.cli()
-    # Known to the engine already: tell the container driver so it neither imports nor prunes it.
-    known = (engine.cmd, padded.tag)
-    if procs.run([*cli, "image", "inspect", padded.tag], timeout=60).ok:
-        container._imported.add(known)
-        return padded
-    log(f"building a {size} container image (padding with {disk.format_size(pad)} of random data)")
-    name = f"vb-pad-{os.getpid()}-{nbytes}"
-    # head -c from /dev/urandom inside the container: incompressible bytes in a new layer.
-    script = (f"mkdir -p {shlex.quote(os.path.dirname(disk.PAD_PATH))} && "
-              f"head -c {pad} /dev/urandom > {shlex.quote(disk.PAD_PATH)}")
-    res = procs.run([*cli, "run", "--name", name, *engine.run_flags(), "--pull=never", info.tag, "sh", "-c",
-                     script], timeout=3600)
-    try:
-        if not res.ok:
-            raise UserError(f"padding the container image failed: {res.describe_failure()}")
-        res = procs.run([*cli, "commit", "-q", name, padded.tag], timeout=3600)
-        if not res.ok:
-            raise UserError(f"podman commit of the padded image failed: {res.describe_failure()}")
-    finally:
-        procs.run([*cli, "rm", "-f", name], timeout=120)
-    container._imported.add(known)
-    return padded
-
-
 # -- as a workload, for the registry -----------------------------------------------------------------
 
 class BootWorkload(Workload):
@@ -601,7 +514,7 @@ def results(store: Store, run_id: str) -> dict[str, Any]:
         cell["phases"] = {m: summarize(values[key][m]) for m in METRICS}
     out = {"run_id": run["id"], "status": run["status"], "driver": b["driver"], "name": spec.get("name"),
            "repeat": b["repeat"], "cells": list(by_cell.values())}
-    if b["driver"] == "vm":
+    if drivers.traits_of(b["driver"]).hypervisor_guest:
         accel = sorted(accels)[0] if len(accels) == 1 else (",".join(sorted(accels)) or None)
         out["accelerator"] = accel
         if accel == "tcg":

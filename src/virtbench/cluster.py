@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from . import procs
-from .drivers.base import Instance
+from .instances import Instance
 from .errors import MissingTool, WorkloadFailed
 from .model import ExecResult
 
@@ -52,8 +52,6 @@ SETUP_TIMEOUT = 120.0
 # and capacity checks); above 1x the run is marked oversubscribed and warned about.
 OVERSUBSCRIBE_LIMIT = 4
 MAP_BY = ("slot", "node")  # slot: fill instance 0 first (block); node: round robin (cyclic)
-LOCAL_DRIVERS = ("host", "container", "vm")  # instances that share this machine's cores
-REAL_MACHINE_DRIVERS = ("host", "ssh")  # instances that are a real machine: its /etc/hosts is not ours
 
 _lock = threading.RLock()
 _keypair: tuple[bytes, bytes] | None = None
@@ -169,7 +167,7 @@ class Cluster:
                     "--mca", "plm_rsh_args", " ".join(("-p", str(SSH_PORT), "-i", key, *ssh_options(self.launcher))),
                     "--mca", "plm_rsh_no_tree_spawn", "1",
                     "--mca", "oob_tcp_if_include", self.subnet, "--mca", "btl_tcp_if_include", self.subnet]
-        if self.launcher.env.driver != "host":
+        if not self.launcher.traits.host_process:
             # Ranks sharing a container use shared memory; its single-copy path (CMA,
             # process_vm_readv) is refused under the default seccomp profile without CAP_SYS_PTRACE.
             cmd += ["--mca", "btl_vader_single_copy_mechanism", "none"]
@@ -177,17 +175,25 @@ class Cluster:
 
     def oversubscribed(self, ranks: int, threads: int) -> bool:
         """More busy threads than vCPUs: per instance, or on the one OS a local host cluster shares."""
-        if self.mode == "local" and self.launcher.env.driver == "host":
+        if self.mode == "local" and self.launcher.traits.host_process:
             return ranks * threads > self.vcpus[0]
         per = ranks // len(self.instances)
         return any(per * threads > v for v in self.vcpus)
 
     def machine_busy(self, ranks: int, threads: int) -> tuple[int, int] | None:
-        """(busy threads, this machine's cores) when instances on this machine ask for more than it has."""
-        if any(i.env.driver not in LOCAL_DRIVERS for i in self.instances):
+        """(busy threads, cores) when the instances on one machine ask for more than its cores have:
+        counted on the machine each instance runs on, this one or another."""
+        if not all(i.traits.machine_cores for i in self.instances):
             return None
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return (ranks * threads, cores) if ranks * threads > cores else None
+        counts: dict[int, list] = {}
+        for inst in self.instances:
+            counts.setdefault(id(inst.machine), [inst.machine, 0])[1] += 1
+        for machine, n in counts.values():
+            busy = ranks * threads * n // len(self.instances)
+            cores = len(machine.allowed_cpus())
+            if busy > cores:
+                return busy, cores
+        return None
 
     def run(self, argv: list[str], ranks: int, *, threads: int = 1, map_by: str = "slot",
             timeout: float | None = None) -> Run:
@@ -210,7 +216,7 @@ class Cluster:
         """The sentence a result carries when its ranks had to share CPUs."""
         ranks = sum(len(p["ranks"]) for p in run.placement)
         per = len(run.placement[0]["ranks"])
-        if run.oversubscribed and self.mode == "local" and self.launcher.env.driver == "host":
+        if run.oversubscribed and self.mode == "local" and self.launcher.traits.host_process:
             return (f"oversubscribed: {ranks} rank(s) x {threads} thread(s) on this machine's {self.vcpus[0]} "
                     "cores; ranks wait for each other's CPU")
         if run.oversubscribed:
@@ -317,11 +323,11 @@ def _gone(inst: Instance) -> bool:
 
 
 def _build(instances: list[Instance]) -> Cluster:
-    local = len(instances) == 1 or all(i.env.driver == "host" for i in instances)
+    local = len(instances) == 1 or all(i.traits.host_process for i in instances)
     network = None if local else connect(instances)
     vcpus = [_vcpus(i) for i in instances]
     for inst in instances:
-        if inst.env.driver not in REAL_MACHINE_DRIVERS:  # never touch a real machine's files
+        if not inst.traits.real_machine:  # never touch a real machine's files
             _check(inst.exec(["sh", "-c", _HOSTS_SCRIPT], timeout=60), f"checking /etc/hosts in {inst.name}")
     if local:
         return Cluster(instances, "local", None, vcpus)

@@ -122,14 +122,14 @@ class _Path:
             return _Place(m, link.host_addr, m, [(m, [], link.host_if), (m, enter, link.ns_if)], True,
                           {"host": host, "netns": link.netns})
         inst = self.peers.get(host)
-        if inst is not None and inst.env.driver == "container":
+        if inst is not None and inst.traits.engine_container:
             m = inst.machine
             pid, devs = hostnet.container_links(inst)
             return _Place(m, hostnet.host_address_towards(m, host), m, [(m, *d) for d in devs], True,
                           {"host": host, "pid": pid})
         if inst is not None and not inst.machine.is_local:
             return self._between_machines(inst, host)
-        if hostnet.is_loopback(host) or inst is None or inst.env.driver == "host":
+        if hostnet.is_loopback(host) or inst is None or inst.traits.host_process:
             here = local()  # only a proxy can sit in this path
             return _Place(here, hostnet.host_address_towards(here, host), here, None, True,
                           {"host": host if hostnet.is_loopback(host) else "127.0.0.1"})

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .. import hostdirs
 from ..hostdirs import owner_tag
+from ..instances import DiskHotplug, GuestRelay, SharedNfsMount, VolumeAttach
 from ..machines import Machine, local
 from . import hostnet, network, vmdisk
 from .base import Applied, ConditionUnavailable, Instance
@@ -31,7 +32,6 @@ from .hostres import (Helper, HostCommandFailed, free_bytes, human, is_mounted, 
 REMOTE_DEFAULT_SIZE = 4 << 30
 NBD_PORT, ISCSI_PORT, NFS_PORT = 10809, 3260, 2049
 IQN_PREFIX = "iqn.2024-01.org.virtbench"
-BARE_HOSTS = ("host", "ssh", "cloud")  # drivers whose instance sees its machine's own file system
 
 Maker = Callable[[Instance, int | None, Applied], tuple[str | None, dict]]
 
@@ -41,7 +41,7 @@ Maker = Callable[[Instance, int | None, Applied], tuple[str | None, dict]]
 def _mount_point(inst: Instance, kind: str, applied: Applied) -> tuple[str, str]:
     """(directory on the machine to mount on, the same directory as the instance sees it)."""
     m = inst.machine
-    if inst.env.driver in BARE_HOSTS:
+    if inst.traits.is_machine:  # it sees its machine's own file system
         parent = machine_dir(m, kind)
         d = f"{parent}/mnt"
         run(m, ["mkdir", d])
@@ -113,7 +113,7 @@ def _engine_cmd(inst: Instance) -> str:
 
 
 def volume(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
-    if inst.env.driver not in ("host", "container"):
+    if not (inst.traits.host_process or inst.traits.engine_container):
         raise ConditionUnavailable(f"storage=volume is a container-engine volume; a {inst.env.driver} "
                                    "instance has its own disk (storage=local)")
     m = _here_only(inst, "storage=volume")
@@ -125,7 +125,7 @@ def volume(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dic
     if not source or not Path(source).is_dir():
         raise HostCommandFailed(f"{cmd} volume {name} has no local mount point ({source!r})")
     meta = {"storage_mechanism": f"{cmd} volume (local driver)"}
-    if inst.env.driver == "host":
+    if inst.traits.host_process:
         return source, {**meta, "storage_fs": fs_type(inst, source)}
     require_root(m, "storage=volume in a running container")
     mount_dir, inside = _mount_point(inst, "volume", applied)
@@ -364,7 +364,7 @@ def _host_mount_refusal(inst: Instance) -> str | None:
     ok, why = kernel_nfs_client()
     if ok:
         return None
-    if inst.env.driver == "container":
+    if inst.traits.engine_container:
         return (f"storage=nfs in a container is mounted by the host's kernel NFS client and passed in "
                 f"(as a pod's PersistentVolume): {why}")
     return f"storage=nfs on {inst.machine.name} is mounted by its kernel NFS client: {why}"
@@ -446,9 +446,9 @@ class _Ganesha:
 
 
 def nfs(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
-    if inst.env.driver == "vm":
+    if isinstance(inst, DiskHotplug):  # a guest with a kernel of its own mounts the export itself
         return _nfs_guest(inst, applied)
-    if inst.env.driver == "pods":
+    if isinstance(inst, SharedNfsMount):
         return _nfs_pod(inst, applied)
     m = _here_only(inst, "storage=nfs")
     refusal = _host_mount_refusal(inst)
@@ -461,7 +461,7 @@ def nfs(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
     run(m, ["mount", "-t", "nfs4", "-o", f"vers=4.1,proto=tcp,port={port},hard,timeo=600",
             f"{host}:{NFS_PSEUDO}", mount_dir], timeout=120)
     applied.defer(lambda: umount(m, mount_dir))
-    if inst.env.driver == "container":
+    if inst.traits.engine_container:
         return inside, {"storage_fs": "nfs4", "storage_mounted_by": "container", "storage_mechanism":
                         "nfs-ganesha on a server link; the host's kernel NFSv4.1 client, bind-propagated into "
                         "the container (as a pod's PersistentVolume)"}
@@ -485,7 +485,7 @@ def _nfs_pod(inst: Instance, applied: Applied) -> tuple[str, dict]:
 
 def _nfs_guest(inst: Instance, applied: Applied) -> tuple[str, dict]:
     """The guest kernel mounts the export, reaching the server through the VM's guestfwd relay."""
-    if not hasattr(inst, "set_relay"):
+    if not isinstance(inst, GuestRelay):
         raise ConditionUnavailable(f"storage=nfs in {inst.name}: this VM cannot relay a guest connection "
                                    "to the NFS server (no guestfwd)")
     m = _here_only(inst, "storage=nfs")
@@ -530,11 +530,10 @@ def nfs_datastore(inst: Instance, size: int | None, applied: Applied) -> tuple[s
 
 def cloud_volume(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
     """A volume of the cloud API: the instance makes, attaches and mounts it (VolumeInstance)."""
-    attach = getattr(inst, "attach_volume", None)
-    if attach is None:
+    if not isinstance(inst, VolumeAttach):
         raise ConditionUnavailable(f"storage=cloud-volume is a volume of a cloud API; a {inst.env.driver} "
                                    "instance has none (use the cloud driver)")
-    path, meta, undo = attach(size)
+    path, meta, undo = inst.attach_volume(size)
     applied.defer(undo)
     return path, meta
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
+from ..instances import DiskHotplug
 from .base import Applied, Instance
 from .hostres import HostCommandFailed, next_id, wait_for
 
@@ -20,7 +21,8 @@ _GUEST_FNS = ('vbmount() { if command -v mount >/dev/null 2>&1; then mount "$@";
 
 
 def is_vm(inst: Instance) -> bool:
-    return inst.env.driver == "vm" and getattr(inst, "qmp", None) is not None
+    """A guest that takes disks through its hypervisor, and is still up."""
+    return isinstance(inst, DiskHotplug) and inst.qmp is not None
 
 
 def guest(inst: Instance, script: str, *args: str, timeout: float = 120) -> str:

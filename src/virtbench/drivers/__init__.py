@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from .base import Driver, DriverContext, Instance
+from .base import Driver, DriverContext, Instance, Traits
 
 REGISTRY: dict[str, str] = {
     "host": "virtbench.drivers.host:HostDriver",
@@ -27,8 +27,14 @@ def driver_class(name: str) -> type[Driver]:
     return getattr(importlib.import_module(module), attr)
 
 
+def traits_of(name: str) -> Traits:
+    """What the instances of driver `name` are (Traits() for an unknown name)."""
+    return driver_class(name).traits if name in REGISTRY else Traits()
+
+
 def make(name: str, context: DriverContext) -> Driver:
     return driver_class(name)(context)
 
 
-__all__ = ["Driver", "DriverContext", "Instance", "REGISTRY", "names", "driver_class", "make"]
+__all__ = ["Driver", "DriverContext", "Instance", "REGISTRY", "names", "driver_class", "make", "traits_of",
+           "Traits"]

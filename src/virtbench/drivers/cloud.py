@@ -35,7 +35,7 @@ from ..errors import UserError
 from ..machines import Machine, MachineUnreachable
 from ..machines.inventory import HostSpec
 from ..model import EnvSpec
-from .base import Driver, Instance, OptionSpec, Problem
+from .base import Driver, Instance, OptionSpec, Problem, Traits
 from .ssh import SshInstance, open_scratch
 
 STUDY_TYPES = ("m1.small", "c1.medium", "m1.large", "m1.xlarge", "c1.xlarge")  # EC2's own names
@@ -138,6 +138,7 @@ class CloudInstance(SshInstance):
 
 class CloudDriver(Driver):
     name = "cloud"
+    traits = Traits(is_machine=True)
     description = "cloud instances through the EC2 API (AWS or an EC2-compatible endpoint), reached over SSH"
     options = {
         "provider": OptionSpec(str, "ec2", "cloud API: ec2 (AWS, or any EC2-compatible cloud with endpoint)",
@@ -244,6 +245,20 @@ class CloudDriver(Driver):
         except UserError as exc:
             return [Problem(exc.message, exc.hint or "check the cloud options of the environment")]
         return []
+
+    def lifecycle_ops(self, env):
+        from ..cloud.lifecycle import CloudLifecycle
+
+        return CloudLifecycle(self, env)
+
+    def prepare_boot_cell(self, env, params, log):
+        if params["image_mode"] != "overlay":
+            return "image modes do not apply to cloud instances: the cloud makes each disk from its image", {}
+        try:
+            self.settings(env)  # an image for this size (option images), an instance type for the shape
+        except UserError as exc:
+            return exc.message, {}
+        return None, {}
 
     def plan(self, env: EnvSpec, count: int) -> list[str]:
         s = self.settings(env)

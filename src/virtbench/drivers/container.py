@@ -13,24 +13,26 @@ content-addressed blob cache (machines/ship.py) and imported there.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from .. import cpuset, hostdirs, image, procs
-from ..errors import MissingTool, UserError
+from ..errors import ConditionUnavailable, MissingTool, UserError
 from ..machines import Machine, MachineUnreachable, local, ship
 from ..model import EnvSpec, ExecResult
-from .base import Driver, Instance, OptionSpec, Problem
+from .base import Driver, DriverContext, Instance, OptionSpec, Problem, ScratchSpace, Traits
 
 SCRATCH = "/tmp/vb-scratch"
 READY_TIMEOUT = 60.0
@@ -42,7 +44,7 @@ NPROC_CAP = 32768
 
 _lock = threading.RLock()
 _engines: dict[tuple, Engine] = {}  # (machine name, cmd, tag, runtime, cgroup manager) -> Engine
-# (machine name, cmd, tag) of images the engine has; boot.py and checks.py add (cmd, tag) for this machine.
+# (machine name, cmd, tag) of images the engine has (mark_imported: what boot.py and checks.py commit).
 _imported: set[tuple] = set()
 _names: set[str] = set()
 
@@ -245,6 +247,13 @@ def ensure_image(cmd: str, info: image.ImageInfo, machine: Machine | None = None
         _imported.add((machine.name, cmd, info.tag))
 
 
+def mark_imported(cmd: str, tag: str, machine: Machine | None = None) -> None:
+    """An image the engine on `machine` (default: this one) already holds under `tag` (a commit
+    made there): neither import it nor prune it."""
+    with _lock:
+        _imported.add(((machine or local()).name, cmd, tag))
+
+
 def _remove_old_images(cmd: str, keep: set[str]) -> None:
     """Drop engine copies of guest images whose tarball was pruned; in-use ones stay (no force)."""
     res = _run(local(), [cmd, "images", "--format", "{{.Repository}}:{{.Tag}}"], timeout=60)
@@ -417,8 +426,24 @@ def _remove(machine: Machine, cli: list[str], cmd: str, name: str) -> None:
         raise UserError(f"{cmd} rm {name} failed: {_tail(res)}")
 
 
+@functools.lru_cache(maxsize=4)
+def engine_storage(engine: str) -> tuple[str | None, int | None]:
+    """(where the container engine here keeps containers' files, bytes free there); (None, None) if
+    unknown. Kept for the process: `podman info` takes about a second."""
+    try:
+        cmd = pick_engine(engine)
+        fmt = "{{.DockerRootDir}}" if cmd == "docker" else "{{.Store.GraphRoot}}"
+        res = procs.run([cmd, "info", "--format", fmt], timeout=60)
+        root = res.stdout.strip()
+        return (root, shutil.disk_usage(root).free) if res.ok and os.path.isdir(root) else (None, None)
+    except Exception:  # no engine: the driver's own check says so with its fix
+        return None, None
+
+
 class ContainerDriver(Driver):
     name = "container"
+    traits = Traits(shares_kernel=True, machine_cores=True, engine_container=True, bridge_port=True,
+                    monitor_scope="cgroup")
     description = "a container from the guest image (podman, or docker)"
     needs_image = True
     options = {
@@ -448,6 +473,37 @@ class ContainerDriver(Driver):
         info = self._image()
         ensure_image(cmd, info, machine)
         return probe(cmd, info.tag, opts["runtime"], opts["cgroup_manager"], machine)
+
+    @classmethod
+    def scratch_space(cls, env: EnvSpec) -> ScratchSpace | None:
+        """Every container's scratch is in the engine's storage on this machine's disk."""
+        where, free = engine_storage(env.options.get("engine", "auto"))
+        if where is None or free is None:
+            return None
+        return ScratchSpace(f"in the {{free}} free in the container engine's storage ({where})", free, shared=True)
+
+    def lifecycle_ops(self, env):
+        from .container_checks import ContainerLifecycle
+
+        return ContainerLifecycle(self, env)
+
+    def prepare_boot_cell(self, env, params, log):
+        if params["image_mode"] != "overlay":
+            return (f"image mode {params['image_mode']} does not apply to containers: every container starts "
+                    "from a copy-on-write layer of the engine's image store (that is the overlay mode)"), {}
+        if params["image_size"] not in ("auto", "", None):
+            try:
+                padded_image(self, self.context.image, params["image_size"], log)
+            except ConditionUnavailable as exc:
+                return str(exc), {}
+        return None, {}
+
+    def boot_cell_driver(self, params):
+        """A driver over the guest image padded to the cell's image_size (built by prepare_boot_cell)."""
+        if params["image_size"] in ("auto", "", None):
+            return self
+        info = padded_image(self, self.context.image, params["image_size"], lambda m: None)
+        return ContainerDriver(DriverContext(self.context.run_id, self.context.workdir, info))
 
     def check_env(self, env: EnvSpec) -> list[Problem]:
         machine = self._machine(env.options)
@@ -539,3 +595,40 @@ class ContainerDriver(Driver):
                     _remove(machine, cli, cmd, name)
                     removed.append(name)
         return removed
+
+
+def padded_image(driver: "ContainerDriver", info: image.ImageInfo, size: str, log: Callable[[str], None]) -> image.ImageInfo:
+    """The guest image plus a layer of `size` random bytes, committed under its own tag (cached)."""
+    from ..vm import disk
+
+    nbytes = disk.parse_size(size)
+    tarball_bytes = info.tarball.stat().st_size
+    pad = nbytes - tarball_bytes
+    if pad <= 0:
+        raise ConditionUnavailable(f"image size {size} is smaller than the container image "
+                                   f"({disk.format_size(tarball_bytes)})")
+    padded = image.ImageInfo(f"{info.hash}-pad{nbytes}", info.tarball, info.manifest)
+    engine = driver.engine_for({})
+    cli = engine.cli()
+    # Known to the engine already: tell the container driver so it neither imports nor prunes it.
+    known = (engine.cmd, padded.tag)
+    if procs.run([*cli, "image", "inspect", padded.tag], timeout=60).ok:
+        mark_imported(*known)
+        return padded
+    log(f"building a {size} container image (padding with {disk.format_size(pad)} of random data)")
+    name = f"vb-pad-{os.getpid()}-{nbytes}"
+    # head -c from /dev/urandom inside the container: incompressible bytes in a new layer.
+    script = (f"mkdir -p {shlex.quote(os.path.dirname(disk.PAD_PATH))} && "
+              f"head -c {pad} /dev/urandom > {shlex.quote(disk.PAD_PATH)}")
+    res = procs.run([*cli, "run", "--name", name, *engine.run_flags(), "--pull=never", info.tag, "sh", "-c",
+                     script], timeout=3600)
+    try:
+        if not res.ok:
+            raise UserError(f"padding the container image failed: {res.describe_failure()}")
+        res = procs.run([*cli, "commit", "-q", name, padded.tag], timeout=3600)
+        if not res.ok:
+            raise UserError(f"podman commit of the padded image failed: {res.describe_failure()}")
+    finally:
+        procs.run([*cli, "rm", "-f", name], timeout=120)
+    mark_imported(*known)
+    return padded

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -10,7 +11,7 @@ from pathlib import Path
 from .. import cpuset, paths, procs
 from ..model import EnvSpec, ExecResult
 from ..errors import UserError
-from .base import Driver, Instance, OptionSpec, Problem
+from .base import Driver, Instance, OptionSpec, Problem, ScratchSpace, Traits
 
 
 class HostInstance(Instance):
@@ -52,11 +53,20 @@ class HostInstance(Instance):
 
 class HostDriver(Driver):
     name = "host"
+    traits = Traits(host_process=True, is_machine=True, real_machine=True, shares_kernel=True, machine_cores=True,
+                    monitor_scope=None)
     description = "the local machine, no isolation (the usual baseline)"
     supports_shapes = False
     options = {"scratch": OptionSpec(str, "", "directory for the workloads' temporary files "
                                              "(default: a private directory under $TMPDIR)"),
                "cpuset": cpuset.OPTION}
+
+    @classmethod
+    def scratch_space(cls, env: EnvSpec) -> ScratchSpace | None:
+        where = env.options.get("scratch") or tempfile.gettempdir()
+        if not os.path.isdir(where):
+            return None
+        return ScratchSpace(f"in the free space of {where}", shutil.disk_usage(where).free, shared=True)
 
     def check_env(self, env: EnvSpec) -> list[Problem]:
         return cpuset.problems(env.options.get("cpuset") or "", self.name)

@@ -41,7 +41,7 @@ from ..model import EnvSpec, ExecResult
 from ..pods import BACKENDS, CONTAINER, manifests
 from ..pods.phases import RESOLUTION, from_pod_object
 from . import container
-from .base import Driver, Instance, OptionSpec, Problem
+from .base import Driver, Instance, OptionSpec, Problem, Traits
 
 READY_TIMEOUT = 120.0
 _lock = threading.RLock()
@@ -166,7 +166,9 @@ class ClusterPod(_PodMixin, Instance):
     """A pod on a Kubernetes cluster; commands through kubectl exec."""
 
     backend_name = "kubernetes"
-    shares_host_kernel = False  # the load generator's CPUs are not the pods' (web workload)
+    # On a cluster's nodes: neither this machine's kernel (the load generator's CPUs are not the pods')
+    # nor a port of a bridge here.
+    traits = Traits(monitor_scope="cgroup")
 
     def __init__(self, pod: dict[str, Any], env: EnvSpec, role: str, index: int, group: Group,
                  driver: PodsDriver, kubectl: list[str], image_hash: str | None, server: str):
@@ -258,6 +260,7 @@ class ClusterPod(_PodMixin, Instance):
 
 class PodsDriver(Driver):
     name = "pods"
+    traits = Traits(shares_kernel=True, bridge_port=True, monitor_scope="cgroup")  # kube play; ClusterPod says otherwise
     description = "Kubernetes pods from the guest image: podman kube play here, or a cluster (backend)"
     needs_image = True
     options = {

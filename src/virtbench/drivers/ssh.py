@@ -20,7 +20,7 @@ from ..errors import UserError
 from ..machines import Machine, MachineUnreachable, owners, ship
 from ..machines.inventory import HostSpec
 from ..model import EnvSpec, ExecResult
-from .base import Driver, Instance, OptionSpec, Problem
+from .base import Driver, Instance, OptionSpec, Problem, Traits
 
 
 MARK = "VIRTBENCH_INSTANCE"
@@ -82,6 +82,7 @@ class SshInstance(Instance):
 
 class SshDriver(Driver):
     name = "ssh"
+    traits = Traits(is_machine=True, real_machine=True)
     description = "bare remote hosts over SSH (an inventory group; one instance per host)"
     supports_shapes = False
     options = {"hosts": OptionSpec(str, "all", "inventory group, host name or comma list of them "

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import cpuset, image, procs
-from ..errors import MissingTool, UserError
+from ..errors import ConditionUnavailable, MissingTool, UserError
 from ..machines import MachineUnreachable, owners, ship
 from ..model import EnvSpec
 from ..vm import disk, kernels, qemu, segment, ssh, stale
@@ -41,13 +41,15 @@ from ..vm.instance import DEFAULT_MEMORY_MB, NIC_MODULES, SCRATCH, TCG_NOTE, Boo
 from ..vm.qemu import DEVICE_MODELS, NIC_DEVICES
 from ..vm.segment import Segment
 from ..vm.site import Site
-from .base import Driver, Instance, OptionSpec, Problem
+from .base import Driver, Instance, OptionSpec, Problem, ScratchSpace, Traits
 
 _process_start = stale.process_start  # tests and older callers
 
 
 class VmDriver(Driver):
     name = "vm"
+    traits = Traits(machine_cores=True, hypervisor_guest=True)
+    default_memory_mb = DEFAULT_MEMORY_MB
     description = "a QEMU virtual machine booting the guest image (KVM if a probe boot works, else TCG emulation)"
     needs_image = True
     options = {
@@ -194,6 +196,45 @@ class VmDriver(Driver):
             if problems:
                 raise UserError(problems[0].what, problems[0].fix)
         return opts
+
+    @classmethod
+    def scratch_space(cls, env: EnvSpec) -> ScratchSpace | None:
+        """An auto-sized disk's free_space (each VM its own); a shape's disk or a fixed image size:
+        what is free depends on the image, checked in the guest."""
+        if env.shape.disk_gb:
+            return None
+        try:
+            if disk.parse_size(env.options.get("image_size", "auto")) is not None:
+                return None
+            free = disk.parse_size(env.options.get("free_space", "512M"))
+        except ValueError:
+            return None  # the driver refuses the option itself
+        free = disk.AUTO_FREE if free is None else free
+        return ScratchSpace("the {free} free on a VM's disk (vm option free_space, e.g. 4G)", free,
+                            shared=False)
+
+    def lifecycle_ops(self, env):
+        from ..vm.lifecycle import VmLifecycle
+
+        return VmLifecycle(self, env)
+
+    @classmethod
+    def smallest_image(cls) -> int | None:
+        with contextlib.suppress(Exception):
+            return disk.min_size(disk.ensure_boot(image.require()))
+        return None
+
+    def prepare_boot_cell(self, env, params, log):
+        """The cell's base disk is built before any boot is timed ('cached on the node')."""
+        try:
+            settings = self.settings(env)
+            disk.ensure_base(self.context.image, settings["size_bytes"], log=log)
+            reason = None
+            if params["image_mode"] == "reflink":
+                reason = disk.reflink_problem(disk.artifacts_dir(self.context.image.hash), self.run_dir())
+            return reason, {"accelerator": settings["accel"]}
+        except ConditionUnavailable as exc:
+            return str(exc), {}
 
     # -- Driver interface -----------------------------------------------------------------------
     def check(self) -> list[Problem]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths
-from ..drivers.base import Instance
+from ..instances import Instance
 from ..machines import Machine, local
 from ..model import Sample
 from . import series
@@ -37,8 +37,6 @@ MACHINE = "machine"  # role of a remote machine's series (its name is the invent
 START_TIMEOUT = 30.0
 STOP_WAIT = 5.0
 LIFETIME_MARGIN = 120.0
-# Drivers whose instances share the host's kernel but not its accounting: sample their cgroup.
-CGROUP_DRIVERS = ("container", "pods")
 
 
 class MonitorUnavailable(Exception):
@@ -47,13 +45,8 @@ class MonitorUnavailable(Exception):
 
 def scope_for(inst: Instance) -> str | None:
     """vb-monitor's --scope for an instance, or None when the instance is the host itself (its
-    series would repeat the host's). A driver may set `monitor_scope` on its instances."""
-    override = getattr(inst, "monitor_scope", None)
-    if override:
-        return override
-    if inst.env.driver == "host":
-        return None
-    return "cgroup" if inst.env.driver in CGROUP_DRIVERS else "host"
+    series would repeat the host's): its traits say, unless the instance sets `monitor_scope`."""
+    return getattr(inst, "monitor_scope", None) or inst.traits.monitor_scope
 
 
 def host_binary() -> Path:
@@ -168,9 +161,9 @@ class Session:
         for pool in instances.values():
             for inst in pool:
                 m = inst.machine
-                # An ssh instance samples its own host already; containers or VMs on a remote machine
-                # need that machine's series beside theirs (this one's is the host series, if asked for).
-                if not m.is_local and inst.env.driver != "ssh" and all(m is not x for x, _ in machines):
+                # A real machine samples itself already; containers or VMs on a remote machine need
+                # that machine's series beside theirs (this one's is the host series, if asked for).
+                if not m.is_local and not inst.traits.real_machine and all(m is not x for x, _ in machines):
                     machines.append((m, False))
                 scope = scope_for(inst)
                 if scope and inst.name not in seen:

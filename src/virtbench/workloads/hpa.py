@@ -13,18 +13,15 @@ runs on different platforms can be checked to have found exactly the same sets.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-import os
 import secrets
 import shutil
 import statistics
-import subprocess
 import tempfile
 from typing import Any
 
-from .. import cluster
+from .. import cluster, drivers
 from ..errors import WorkloadFailed
 from ..model import EnvSpec, Sample
 from . import mpijob
@@ -128,21 +125,13 @@ class HPA(Workload):
         if env.shape.disk_gb and share > env.shape.disk_gb * 1024**3:
             problems.append(f"each instance's share of the dataset ({mpijob.human(share)}) does not fit the "
                             f"shape's {env.shape.disk_gb} GB disk")
-        if env.driver == "host":
-            where = env.options.get("scratch") or tempfile.gettempdir()
-            if os.path.isdir(where) and share * params["instances"] > shutil.disk_usage(where).free:
-                problems.append(f"the dataset ({mpijob.human(share * params['instances'])}) does not fit in the "
-                                f"free space of {where}")
-        elif env.driver == "container":  # every container's scratch is in the engine's storage on this disk
-            where, free = _engine_storage_free(env.options.get("engine", "auto"))
-            if free is not None and share * params["instances"] > free:
-                problems.append(f"the dataset ({mpijob.human(share * params['instances'])}) does not fit in the "
-                                f"{mpijob.human(free)} free in the container engine's storage ({where})")
-        elif env.driver == "vm" and not env.shape.disk_gb:
-            free = _vm_free_bytes(env.options)
-            if free is not None and share > free:
-                problems.append(f"each instance's share of the dataset ({mpijob.human(share)}) does not fit the "
-                                f"{mpijob.human(free)} free on a VM's disk (vm option free_space, e.g. 4G)")
+        space = drivers.driver_class(env.driver).scratch_space(env) if env.driver in drivers.REGISTRY else None
+        if space is not None:
+            need = share * params["instances"] if space.shared else share
+            if need > space.free:
+                whose = "the dataset" if space.shared else "each instance's share of the dataset"
+                problems.append(f"{whose} ({mpijob.human(need)}) does not fit "
+                                + space.what.replace("{free}", mpijob.human(space.free)))
         return problems
 
     def roles(self, params: dict[str, Any]) -> dict[str, int]:
@@ -216,34 +205,6 @@ class HPA(Workload):
             **{k: harness[k] for k in ("itemsets_sha256", "rules_sha256") if k in harness})
         return [Sample("time", s["time_s"], "s", False, dict(meta)),
                 Sample("frequent_itemsets", s["frequent_itemsets"], "itemsets", True, dict(meta))]
-
-
-@functools.lru_cache(maxsize=4)
-def _engine_storage_free(engine: str) -> tuple[str | None, int | None]:
-    """(where the container engine keeps containers' files, bytes free there); (None, None) if unknown."""
-    from ..drivers import container
-
-    try:
-        cmd = container.pick_engine(engine)
-        fmt = "{{.DockerRootDir}}" if cmd == "docker" else "{{.Store.GraphRoot}}"
-        res = subprocess.run([cmd, "info", "--format", fmt], capture_output=True, text=True, timeout=60)
-        root = res.stdout.strip()
-        return (root, shutil.disk_usage(root).free) if res.returncode == 0 and os.path.isdir(root) else (None, None)
-    except Exception:  # no engine: the driver's own check says so with its fix
-        return None, None
-
-
-def _vm_free_bytes(options: dict[str, Any]) -> int | None:
-    """Free space on a VM's disk as the vm driver will make it: `free_space` of an auto-sized disk."""
-    from ..vm import disk
-
-    try:
-        if disk.parse_size(options.get("image_size", "auto")) is not None:
-            return None  # a fixed size: what is free depends on the image, checked in the guest
-        free = disk.parse_size(options.get("free_space", "512M"))
-    except ValueError:
-        return None  # the driver refuses the option itself
-    return disk.AUTO_FREE if free is None else free
 
 
 PASS_FIELDS = ("pass", "candidates", "frequent", "time_s", "bytes_sent")

@@ -15,7 +15,8 @@ from typing import Any
 
 from .. import cluster, sizes
 from ..conditions.base import ConditionUnavailable
-from ..drivers.base import Instance
+from ..drivers import REGISTRY, driver_class, traits_of
+from ..instances import Instance
 from ..errors import WorkloadFailed
 from ..model import EnvSpec
 from .base import Param, RunContext
@@ -104,7 +105,7 @@ def capacity_problems(params: dict[str, Any], env: EnvSpec, need_per_instance: f
             gives = f"the shape {shape.name}" if shape.memory_mb else f"a {env.driver} without a memory shape"
             problems.append(f"{what} needs about {human(need_per_instance)} per instance ({per} rank(s)), but "
                             f"{gives} gives {memory_mb} MB")
-        if avail is not None and env.driver != "host" and inst * memory_mb * MB > avail:
+        if avail is not None and not traits_of(env.driver).host_process and inst * memory_mb * MB > avail:
             problems.append(f"{inst} instances x {memory_mb} MB ({named}) do not fit in this machine's "
                             f"{human(avail)} available memory")
     if shape.vcpus and per * threads > cluster.OVERSUBSCRIBE_LIMIT * shape.vcpus:
@@ -114,12 +115,9 @@ def capacity_problems(params: dict[str, Any], env: EnvSpec, need_per_instance: f
 
 
 def instance_memory_mb(env: EnvSpec) -> int | None:
-    """Memory of one instance without a memory shape: a VM's default size (None: the host's, shared)."""
-    if env.driver == "vm":
-        from ..drivers import vm
-
-        return vm.DEFAULT_MEMORY_MB
-    return None
+    """Memory of one instance without a memory shape: its driver's default (a VM's; None: its
+    machine's, shared)."""
+    return driver_class(env.driver).default_memory_mb if env.driver in REGISTRY else None
 
 
 def get_cluster(instances: dict[str, list[Instance]], params: dict[str, Any]) -> cluster.Cluster:

@@ -51,7 +51,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..drivers.base import Instance
+from ..drivers import traits_of
+from ..instances import Instance
 from ..errors import MissingTool, WorkloadFailed
 from ..model import EnvSpec, Sample
 from .base import MetricSpec, Param, RunContext, Workload
@@ -64,8 +65,6 @@ REPLICA_MEMORY_MB = 16
 LATENCY_MODEL = "closed-loop (wrk 4): service time per request; subject to coordinated omission"
 WRK_TIMEOUT_S = 5  # a request slower than this counts as a timeout error
 READY_TIMEOUT = 15.0
-SHARES_HOST_KERNEL = ("host", "container", "pods")  # drivers whose instances draw on the host's CPUs
-# (pods on a cluster do not: their instances say so with shares_host_kernel = False)
 BRIDGE_PORTS = 1024  # the Linux bridge's port limit (BR_MAX_PORTS): every container's veth is one
 
 # $1 = prefix directory, $2 = file size in bytes; nginx.conf on stdin. nginx daemonizes once its
@@ -141,11 +140,12 @@ def _free_port() -> int:
 
 
 def _shares_host_kernel(inst: Instance) -> bool:
-    return getattr(inst, "shares_host_kernel", inst.env.driver in SHARES_HOST_KERNEL)
+    """Does the instance draw on its machine's CPUs (Traits.shares_kernel; pods on a cluster do not)?"""
+    return inst.traits.shares_kernel
 
 
 def _is_loopback(inst: Instance) -> bool:
-    return inst.address in (None, "127.0.0.1", "localhost", "::1") and inst.env.driver == "host"
+    return inst.address in (None, "127.0.0.1", "localhost", "::1") and inst.traits.host_process
 
 
 def _endpoint(inst: Instance, port: int) -> tuple[str, int]:
@@ -274,7 +274,8 @@ class Web(Workload):
         """Before the run starts: the tools on the host, and a shape's memory limit per instance
         against the host's available memory."""
         problems = []
-        for tool, package in (("wrk", "wrk"), *((("nginx", "nginx-light"),) if env.driver == "host" else ())):
+        on_host = traits_of(env.driver).host_process  # nginx runs here, not from the guest image
+        for tool, package in (("wrk", "wrk"), *((("nginx", "nginx-light"),) if on_host else ())):
             try:
                 _which(tool)
             except MissingTool:
@@ -285,7 +286,7 @@ class Web(Workload):
         per = max(params["replica_memory_mb"], env.shape.memory_mb or default_mb)
         count = self._instances_count(params)
         avail = _mem_available_mb()
-        if env.driver in ("container", "pods") and count > BRIDGE_PORTS - 1:
+        if traits_of(env.driver).bridge_port and count > BRIDGE_PORTS - 1:
             problems.append(f"{count} containers on one network bridge: Linux gives a bridge at most "
                             f"{BRIDGE_PORTS} ports (use at most {BRIDGE_PORTS - 2} replicas)")
         if count * per > avail:
@@ -376,7 +377,7 @@ class Web(Workload):
                 text = stats.get(id(inst)) or ""
                 cpu_s, procs = parse_proc_stats(text) if text else (math.nan, 0)
                 entry = {"instance": inst.name, "driver": inst.env.driver, "cpu_s": cpu_s, "processes": procs,
-                         "killed": "KILLED" in text, "vcpus": self._entitlement(inst, host_cpus),
+                         "killed": "KILLED" in text, "vcpus": self._entitlement(inst),
                          "host_kernel": _shares_host_kernel(inst)}
                 if inst.role == "lb":
                     report["lb"] = entry
@@ -385,11 +386,10 @@ class Web(Workload):
         return json.dumps(report)
 
     @staticmethod
-    def _entitlement(inst: Instance, host_cpus: int) -> float:
-        """CPUs one instance may use: its shape's, else the host's for drivers on the host's kernel."""
-        if inst.env.shape.vcpus:
-            return float(inst.env.shape.vcpus)
-        return float(host_cpus if _shares_host_kernel(inst) else inst.vcpus)
+    def _entitlement(inst: Instance) -> float:
+        """CPUs one instance may use: its shape's, else its machine's (not this one's) on that
+        machine's kernel, else what it reports (Instance.cpus_available)."""
+        return float(inst.cpus_available())
 
     # -- parsing (pure) -------------------------------------------------------------------------
     def parse(self, raw: str, params: dict[str, Any]) -> list[Sample]:
@@ -416,7 +416,7 @@ class Web(Workload):
         if servers and all(math.isfinite(s["cpu_s"]) for s in servers):
             cores = sum(s["cpu_s"] for s in servers) / wall
             capacity = sum(s["vcpus"] for s in servers)
-            if all(s.get("host_kernel", s["driver"] in SHARES_HOST_KERNEL) for s in servers):
+            if all(s.get("host_kernel", traits_of(s["driver"]).shares_kernel) for s in servers):
                 capacity = min(capacity, client["host_cpus"])
             smeta = {**meta, "server_processes": sum(s["processes"] for s in servers), "server_capacity": capacity}
             out.append(Sample("server_cpu_cores", cores, "cores", False, smeta))
@@ -531,7 +531,7 @@ http {{
 
 
 def _start_nginx(inst: Instance, prefix: str, conf: str, size: int, lock: threading.Lock, started: list) -> None:
-    if inst.env.driver == "host":
+    if inst.traits.host_process:
         _which("nginx")
     with lock:
         started.append((inst, prefix))  # before the exec: a half-started nginx is stopped too

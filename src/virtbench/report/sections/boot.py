@@ -9,6 +9,7 @@ import re
 from collections import defaultdict
 
 from ... import published
+from ...drivers import traits_of
 from .. import fmt, svg
 from ..data import RunData
 from ..model import Chart, Note, Section, Table
@@ -131,6 +132,7 @@ def _beside_study(data: RunData, cells: dict[str, dict[str, dict]]) -> list:
     boot = data.run["spec"].get("boot") or {}
     notes = boot.get("size_notes") or {}
     driver = boot.get("driver") or next((data.env(e)["driver"] for e in data.env_order), "?")
+    ours_vm = traits_of(driver).hypervisor_guest  # booted a kernel of its own, as the study's Xen VMs
     mapped: dict[float, str] = {}
     for ours, note in notes.items():
         m = re.search(r"published ([\d.]+) GB", note)
@@ -163,13 +165,13 @@ def _beside_study(data: RunData, cells: dict[str, dict[str, dict]]) -> list:
                     ours_cells = [ours, mode, fmt.value(run_r["mean"]), fmt.value(ready_r["mean"]) if ready_r and
                                   ready_r["n"] else "-", str(_failures(by))]
                 s = (published.scale_factor(run_r["mean"], pubs[-1])
-                     if by is not None and run_r is not None and run_r["n"] and driver == "vm" else None)
+                     if by is not None and run_r is not None and run_r["n"] and ours_vm else None)
                 rows_out.append([row, str(conc), *("fail" if v is None else f"{v:g}" for v in pubs), *ours_cells,
                                  fmt.value(s)])
                 keys.append({"cell": run_r["cell_key"], "metric": "running", "env": run_r["environment"]}
                             if run_r is not None and run_r["n"] else {})
     scaled = ", ".join(f"{k}: {v}" for k, v in notes.items())
-    why = ("" if driver == "vm" else f" Our driver is '{driver}': the study timed Xen VMs, so no scale factor is "
+    why = ("" if ours_vm else f" Our driver is '{driver}': the study timed Xen VMs, so no scale factor is "
            "stated (the times are not the same quantity).")
     return [Table(f"Published beside ours: {pub.cite()}",
                   ["published size", "at once", *[f"published {v} [s]" for v in versions], "our size", "our mode",
