@@ -544,15 +544,15 @@ def hosts_cmd(inventory, pattern, boot_probe, as_json) -> None:
     there. Exits 1 when a host is unreachable."""
     from .machines import inventory as inventory_mod
     from .machines.probe import probe_hosts
-    from .machines.ssh import SshMachine
+    from .machines import machine_for
 
     specs = inventory_mod.load(inventory).select(pattern)
     if as_json:
-        rows = probe_hosts(specs, SshMachine, resolve=inventory_mod.ssh_config_address, boot=boot_probe)
+        rows = probe_hosts(specs, machine_for, resolve=inventory_mod.ssh_config_address, boot=boot_probe)
         _emit_json(rows)
     else:
         with err.status(f"probing {len(specs)} host(s)"):
-            rows = probe_hosts(specs, SshMachine, resolve=inventory_mod.ssh_config_address, boot=boot_probe)
+            rows = probe_hosts(specs, machine_for, resolve=inventory_mod.ssh_config_address, boot=boot_probe)
         render.hosts_table(out, rows)
     if not all(r["reachable"] for r in rows):
         sys.exit(1)

@@ -50,11 +50,11 @@ def checks() -> list[dict[str, Any]]:
 def host_checks(inventory_path: str) -> list[dict[str, Any]]:
     """One check per inventory host: reachable over SSH, and what it has (virtbench hosts' probe)."""
     from .machines import inventory, probe
-    from .machines.ssh import SshMachine
+    from .machines import machine_for
 
     inv = inventory.load(inventory_path)
     out = []
-    for row in probe.probe_hosts(list(inv.hosts.values()), SshMachine):
+    for row in probe.probe_hosts(list(inv.hosts.values()), machine_for):
         if row["reachable"]:
             detail = (f"{row['address']}: {row['kernel']}, {row['cores']} cores, {row['cpu_model']}; "
                       f"mpi {row['mpi'] or 'none'}, podman {row['podman'] or 'none'}, kvm {row['kvm']}")

@@ -32,7 +32,7 @@ from ..cloud import api, cleanup, volumes
 from ..cloud.api import CloudApiError, Target
 from ..cloud.poller import FAILED, StatePoller, StateTimeout
 from ..errors import UserError
-from ..machines import Machine, MachineUnreachable
+from ..machines import Machine, MachineUnreachable, machine_for
 from ..machines.inventory import HostSpec
 from ..model import EnvSpec
 from .base import Driver, Instance, OptionSpec, Problem, Traits
@@ -427,8 +427,6 @@ class CloudDriver(Driver):
             hosts = pool.select(s.ssh_override)
             spec = hosts[next(self._hosts) % len(hosts)]
             return pool.get(spec.name), True, spec
-        from ..machines.ssh import SshMachine
-
         iid = desc["InstanceId"]
         address = desc.get("PublicIpAddress") if s.address == "public" else desc.get("PrivateIpAddress")
         if not address:
@@ -436,7 +434,7 @@ class CloudDriver(Driver):
                             "use a subnet that assigns public addresses, or address = \"private\" from inside the VPC")
         host_key = self._console_key(s, iid, deadline) if s.host_keys == "console" else None
         spec = HostSpec(iid, address, None, s.ssh_user or None, s.key_file or None, host_key, s.known_hosts or None)
-        return SshMachine(spec), False, spec
+        return machine_for(spec), False, spec
 
     def _console_key(self, s: Settings, iid: str, deadline: float) -> str:
         """The host key cloud-init printed to the console: SSH then checks it (never trust on first use)."""

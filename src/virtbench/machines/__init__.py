@@ -6,6 +6,7 @@ import threading
 
 from ..errors import UserError
 from .base import Machine, MachineUnreachable, Process
+from .factory import machine_for
 from .inventory import HostSpec, Inventory
 from .local import LOCAL_NAME, LocalMachine, local
 
@@ -13,8 +14,8 @@ LOCAL_NAMES = (LOCAL_NAME, "local", "")
 
 
 class Pool:
-    """The machines of one run (or command): the local one, and SSH hosts of an inventory, each
-    with one multiplexed connection, all closed together at the end."""
+    """The machines of one run (or command): the local one, and the hosts of an inventory (made by
+    machine_for: SSH hosts with one multiplexed connection each), all closed together at the end."""
 
     def __init__(self, inventory: Inventory | None = None):
         self.inventory = inventory
@@ -36,9 +37,7 @@ class Pool:
             return local()
         with self._lock:
             if name not in self._open:
-                from .ssh import SshMachine
-
-                self._open[name] = SshMachine(self.spec(name))
+                self._open[name] = machine_for(self.spec(name))
             return self._open[name]
 
     def select(self, pattern: str | None) -> list[HostSpec]:
@@ -92,4 +91,4 @@ def pool_for(inventory_path: str | None) -> Pool:
 
 
 __all__ = ["Machine", "MachineUnreachable", "Process", "HostSpec", "Inventory", "LocalMachine", "local",
-           "LOCAL_NAME", "Pool", "pool_for"]
+           "LOCAL_NAME", "Pool", "pool_for", "machine_for"]

@@ -88,6 +88,8 @@ class Machine(ABC):
     spawns_children: bool = False
     # How often to poll a helper's log or state: a command here costs a round trip.
     poll_interval: float = 0.05
+    # virtbench's directory there as its inventory sets it (virtbench_dir); None: the default.
+    virtbench_dir: str | None = None
 
     def __init__(self, name: str, address: str | None = None):
         self.name = name          # inventory name; "localhost" for this machine
@@ -283,7 +285,7 @@ class Machine(ABC):
     @contextlib.contextmanager
     def fetched(self, dest: Path) -> Iterator[str]:
         """A path on the machine for a command there to write; copied to the local `dest` when the
-        block ends without an error, then removed."""
+        block ends without an error, then removed. (On this machine it is `dest` itself.)"""
         tmp = self.scratch_dir("fetch")
         try:
             yield f"{tmp}/f"

@@ -55,8 +55,7 @@ def data_dir(machine: Machine) -> str:
 
 
 def remote_dir(machine: Machine) -> str:
-    spec = getattr(machine, "spec", None)
-    base = getattr(spec, "remote_dir", None) or DEFAULT_DIR
+    base = machine.virtbench_dir or DEFAULT_DIR
     if base.startswith("~/"):
         base = base[2:]
     return base if base.startswith("/") else f"{machine.facts()['home'].rstrip('/')}/{base}"

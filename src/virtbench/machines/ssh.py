@@ -78,6 +78,10 @@ class SshMachine(Machine):
         self._forwards: dict[tuple[str, int] | str, str] = {}  # local end -> its -L spec
 
     @property
+    def virtbench_dir(self) -> str | None:
+        return self.spec.remote_dir
+
+    @property
     def reached_via(self) -> str | None:
         return f"the SSH connection to {self.name}"
 
