@@ -545,14 +545,17 @@ def hosts_cmd(inventory, pattern, boot_probe, as_json) -> None:
     from .machines import inventory as inventory_mod
     from .machines.probe import probe_hosts
     from .machines import machine_for
+    from .vm.site import kvm_column
+
+    boot = kvm_column if boot_probe else None
 
     specs = inventory_mod.load(inventory).select(pattern)
     if as_json:
-        rows = probe_hosts(specs, machine_for, resolve=inventory_mod.ssh_config_address, boot=boot_probe)
+        rows = probe_hosts(specs, machine_for, resolve=inventory_mod.ssh_config_address, boot=boot)
         _emit_json(rows)
     else:
         with err.status(f"probing {len(specs)} host(s)"):
-            rows = probe_hosts(specs, machine_for, resolve=inventory_mod.ssh_config_address, boot=boot_probe)
+            rows = probe_hosts(specs, machine_for, resolve=inventory_mod.ssh_config_address, boot=boot)
         render.hosts_table(out, rows)
     if not all(r["reachable"] for r in rows):
         sys.exit(1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 
-from .drivers.base import OptionSpec, Problem
+from .instances import OptionSpec, Problem
 
 _ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
 

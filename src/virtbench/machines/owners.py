@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..vm.stale import process_start
+from ..hostdirs import start_ticks as process_start
 from .base import Machine, MachineUnreachable
 
 OWNER = ".owner"

@@ -121,23 +121,9 @@ def probe_host(machine: Machine, timeout: float = 90) -> dict[str, Any]:
     return data
 
 
-def boot_probe(machine: Machine) -> str:
-    """Does KVM really boot a guest there? The vm driver's own probe (a real boot with a timeout,
-    the image's kernel shipped there); what the `kvm` column says when asked for."""
-    from ..vm.probe import accelerator_of
-
-    try:
-        got = accelerator_of(machine)
-    except Exception as exc:  # no QEMU there, no image here: say why, never guess
-        return f"boot not tried: {scrub(str(exc).splitlines()[0], machine)}"
-    if got["accel"] == "kvm":
-        return "boots a guest (KVM)"
-    return "TCG only: " + scrub(got.get("kvm_problem") or "KVM did not boot a guest", machine)
-
-
 def probe_hosts(specs: Sequence, connect: Callable[[Any], Machine], workers: int = 8,
                 resolve: Callable[[str], tuple[str, int] | None] | None = None,
-                boot: bool = False) -> list[dict[str, Any]]:
+                boot: Callable[[Machine], str] | None = None) -> list[dict[str, Any]]:
     """Probe every host in parallel (at most `workers` at once); rows in the order of `specs`,
     each with the host's `name` and `address` (never its user or key). `resolve(name)` gives
     (host, port) for hosts without an address (ssh's own config: `inventory.ssh_config_address`)."""
@@ -148,7 +134,7 @@ def probe_hosts(specs: Sequence, connect: Callable[[Any], Machine], workers: int
             machine = connect(spec)
             row.update(probe_host(machine))
             if boot and row.get("reachable"):
-                row["kvm"] = boot_probe(machine)
+                row["kvm"] = boot(machine)
         except MachineUnreachable as exc:
             row.update(_unreachable(scrub(exc.reason, machine, spec)))
         except OSError as exc:

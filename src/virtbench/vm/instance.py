@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import image
-from ..drivers.base import Instance
+from ..instances import Instance
 from ..errors import UserError
 from ..model import EnvSpec, ExecResult
 from . import disk, guest, qemu, segment, ssh

@@ -79,17 +79,6 @@ def detect(machine: Machine, kernel: str, kernel_version: str, cache: Path, want
         return _for(data, want)
 
 
-def accelerator_of(machine: Machine, want: str = "auto") -> dict:
-    """Which accelerator really boots a guest on `machine` (the image's kernel, shipped there when
-    remote): the same probe the vm driver runs; what `virtbench hosts` reports."""
-    from .. import image
-    from .site import Site
-
-    site = Site.of(machine)
-    boot = site.boot_files(site.local_boot(image.require()))
-    return site.accelerator(boot, want)
-
-
 def _for(data: dict, want: str) -> dict:
     """The probe's result as asked for: auto = the best that works; tcg always possible."""
     kvm = next((t for t in data.get("tried", []) if t["accel"] == "kvm" and t["ok"]), None)

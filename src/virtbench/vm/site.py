@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..machines import Machine, ship
+from ..machines.probe import scrub
 from . import disk, probe, qemu
 
 TOOLS = ((qemu.QEMU, "qemu-system-x86"), ("qemu-img", "qemu-utils"), ("mke2fs", "e2fsprogs"),
@@ -159,6 +160,28 @@ class LocalSite(Site):
 
     def base_disk(self, info, boot: disk.BootFiles, size: int | None, free: int) -> disk.BaseDisk:
         return disk.ensure_base(info, size, free=free)
+
+
+def accelerator_of(machine: Machine, want: str = "auto") -> dict:
+    """Which accelerator really boots a guest on `machine` (the image's kernel, shipped there when
+    remote): the same probe the vm driver runs; what `virtbench hosts` reports."""
+    from .. import image
+
+    site = Site.of(machine)
+    boot = site.boot_files(site.local_boot(image.require()))
+    return site.accelerator(boot, want)
+
+
+def kvm_column(machine: Machine) -> str:
+    """Does KVM really boot a guest there? The vm driver's own probe (a real boot with a timeout,
+    the image's kernel shipped there); what the `kvm` column says when asked for."""
+    try:
+        got = accelerator_of(machine)
+    except Exception as exc:  # no QEMU there, no image here: say why, never guess
+        return f"boot not tried: {scrub(str(exc).splitlines()[0], machine)}"
+    if got["accel"] == "kvm":
+        return "boots a guest (KVM)"
+    return "TCG only: " + scrub(got.get("kvm_problem") or "KVM did not boot a guest", machine)
 
 
 def _glue_tar(boot: disk.BootFiles) -> Path:
