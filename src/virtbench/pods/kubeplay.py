@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from .. import image
-from ..drivers import container
+from .. import engine as engines
 from ..errors import UserError
 from ..machines import Machine
 from . import CONTAINER, manifests, phases
@@ -36,14 +36,14 @@ def _index(pod: str) -> int:
 
 
 class KubePlay:
-    def __init__(self, machine: Machine, engine: container.Engine, info: image.ImageInfo):
+    def __init__(self, machine: Machine, engine: engines.Engine, info: image.ImageInfo):
         if engine.cmd != "podman":
             raise UserError("the pods driver's kube-play backend needs podman (docker has no kube play)",
                             hint="apt-get install podman runc, or use backend = \"kubernetes\"")
         self.machine, self.engine, self.info = machine, engine, info
         self.pause_tag = f"{PAUSE_REPO}:{info.hash}"
 
-    def _cli(self, *args: str, timeout: float = container.CLI_TIMEOUT, stdin: bytes | None = None):
+    def _cli(self, *args: str, timeout: float = engines.CLI_TIMEOUT, stdin: bytes | None = None):
         return self.machine.run([*self.engine.cli(), *args], timeout=timeout, stdin=stdin)
 
     def _pause_image(self) -> None:
@@ -55,7 +55,7 @@ class KubePlay:
         res = self.machine.run(["sh", "-c", _BUILD, "sh", *self.engine.cli(), "build", "--pull=never",
                                 "-t", self.pause_tag, "-f", "-"], timeout=600, stdin=containerfile.encode())
         if not res.ok:
-            raise UserError(f"building the pods' infra image {self.pause_tag} failed: {container._tail(res)}")
+            raise UserError(f"building the pods' infra image {self.pause_tag} failed: {engines.tail(res)}")
         _paused.add(key)
 
     def conf(self) -> str:
@@ -73,7 +73,7 @@ class KubePlay:
             lines = [ln.strip() for ln in text if ln.strip() and (
                 ln.lstrip("[").startswith(("Error", "starting container")) or "error" in ln.lower())]
             errors = [ln for ln in lines if ln.startswith("Error")]  # podman's own summary, when it gave one
-            reason = errors[-1] if errors else " | ".join(dict.fromkeys(lines[-3:])) or container._tail(res)
+            reason = errors[-1] if errors else " | ".join(dict.fromkeys(lines[-3:])) or engines.tail(res)
             if re.search(r"initializing source|pull|image not known|manifest unknown", reason, re.I):
                 reason = f"image pull failed: {reason}"
             raise UserError(f"podman kube play failed: {reason}")
@@ -85,7 +85,7 @@ class KubePlay:
     def _inspect(self, *what: str) -> Any:
         res = self._cli(*what, timeout=60)
         if not res.ok:
-            raise UserError(f"podman {' '.join(what)} failed: {container._tail(res)}")
+            raise UserError(f"podman {' '.join(what)} failed: {engines.tail(res)}")
         out = json.loads(res.stdout)
         return out[0] if isinstance(out, list) else out
 
@@ -102,7 +102,7 @@ class KubePlay:
     def remove_pod(self, pod: str) -> None:
         res = self._cli("pod", "rm", "-f", "-t", "0", pod)
         if not res.ok and "no pod with name" not in (res.stderr + res.stdout).lower():
-            raise UserError(f"podman pod rm {pod} failed: {container._tail(res)}")
+            raise UserError(f"podman pod rm {pod} failed: {engines.tail(res)}")
 
     def remove_group(self, group: str, claims: list[str]) -> None:
         """Every pod of the group and the volumes of its claims; safe when some are gone already."""
@@ -114,7 +114,7 @@ class KubePlay:
     def remove_volume(self, name: str) -> None:
         res = self._cli("volume", "rm", "-f", name)
         if not res.ok and "no such volume" not in (res.stderr + res.stdout).lower():
-            raise UserError(f"podman volume rm {name} failed: {container._tail(res)}")
+            raise UserError(f"podman volume rm {name} failed: {engines.tail(res)}")
 
     def labelled(self, kind: str) -> list[tuple[str, dict[str, str]]]:
         """(name, labels) of virtbench's pods or volumes on the machine."""

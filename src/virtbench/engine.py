@@ -1,0 +1,313 @@
+"""Container engines (podman, or docker where a Docker engine answers) on a machine: which one
+answers, the settings a container can start with there, and the guest image in its store. Below
+the drivers: the container driver and the pods' kube-play backend both use it.
+
+What works differs between machines (crun vs runc, cgroup v1 vs v2, which ulimits the runtime may
+set), so the first use probes a tiny `run --rm ... true` with candidate settings, keeps the first
+that works for the life of the process, and records it in every instance's metadata. Every engine
+call goes through the executor of the machine the engine runs on, so probing, the image import and
+the caches are per machine. On a remote machine the guest image tarball is shipped once into its
+content-addressed blob cache (machines/ship.py) and imported there.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shlex
+import shutil
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import image, procs
+from .errors import ConditionUnavailable, MissingTool, UserError
+from .machines import Machine, MachineUnreachable, local, ship
+from .model import ExecResult
+
+CLI_TIMEOUT = 120.0
+# Rootful podman hands conmon RLIMIT_NPROC 32768 on these machines, so a container cannot be given
+# more even when our own hard limit is higher; the last resort is the 1024 that always worked.
+NPROC_CAP = 32768
+
+_lock = threading.RLock()
+_engines: dict[tuple, Engine] = {}  # (machine name, cmd, tag, runtime, cgroup manager) -> Engine
+# (machine name, cmd, tag) of images the engine has (mark_imported: what boot.py and checks.py commit).
+_imported: set[tuple] = set()
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One probed, working way of running containers."""
+
+    cmd: str  # podman | docker
+    version: str
+    runtime: str
+    cgroup_manager: str
+    cgroup_version: str
+    ulimits: tuple[str, ...]
+    init: bool
+    forced_runtime: bool = False
+
+    def cli(self) -> list[str]:
+        # podman takes runtime and cgroup manager as global flags; pass them on every call so
+        # create, exec and rm all agree.
+        if self.cmd == "podman":
+            return ["podman", "--runtime", self.runtime, "--cgroup-manager", self.cgroup_manager]
+        return ["docker"]
+
+    def run_flags(self) -> list[str]:
+        flags = [f for u in self.ulimits for f in ("--ulimit", u)]
+        if self.init:
+            flags.append("--init")
+        if self.cmd == "docker" and self.forced_runtime:
+            flags += ["--runtime", self.runtime]
+        return flags
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": self.cmd, "engine_version": self.version, "runtime": self.runtime,
+                "cgroup_manager": self.cgroup_manager, "cgroup_version": self.cgroup_version,
+                "ulimits": list(self.ulimits), "init": self.init}
+
+
+def _run(machine: Machine, argv: Sequence[str], timeout: float | None = CLI_TIMEOUT,
+         stdin: bytes | None = None) -> ExecResult:
+    return machine.run(argv, timeout=timeout, stdin=stdin)
+
+
+def tail(res: ExecResult, lines: int = 3) -> str:
+    text = (res.stderr.strip() or res.stdout.strip()).splitlines()[-lines:]
+    return " | ".join(text) or res.describe_failure()
+
+
+_picked: dict[tuple, str] = {}
+
+
+def pick_engine(choice: str = "auto", machine: Machine | None = None) -> str:
+    """podman if installed and answering, else docker if its engine answers. A working answer is
+    kept per machine for the process: `podman info` costs about a second, and every provision asks."""
+    machine = machine or local()
+    try:  # an unreachable host says so, rather than "podman is not installed"
+        machine.connect()
+    except MachineUnreachable as exc:
+        raise UserError(f"cannot reach {machine.name} to run containers there: {exc.reason}",
+                        "check the host with: virtbench hosts --inventory FILE") from None
+    key = (machine.name, choice, machine.which("podman"), machine.which("docker"))  # a changed PATH asks again
+    if key not in _picked:
+        _picked[key] = _pick_engine(choice, machine)
+    return _picked[key]
+
+
+def _pick_engine(choice: str, machine: Machine) -> str:
+    if choice not in ("auto", "podman", "docker"):
+        raise UserError(f"unknown container engine '{choice}'", hint="use auto, podman or docker")
+    on = machine.on
+    podman_err = None
+    if choice in ("auto", "podman") and machine.which("podman"):
+        res = _run(machine, ["podman", "info", "--format", "json"], timeout=60)
+        if res.ok:
+            return "podman"
+        podman_err = tail(res)
+    if choice in ("auto", "docker") and machine.which("docker"):
+        if _run(machine, ["docker", "info"], timeout=60).ok:
+            return "docker"
+        if choice == "docker":
+            raise UserError(f"the docker client is installed{on} but no Docker engine answers ('docker info' failed)",
+                            hint="start the Docker daemon, or use engine = \"podman\"")
+    if podman_err:
+        raise UserError(f"podman is installed{on} but 'podman info' fails: {podman_err}")
+    if choice == "docker":
+        raise MissingTool("docker", "docker.io", on.strip())
+    raise MissingTool("podman", "podman runc", f"the container driver runs containers with it{on}")
+
+
+def _facts(cmd: str, machine: Machine) -> dict[str, str]:
+    """Version, default runtime, cgroup manager and version, as the engine reports them."""
+    if cmd == "podman":
+        host = json.loads(_run(machine, ["podman", "info", "--format", "json"]).stdout)["host"]
+        ver = _run(machine, ["podman", "version", "--format", "{{.Client.Version}}"]).stdout.strip()
+        return {"version": ver, "runtime": host.get("ociRuntime", {}).get("name", ""),
+                "cgroup_manager": host.get("cgroupManager", ""), "cgroup_version": host.get("cgroupVersion", "")}
+    info = json.loads(_run(machine, ["docker", "info", "--format", "{{json .}}"]).stdout)
+    return {"version": info.get("ServerVersion", ""), "runtime": info.get("DefaultRuntime", ""),
+            "cgroup_manager": info.get("CgroupDriver", ""), "cgroup_version": str(info.get("CgroupVersion", "")),
+            "init": "1" if info.get("InitBinary") else ""}
+
+
+_NOFILE_INF, _NPROC_INF = 1 << 20, 1 << 22  # what "unlimited" becomes in a --ulimit value
+# Soft and hard limits of open files and processes (bash: ulimit -u, dash: -p) of a shell there.
+_LIMITS = "ulimit -Sn; ulimit -Hn; { ulimit -Su || ulimit -Sp; } 2>/dev/null; { ulimit -Hu || ulimit -Hp; } 2>/dev/null"
+
+
+def _limits(machine: Machine) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(nofile, nproc) as (soft, hard) of a process on the machine where the engine runs."""
+    res = machine.run(["sh", "-c", _LIMITS], timeout=60)
+    words = res.stdout.split()
+    if not res.ok or len(words) != 4 or not all(w.isdigit() or w == "unlimited" for w in words):
+        return (1024, 1024), (1024, 1024)  # unknown: the candidates end with these anyway
+    n = [inf if w == "unlimited" else int(w) for w, inf in zip(words, (_NOFILE_INF,) * 2 + (_NPROC_INF,) * 2)]
+    return (n[0], n[1]), (n[2], n[3])
+
+
+def _ulimit_candidates(machine: Machine) -> list[tuple[str, ...]]:
+    """The machine's own limits first (a container should get what a host process gets), then capped ones."""
+    nofile, nproc = _limits(machine)
+    capped = tuple(min(v, NPROC_CAP) for v in nproc)
+    out = []
+    for nf, npr in ((nofile, nproc), (nofile, capped), ((1024, 1024), (1024, 1024))):
+        cand = (f"nofile={nf[0]}:{nf[1]}", f"nproc={npr[0]}:{npr[1]}")
+        if cand not in out:
+            out.append(cand)
+    return out
+
+
+_CATATONIT = ("/usr/libexec/podman/catatonit", "/usr/lib/podman/catatonit")
+
+
+def _has_catatonit(machine: Machine) -> bool:
+    script = " || ".join(f"test -e {shlex.quote(p)}" for p in _CATATONIT) + " || command -v catatonit"
+    return machine.run(["sh", "-c", script], timeout=60).ok
+
+
+def probe(cmd: str, tag: str, runtime: str = "auto", cgroup_manager: str = "auto",
+          machine: Machine | None = None) -> Engine:
+    """First working (runtime, cgroup manager, ulimits) for `cmd` on `machine`, cached for the process."""
+    machine = machine or local()
+    key = (machine.name, cmd, tag, runtime, cgroup_manager)
+    with _lock:
+        if key in _engines:
+            return _engines[key]
+        facts = _facts(cmd, machine)
+        if cmd == "podman":
+            runtimes = [runtime] if runtime != "auto" else list(dict.fromkeys(
+                r for r in (facts["runtime"], "runc", "crun")
+                if r and (r == facts["runtime"] or machine.which(r))))
+            managers = [cgroup_manager] if cgroup_manager != "auto" else list(dict.fromkeys(
+                m for m in (facts["cgroup_manager"], "cgroupfs") if m))
+            init = _has_catatonit(machine)
+        else:
+            if cgroup_manager != "auto":
+                raise UserError("docker sets its cgroup driver in the daemon, not per container",
+                                hint="remove cgroup_manager from this environment")
+            runtimes = [runtime if runtime != "auto" else facts["runtime"]]
+            managers = [facts["cgroup_manager"]]
+            init = bool(facts.get("init"))
+        tried = []
+        for rt in runtimes:
+            for mgr in managers:
+                for ul in _ulimit_candidates(machine):
+                    eng = Engine(cmd, facts["version"], rt, mgr, facts["cgroup_version"], ul, init,
+                                 forced_runtime=runtime != "auto")
+                    res = _run(machine, [*eng.cli(), "run", "--rm", "--pull=never", *eng.run_flags(), tag, "true"])
+                    if res.ok:
+                        _engines[key] = eng
+                        return eng
+                    tried.append(f"runtime={rt} cgroup_manager={mgr} {' '.join(ul)}: {tail(res, 2)}")
+                    if "rlimit" not in res.stderr.lower():
+                        break  # not a ulimit problem: lower limits will not help
+        hint = "set runtime/cgroup_manager for this environment, or apt-get install runc"
+        if any("no cgroup mount found" in t for t in tried):
+            # Seen where podman runs under `ip netns exec`, which mounts a fresh /sys without cgroups.
+            hint = (f"the OCI runtime finds no cgroup filesystem{machine.on}: /sys/fs/cgroup is not mounted in "
+                    "the mount namespace podman runs in (e.g. a shell started by `ip netns exec`, which "
+                    "remounts /sys); mount the cgroup hierarchies there, or enter the network namespace "
+                    "with `nsenter --net=/run/netns/NAME`, which keeps /sys")
+        raise UserError(f"{cmd} cannot start a container{machine.on}; tried:\n  " + "\n  ".join(tried), hint)
+
+
+def ensure_image(cmd: str, info: image.ImageInfo, machine: Machine | None = None) -> None:
+    """Import the guest image tarball under its tag unless the engine already has it (once per
+    process and machine). A remote machine gets the tarball through its blob cache first."""
+    machine = machine or local()
+    with _lock:
+        if (machine.name, cmd, info.tag) in _imported:
+            return
+        # Elsewhere always through the blob cache (one `test -f` once it is there): that verified copy
+        # is what an import there reads, now or after the engine's images were pruned.
+        source = ship.ensure_blob(machine, info.tarball, ship.file_sha256(info.tarball), info.tarball.name)
+        if not _run(machine, [cmd, "image", "inspect", info.tag], timeout=60).ok:
+            res = _run(machine, [cmd, "import", "--change", 'CMD ["/bin/sh"]', source, info.tag], timeout=1800)
+            if not res.ok:
+                raise UserError(f"{cmd} import of the guest image{machine.on} failed: {tail(res)}")
+        if machine.is_local:  # a remote engine may hold images of other virtbench installations
+            _remove_old_images(cmd, keep={i.hash for i in image.installed()} | {info.hash})
+        _imported.add((machine.name, cmd, info.tag))
+
+
+def mark_imported(cmd: str, tag: str, machine: Machine | None = None) -> None:
+    """An image the engine on `machine` (default: this one) already holds under `tag` (a commit
+    made there): neither import it nor prune it."""
+    with _lock:
+        _imported.add(((machine or local()).name, cmd, tag))
+
+
+def cli_for(machine: Machine, cmd: str) -> list[str]:
+    """The engine's command line as probed on `machine` (its global flags), or just `cmd`."""
+    return next((e.cli() for k, e in _engines.items() if k[0] == machine.name and e.cmd == cmd), [cmd])
+
+
+def _remove_old_images(cmd: str, keep: set[str]) -> None:
+    """Drop engine copies of guest images whose tarball was pruned; in-use ones stay (no force)."""
+    res = _run(local(), [cmd, "images", "--format", "{{.Repository}}:{{.Tag}}"], timeout=60)
+    for ref in res.stdout.split():
+        repo, _, tag = ref.rpartition(":")
+        if repo == image.TAG_PREFIX and tag not in keep:
+            _run(local(), [cmd, "rmi", ref], timeout=120)
+
+
+def remove(machine: Machine, cli: list[str], cmd: str, name: str) -> None:
+    res = _run(machine, [*cli, "rm", "-f", *(["-t", "0"] if cmd == "podman" else []), name], timeout=CLI_TIMEOUT)
+    if not res.ok and "no such container" not in (res.stderr + res.stdout).lower():
+        raise UserError(f"{cmd} rm {name} failed: {tail(res)}")
+
+
+@functools.lru_cache(maxsize=4)
+def engine_storage(engine: str) -> tuple[str | None, int | None]:
+    """(where the container engine here keeps containers' files, bytes free there); (None, None) if
+    unknown. Kept for the process: `podman info` takes about a second."""
+    try:
+        cmd = pick_engine(engine)
+        fmt = "{{.DockerRootDir}}" if cmd == "docker" else "{{.Store.GraphRoot}}"
+        res = procs.run([cmd, "info", "--format", fmt], timeout=60)
+        root = res.stdout.strip()
+        return (root, shutil.disk_usage(root).free) if res.ok and os.path.isdir(root) else (None, None)
+    except Exception:  # no engine: the driver's own check says so with its fix
+        return None, None
+
+
+def padded_image(engine: Engine, info: image.ImageInfo, size: str, log: Callable[[str], None]) -> image.ImageInfo:
+    """The guest image plus a layer of `size` random bytes, committed under its own tag (cached)."""
+    from .vm import disk
+
+    nbytes = disk.parse_size(size)
+    tarball_bytes = info.tarball.stat().st_size
+    pad = nbytes - tarball_bytes
+    if pad <= 0:
+        raise ConditionUnavailable(f"image size {size} is smaller than the container image "
+                                   f"({disk.format_size(tarball_bytes)})")
+    padded = image.ImageInfo(f"{info.hash}-pad{nbytes}", info.tarball, info.manifest)
+    cli = engine.cli()
+    # Known to the engine already: tell the container driver so it neither imports nor prunes it.
+    known = (engine.cmd, padded.tag)
+    if procs.run([*cli, "image", "inspect", padded.tag], timeout=60).ok:
+        mark_imported(*known)
+        return padded
+    log(f"building a {size} container image (padding with {disk.format_size(pad)} of random data)")
+    name = f"vb-pad-{os.getpid()}-{nbytes}"
+    # head -c from /dev/urandom inside the container: incompressible bytes in a new layer.
+    script = (f"mkdir -p {shlex.quote(os.path.dirname(disk.PAD_PATH))} && "
+              f"head -c {pad} /dev/urandom > {shlex.quote(disk.PAD_PATH)}")
+    res = procs.run([*cli, "run", "--name", name, *engine.run_flags(), "--pull=never", info.tag, "sh", "-c",
+                     script], timeout=3600)
+    try:
+        if not res.ok:
+            raise UserError(f"padding the container image failed: {res.describe_failure()}")
+        res = procs.run([*cli, "commit", "-q", name, padded.tag], timeout=3600)
+        if not res.ok:
+            raise UserError(f"podman commit of the padded image failed: {res.describe_failure()}")
+    finally:
+        procs.run([*cli, "rm", "-f", name], timeout=120)
+    mark_imported(*known)
+    return padded
