@@ -293,11 +293,13 @@ def test_suite_monitor_keys(tmp_path):
 
 
 def test_scope_for_drivers():
+    from virtbench.drivers import traits_of
     from virtbench.model import EnvSpec, Shape
 
     class Fake:
         def __init__(self, driver):
             self.env = EnvSpec("e", driver, Shape("native"))
+            self.traits = traits_of(driver)  # what Instance.traits gives
 
     assert monitor.scope_for(Fake("host")) is None  # the host's own series covers it
     assert monitor.scope_for(Fake("container")) == "cgroup"

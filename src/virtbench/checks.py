@@ -131,7 +131,10 @@ def run_checks(driver_name: str, *, count: int = DEFAULT_COUNT, shape: str = "m1
         # 4. snapshot and boot from it
         if "snapshot_boot" in wanted:
             own = ops.check_snapshot  # cloud: a volume snapshot, attached as a new volume
-            results.append(own(ready[:1], log) if own else _check_snapshot(ops, ready[:1], workdir, log))
+            if not ready:
+                results.append(CheckResult("snapshot_boot", False, "no ready instance to snapshot"))
+            else:
+                results.append(own(ready[:1], log) if own else _check_snapshot(ops, ready[:1], workdir, log))
         for name, check in extra.items():
             if name in wanted:
                 results.append(check(ready, log))
@@ -202,9 +205,7 @@ def _check_attach(ops: LifecycleOps, insts: list[Instance], log) -> CheckResult:
 
 def _check_snapshot(ops: LifecycleOps, insts: list[Instance], workdir: Path, log) -> CheckResult:
     t0 = time.monotonic()
-    if not insts:
-        return CheckResult("snapshot_boot", False, "no ready instance to snapshot")
-    inst = insts[0]
+    inst = insts[0]  # run_checks has one ready
     log("snapshotting a running instance and booting a new one from it")
     token = secrets.token_hex(8)
     path = "/var/tmp/virtbench-snapshot-check"
