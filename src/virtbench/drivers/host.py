@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import cpuset, paths, procs
+from .. import cpuset, paths
 from ..model import EnvSpec, ExecResult
 from ..errors import UserError
 from .base import Driver, Instance, OptionSpec, Problem, ScratchSpace, Traits
@@ -30,7 +30,7 @@ class HostInstance(Instance):
              env: Mapping[str, str] | None = None) -> ExecResult:
         # Pinned: the command and everything it starts stay on the cpuset (util-linux taskset).
         pin = ["taskset", "-c", self.cpuset] if self.cpuset else []
-        return procs.run([*pin, *argv], timeout=timeout, stdin=stdin, env=env)
+        return self.machine.run([*pin, *argv], timeout=timeout, stdin=stdin, env=env)  # this machine
 
     def metadata(self) -> dict:
         return {**super().metadata(), **({"cpuset": self.cpuset} if self.cpuset else {})}
