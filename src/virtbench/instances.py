@@ -74,6 +74,20 @@ class Traits:
     monitor_scope: str | None = "host"
 
 
+def _no_registry(name: str) -> Traits:
+    return Traits()
+
+
+# The driver registry installs its lookup here when it is imported (drivers/__init__.py): this module
+# is below the drivers and does not import them.
+_traits_lookup: Callable[[str], Traits] = _no_registry
+
+
+def set_traits_lookup(lookup: Callable[[str], Traits]) -> None:
+    global _traits_lookup
+    _traits_lookup = lookup
+
+
 class Instance(ABC):
     """One running machine-like thing that can run argument lists."""
 
@@ -90,9 +104,7 @@ class Instance(ABC):
     @property
     def traits(self) -> Traits:
         """What the instance is: its driver's traits unless the instance knows better."""
-        from .drivers import traits_of
-
-        return traits_of(self.env.driver)
+        return _traits_lookup(self.env.driver)
 
     def cpus_available(self) -> int:
         """CPUs the instance can really use: its shape's vCPUs; else, on its machine's kernel, that

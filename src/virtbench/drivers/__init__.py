@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 
+from ..instances import set_traits_lookup
 from .base import Driver, DriverContext, Instance, Traits
 
 REGISTRY: dict[str, str] = {
@@ -30,6 +31,9 @@ def driver_class(name: str) -> type[Driver]:
 def traits_of(name: str) -> Traits:
     """What the instances of driver `name` are (Traits() for an unknown name)."""
     return driver_class(name).traits if name in REGISTRY else Traits()
+
+
+set_traits_lookup(traits_of)
 
 
 def make(name: str, context: DriverContext) -> Driver:
