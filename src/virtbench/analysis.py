@@ -88,10 +88,12 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
             values[(cell["key"], metric, env)] = [s["value"] for s in ss]
         # A suite entry may name its environments: rows only where the cell ran (or was meant to);
         # without the baseline among them, a row keeps its absolute figures but gets no ratio.
-        here = [e for e in env_order if e in by_env or e in _cell_envs(cells[cell_key], env_order)]
+        # The monitor's series exist only where a repetition succeeded: no empty rows for them elsewhere.
+        is_monitor = any(monitor.is_monitor_sample(s["metadata_json"]) for ss in by_env.values() for s in ss[:1])
+        here = [e for e in env_order if e in by_env or (not is_monitor and e in _cell_envs(cells[cell_key], env_order))]
         for env in here:
             row = _row(cell, metric, env, by_env.get(env, []), base_values, env == baseline,
-                       failures[(cell_key, env)], reasons[(cell_key, env)], seed,
+                       0 if is_monitor else failures[(cell_key, env)], reasons[(cell_key, env)], seed,
                        base_samples=by_env.get(baseline, []))
             if baseline not in _cell_envs(cells[cell_key], env_order) and env != baseline and row["n"]:
                 row["warnings"].append(f"no ratio: this cell does not run on the baseline ({baseline})")
@@ -124,11 +126,15 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
     rows.sort(key=lambda r: (order.get(r["cell_key"].split("/")[0], len(order)), r["metric"] == "index",
                              r["metric"], point(r),
                              env_order.index(r["environment"]) if r["environment"] in env_order else 99))
+    _attach_failures(rows, failures, reasons)
     out = {"run_id": run_id, "status": run["status"], "suite": run["suite_name"], "baseline": baseline,
            "environments": env_order, "results": [_clean(r) for r in rows]}
     scaled = scaling.analyse(rows, values, baseline, seed=seed)
     if scaled:
         out["scaling"] = scaled
+    from .outcomes import cell_outcomes
+
+    out["outcome"] = cell_outcomes(store, run_id)
     load = machine_load(list(loads.values()))
     if load:
         out["machine_load"] = load
@@ -164,6 +170,9 @@ def _cell_envs(cell: dict, env_order: list[str]) -> list[str]:
     return [e for e in env_order if not only or e in only]
 
 
+
+#: Fewest repetitions per side that let a rank test reach p <= 0.05 (4: 2 / C(8, 4) = 0.029).
+_MIN_VERDICT_N = next(n for n in range(2, 100) if stats.mw_min_p(n, n) <= 0.05)
 
 #: False discovery rate of the correction across one table's comparisons (Benjamini-Hochberg).
 FDR = 0.05
@@ -288,8 +297,6 @@ def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reason
     # Resource use varies by nature; its spread is not a measurement-quality problem.
     warnings = stats.warnings_for(summary) if values and not monitor else []
     warnings += _sample_warnings(metas)
-    if failures:
-        warnings.append(f"{failures} failed repetition(s): {_top(reasons)}")
     warnings += ratio_notes
     row = {"cell_key": cell["key"], "workload": cell["workload"], "params": cell["params"],
            "condition": condition, "metric": metric, "unit": samples_[0]["unit"] if samples_ else "",
@@ -306,13 +313,27 @@ def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reason
         row.update(_compared=True, _min_p=r.min_p, _seed=seed)
         if paired is not None:
             row["_paired"] = paired
+    elif not is_baseline and math.isfinite(r.ratio):
+        row["verdict"] = "n too small"  # a ratio, but too few values on a side for any test
     return row
 
 
 def _failed_row(cell, env, failures, reasons) -> dict[str, Any]:
-    row = _row(cell, "(none)", env, [], [], False, failures, reasons, 0)
-    row["warnings"] = [f"every repetition failed ({failures}): {_top(reasons)}"]
-    return row
+    return _row(cell, "(none)", env, [], [], False, failures, reasons, 0)
+
+
+def _attach_failures(rows: list[dict], failures: dict, reasons: dict) -> None:
+    """Each (cell, environment) with failed repetitions says so once, on its first row of the
+    workload's own metrics (not on every metric, series point or monitor series)."""
+    done: set[tuple[str, str]] = set()
+    for r in rows:
+        where = (r["cell_key"].split("/")[0], r["environment"])
+        if where in done or not failures.get(where) or r["metric"] == "index" or r["metadata"].get("monitor"):
+            continue
+        done.add(where)
+        count = failures[where]
+        r["warnings"].append(f"every repetition failed ({count}): {_top(reasons[where])}" if not r["n"] else
+                             f"{count} failed repetition(s): {_top(reasons[where])}")
 
 
 def _index_rows(rows, groups, cells, env_order, baseline, seed) -> list[dict[str, Any]]:
@@ -345,12 +366,14 @@ def _index_rows(rows, groups, cells, env_order, baseline, seed) -> list[dict[str
             else:
                 r = _nan_ratio()
             n = min(len(v) for v in per_test)
+            # No verdict from fewer repetitions than a rank test needs for p <= 0.05 on either side.
+            small = env != baseline and min([n, *(len(v) for v in base_tests)]) < _MIN_VERDICT_N
             out.append({"cell_key": fam["cell"]["key"], "workload": fam["cell"]["workload"],
                         "params": fam["cell"]["params"], "condition": fam["cell"]["condition"], "metric": "index",
                         "unit": "index", "environment": env, "n": n, "median": point, "mean": math.nan,
                         "stdev": math.nan, "ci_low": lo, "ci_high": hi, "cv": math.nan, "outliers": 0,
                         "ratio": r.ratio, "ratio_ci_low": r.ci_low, "ratio_ci_high": r.ci_high,
-                        "p_value": r.p_value, "significant": r.significant, "higher_is_better": True,
+                        "p_value": r.p_value, "significant": r.significant and not small, "higher_is_better": True,
                         "failures": 0, "metadata": {"tests": tests, "index_of": len(tests)}, "warnings": [],
                         # an index summarizes the table's tests, so it is not one more comparison in
                         # their correction; its CI's level is its weakest test's
@@ -358,7 +381,7 @@ def _index_rows(rows, groups, cells, env_order, baseline, seed) -> list[dict[str
                         "ratio_ci_level": 0.95 if math.isfinite(r.ci_low) and env != baseline else math.nan,
                         "ratio_ci_method": "bootstrap" if env != baseline else "",
                         "verdict": None if env == baseline or not math.isfinite(r.ratio) else
-                        ("significant" if r.significant else "not significant"),
+                        "n too small" if small else ("significant" if r.significant else "not significant"),
                         "p_adjusted": math.nan, "p_threshold": math.nan, "comparisons": 0})
     return out
 
@@ -401,12 +424,27 @@ def _sample_warnings(metas: list[dict]) -> list[str]:
     return [w if k == len(metas) else f"{w} ({k} of {len(metas)} samples)" for w, k in counts.items()]
 
 
+def reason_line(reason: str | None, limit: int = 300) -> str:
+    """The first line of a failure's reason, for summaries. A line that ends with a colon only
+    introduces what follows ("cannot start ssh on its hosts:" then ssh's own message), so the next
+    non-empty lines are joined to it until one says something."""
+    lines = [ln.strip() for ln in (reason or "").splitlines() if ln.strip()]
+    if not lines:
+        return "unknown"
+    text = lines[0]
+    for ln in lines[1:]:
+        if not text.endswith(":"):
+            break
+        text += " " + ln
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _top(reasons: list[str]) -> str:
     if not reasons:
         return ""
     counts: dict[str, int] = defaultdict(int)
     for r in reasons:
-        counts[r.splitlines()[0][:200] if r else "unknown"] += 1
+        counts[reason_line(r)] += 1
     reason, count = max(counts.items(), key=lambda kv: kv[1])
     return reason + (f" (and {len(reasons) - count} other)" if len(reasons) > count else "")
 

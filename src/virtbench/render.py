@@ -117,6 +117,7 @@ def results_tables(console: Console, data: dict[str, Any]) -> None:
                       f"{', '.join(metrics[:6])}{' ...' if len(metrics) > 6 else ''}) is in --json and "
                       f"`virtbench report`[/dim]", highlight=False)
     _warnings(console, data)
+    failed_cells(console, data)
 
 
 def _value_cell(r: dict | None) -> str:
@@ -163,32 +164,75 @@ def mark(r: dict) -> str:
 
 
 _CV = re.compile(r"coefficient of variation ([0-9.]+%)")
+_FAILED = re.compile(r"^(\d+) failed repetition\(s\): (.*)$", re.S)
+
+
+def differing(params: list[dict[str, Any]]) -> list[str]:
+    """The parameter names whose values are not the same in all of `params` (in first-seen order)."""
+    keys = list(dict.fromkeys(k for p in params for k in p))
+    return [k for k in keys if len({json.dumps(p.get(k), sort_keys=True, default=str) for p in params}) > 1]
+
+
+def _place(row: dict[str, Any], keys: list[str], with_workload: bool) -> str:
+    shown = [f"{k}={row['params'][k]}" for k in keys
+             if k in row["params"] and not (k == "test" and row["params"][k] == row["metric"])]
+    head = (f"{row['workload']} " if with_workload else "") + f"{row['metric']}@{row['environment']}"
+    return head + (f" ({', '.join(shown)})" if shown else "")
 
 
 def _warnings(console: Console, data: dict[str, Any]) -> None:
-    """One line per kind of warning with the places it applies to (a noisy machine repeats a lot)."""
-    places: dict[str, list[str]] = defaultdict(list)
+    """One line per kind of warning with the results it applies to, each named by the parameters
+    that tell them apart (a suite's shared parameters would only repeat). Cells without any result
+    are listed apart, by failed_cells()."""
+    places: dict[str, list[tuple[dict, str]]] = defaultdict(list)
     for row in data["results"]:
-        extra = ", ".join(f"{k}={v}" for k, v in row["params"].items() if k not in ("test", "duration"))
-        label = f"{row['metric']}@{row['environment']}" + (f" ({extra})" if extra else "")
         for w in row.get("warnings", []):
-            cv = _CV.search(w)
+            cv, failed = _CV.search(w), _FAILED.match(w)
+            if w.startswith("every repetition failed"):
+                continue  # failed_cells() names these
             if w.startswith("noisy") and cv:
                 places["noisy: coefficient of variation above 5 %; close other programs, pin the CPU "
-                       "frequency, or add repetitions"].append(f"{label} cv {cv.group(1)}")
+                       "frequency, or add repetitions"].append((row, f"cv {cv.group(1)}"))
+            elif failed:
+                places[f"failed repetitions: {failed.group(2)}"].append((row, f"x{failed.group(1)}"))
             elif w.startswith("only "):
-                places[w.split(":", 1)[0] + ": " + w.split(":", 1)[1].split(";", 1)[-1].strip()].append(label)
+                places[w.split(":", 1)[0] + ": " + w.split(":", 1)[1].split(";", 1)[-1].strip()].append((row, ""))
             else:
-                places[w].append(label)
+                places[w].append((row, ""))
     notes = list(data.get("notes", []))
     if not places and not notes:
         return
     console.print("[yellow]warnings:[/yellow]")
     for kind, where in places.items():
-        shown = "; ".join(where[:6]) + (f"; and {len(where) - 6} more" if len(where) > 6 else "")
+        rows = [r for r, _ in where]
+        keys = differing([r["params"] for r in rows])
+        many = len({r["workload"] for r in rows}) > 1
+        labels = list(dict.fromkeys(" ".join(x for x in (_place(r, keys, many), extra) if x) for r, extra in where))
+        shown = "; ".join(labels[:6]) + (f"; and {len(labels) - 6} more" if len(labels) > 6 else "")
         console.print(f"  [yellow]-[/yellow] {kind} — {shown}", highlight=False)
     for note in notes:
         console.print(f"  [yellow]-[/yellow] {note}", highlight=False)
+
+
+def failed_cells(console: Console, data: dict[str, Any]) -> None:
+    """The cells without results, each with the first line of its reason (after the tables, so the
+    last thing a run prints says what did not work)."""
+    outcome = data.get("outcome") or {}
+    missing = outcome.get("failed", []) + outcome.get("not_run", [])
+    if not missing:
+        return
+    total = outcome["cells"] - outcome.get("skipped", 0)
+    console.print(f"[red]{len(missing)} of {total} cell(s) have no results:[/red]", highlight=False)
+    by_workload: dict[str, list[dict]] = defaultdict(list)
+    for c in data.get("results", []):  # which parameters tell a workload's cells apart in this run
+        by_workload[c["workload"]].append(c["params"])
+    for e in missing:
+        keys = [k for k in differing(by_workload.get(e["workload"], []) + [e["params"]]) if k != "duration"]
+        params = " ".join(f"{k}={e['params'][k]}" for k in keys if k in e["params"])
+        cond = " ".join(f"{k}={v}" for k, v in (e.get("condition") or {}).items())
+        what = " ".join(x for x in (e["workload"], params, cond) if x)
+        tries = f" ({e['failures']} failed)" if e.get("failures") else ""
+        console.print(f"  [red]-[/red] {what} @ {e['environment']}{tries}: {e['reason']}", highlight=False)
 
 
 def runs_table(console: Console, runs: list[dict[str, Any]]) -> None:

@@ -96,6 +96,9 @@ class Runner:
         self.command = command
         self.clock = clock
         self.run_id: str | None = None
+        # cell key -> what its rounds add to make their stored repetition number (a retry's rounds
+        # come after the stored ones)
+        self._round_offset: dict[str, int] = {}
         self._monitor_notes: set[str] = set()  # each monitoring problem is reported once per run
 
     # -- entry points ------------------------------------------------------------------------
@@ -107,16 +110,53 @@ class Runner:
         self._execute({})
         return self.run_id
 
-    def resume(self, run_id: str) -> str:
-        """Continue a stored run: its matrix comes from the store, its counts from its attempts."""
+    def resume(self, run_id: str, *, retry_failed: bool = False) -> str:
+        """Continue a stored run: its matrix comes from the store, its counts from its attempts.
+        retry_failed: run again, in the same run, only the cells without results of a finished run."""
+        from . import outcomes
+
         run = self.store.run(run_id)
-        if run["status"] == "completed":
-            raise UserError(f"run {run['id']} already completed", "start a new run instead")
         self.matrix = Matrix.from_spec(run["spec"])
         self.run_id = run["id"]
+        if retry_failed:
+            if run["status"] == "running":
+                raise UserError(f"run {run['id']} is still running (or was killed without a trace)",
+                                "wait for it to end; a killed run: virtbench run --resume RUN_ID")
+            failed = outcomes.failed_keys(outcomes.cell_outcomes(self.store, self.run_id))
+            if not failed:
+                raise UserError(f"run {run['id']} has no failed cells: every cell has results (or was skipped)",
+                                "nothing to retry")
+            tallies, next_round = self._retry_tallies(failed)
+            what = f"retrying {len(failed)} failed cell(s)"
+        else:
+            if run["status"] == "completed":
+                raise UserError(f"run {run['id']} already completed", "start a new run instead, or rerun its "
+                                f"failed cells with: virtbench run --resume {run['id']} --retry-failed")
+            tallies, next_round = self._tallies_from_store()
+            what = "resumed"
+        self.store.add_event(self.run_id, "retry-failed" if retry_failed else "resumed", what)
         self.store.set_status(self.run_id, "running")
-        self._execute(*self._tallies_from_store())
+        self._execute(tallies, next_round)
         return self.run_id
+
+    def _retry_tallies(self, failed: set[tuple[str, str]]) -> tuple[dict[tuple[str, str], Tally], dict[str, int]]:
+        """Every other (cell, environment) is finished; a cell with a failed environment runs again
+        with all its environments in fresh lockstep rounds (none runs rounds alone), counted from 0
+        for its stop rule and stored after the rounds it already has (self._round_offset)."""
+        tallies, stored_rounds = self._tallies_from_store()
+        all_envs = [e.name for e in self.matrix.environments]
+        retry_cells = {key for key, _ in failed}
+        for cell in self.matrix.cells:
+            for env in cell_environments(cell, all_envs):
+                key = (cell["key"], env)
+                if cell["key"] in retry_cells:
+                    tallies[key] = Tally()
+                    self._round_offset[cell["key"]] = stored_rounds.get(cell["key"], 0)
+                else:
+                    tally = tallies.setdefault(key, Tally())
+                    tally.warmed_up = tally.finished = True
+                    tally.stop_reason = tally.stop_reason or "not retried"
+        return tallies, {}
 
     def _check_capacity(self) -> None:
         """Cells that cannot fit an environment (shape or machine) are refused before anything starts.
@@ -258,8 +298,13 @@ class Runner:
         need = stats.min_repetitions()
         if policy.min_repetitions < min(need, policy.max_repetitions):
             raised = min(need, policy.max_repetitions)
-            self.events.note(f"min_repetitions raised from {policy.min_repetitions} to {raised}: a 95 % interval of a "
-                             f"median needs {need} repetitions (fewer give only min to max, at 75-94 %)")
+            if raised == need:
+                why = f"a 95 % interval of a median needs {need} repetitions (fewer give only min to max, at 75-94 %)"
+            else:  # the suite's maximum is below what a verdict needs
+                why = (f"as many as max_repetitions allows; a 95 % interval of a median needs {need}, so with {raised} "
+                       f"it is [min, max] at {100 * (1 - 2 * 0.5 ** raised):.3g} % (raise max_repetitions to {need} "
+                       "for 95 %)")
+            self.events.note(f"min_repetitions raised from {policy.min_repetitions} to {raised}: {why}")
             policy.min_repetitions = raised
 
     def _drop_unneeded(self, states: dict[str, _EnvState], later_cells: list[dict], envs: list[str],
@@ -342,7 +387,7 @@ class Runner:
                  *, warmup: bool, round_: int = -1) -> list:
         """One run of the cell in one environment, stored; returns its samples (empty if it failed).
         A measured attempt's repetition is its round (warm-ups: -1)."""
-        repetition = -1 if warmup else round_
+        repetition = -1 if warmup else round_ + self._round_offset.get(cell["key"], 0)
         if warmup:
             tally.warmups += 1
         started = time.time()

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from . import __version__
 from .errors import UserError
 
-SCHEMA_VERSION = 2  # 2: the timeseries table (the monitor's samples)
+SCHEMA_VERSION = 3  # 2: the timeseries table (the monitor's samples); 3: run_events
 
 metadata = sa.MetaData()
 
@@ -105,6 +105,14 @@ timeseries = sa.Table("timeseries", metadata,
                       sa.Column("source", sa.Text),
                       sa.Index("ix_timeseries_run_attempt", "run_id", "attempt_id"))
 
+# What happened to a run besides its attempts: resumed after an interruption, failed cells retried.
+run_events = sa.Table("run_events", metadata,
+                      sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+                      sa.Column("run_id", sa.String(40), sa.ForeignKey("runs.id"), nullable=False, index=True),
+                      sa.Column("at", sa.Float, nullable=False),
+                      sa.Column("kind", sa.String(32), nullable=False),  # resumed | retry-failed
+                      sa.Column("detail", sa.Text))
+
 RAW_LIMIT = 256 * 1024  # keep raw tool output, bounded, so parsers can be re-run on stored data
 
 
@@ -166,7 +174,8 @@ class Store:
                 raise UserError(f"the database has schema version {row[0]}, newer than this virtbench's "
                                 f"{SCHEMA_VERSION}", "upgrade virtbench or use another --db")
             elif int(row[0]) < SCHEMA_VERSION:
-                # Migrations so far only add tables, which create_all above has just done (1 -> 2: timeseries).
+                # Migrations so far only add tables, which create_all above has just done (1 -> 2: timeseries,
+                # 2 -> 3: run_events).
                 conn.execute(meta.update().where(meta.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
 
     # -- writing ---------------------------------------------------------------------------
@@ -185,6 +194,17 @@ class Store:
         values["finished_at"] = None if status == "running" else time.time()
         with self.engine.begin() as conn:
             conn.execute(runs.update().where(runs.c.id == run_id).values(**values))
+
+    def add_event(self, run_id: str, kind: str, detail: str = "") -> None:
+        with self.engine.begin() as conn:
+            conn.execute(run_events.insert().values(run_id=run_id, at=time.time(), kind=kind, detail=detail))
+
+    def events(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's resumptions and retries, oldest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(run_events.c.at, run_events.c.kind, run_events.c.detail)
+                                .where(run_events.c.run_id == run_id).order_by(run_events.c.id)).mappings()
+            return [dict(r) for r in rows]
 
     def save_environment(self, run_id: str, name: str, driver: str, spec: dict, facts: dict | None,
                          problem: str | None = None) -> None:
@@ -299,6 +319,14 @@ class Store:
         a = attempts
         q = (sa.select(a.c.cell_key, a.c.environment, a.c.status, a.c.reason, a.c.warmup)
              .where(a.c.run_id == run_id, a.c.status != "ok").order_by(a.c.id))
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(q).mappings()]
+
+    def attempt_counts(self, run_id: str) -> list[dict[str, Any]]:
+        """Attempts per (cell, environment, status, warm-up), counted: which cells have results."""
+        a = attempts
+        cols = [a.c.cell_key, a.c.environment, a.c.status, a.c.warmup]
+        q = sa.select(*cols, sa.func.count().label("count")).where(a.c.run_id == run_id).group_by(*cols)
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]
 

@@ -112,6 +112,15 @@ class Workload(ABC):
         """Seconds one repetition may take before it is killed and recorded as a failure."""
         return 600.0
 
+    def expected_seconds(self, params: dict[str, Any]) -> float | None:
+        """Roughly how long one repetition runs, for the plan a run prints before it starts; None when
+        unknown. Default: its `duration` or `runtime` parameter."""
+        for key in ("duration", "runtime"):
+            value = params.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                return float(value)
+        return None
+
     def execute(self, instances: dict[str, list[Instance]], params: dict[str, Any], ctx: RunContext) -> str:
         """Run one repetition and return its raw output. Default: one command on the main instance."""
         inst = instances["main"][0]

@@ -1,0 +1,120 @@
+"""Runs that say when they failed, for real: an SSH host that does not resolve, the exit status,
+the end summary with the whole first line of the reason, and --retry-failed in the same run."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from virtbench import analysis, outcomes
+from virtbench.store import Store
+
+GHOST = "all:\n  hosts:\n    ghost:\n      ansible_host: no-such-host.invalid\n"
+
+
+def vb(*args):
+    return subprocess.run([sys.executable, "-m", "virtbench.cli", *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.fixture
+def ghost(tmp_path):
+    inv = tmp_path / "inv.yml"
+    inv.write_text(GHOST)
+    return inv
+
+
+def _suite(tmp_path: Path) -> Path:
+    """dhrystone on the host only, pipe on the host and the ssh hosts."""
+    path = tmp_path / "s.toml"
+    path.write_text("""
+[suite]
+name = "failures"
+warmup = 0
+
+[environments.host]
+driver = "host"
+
+[environments.ssh]
+driver = "ssh"
+
+[[workloads]]
+name = "system"
+params = { test = "dhrystone", copies = "1", duration = 0.1 }
+environments = ["host"]
+
+[[workloads]]
+name = "system"
+params = { test = "pipe", copies = "1", duration = 0.1 }
+""")
+    return path
+
+
+def test_unresolvable_ssh_host_exits_non_zero_and_says_why(ghost, tmp_path):
+    db = str(tmp_path / "r.sqlite")
+    res = vb("run", "--workload", "system", "--param", "test=dhrystone", "--param", "copies=1", "--duration", "0.1",
+             "--envs", "ssh", "-i", str(ghost), "--repeat", "2", "--db", db)
+    assert res.returncode == outcomes.EXIT_NONE_SUCCEEDED, res.stderr
+    # The summary keeps what follows the colon of "cannot start ssh on its hosts:".
+    summary = res.stdout[res.stdout.index("have no results"):]
+    assert "ssh" in summary and "Could not resolve hostname no-such-host.invalid" in summary
+    assert "--retry-failed" in res.stderr and "no cell has results" in res.stderr
+    assert res.stdout.startswith("run ")  # the plan and the live failures go to stderr
+    assert "plan: 1 cell(s) x 1 environment(s)" in res.stderr
+
+
+def test_some_cells_failed_exit_3_json_and_retry_only_those(ghost, tmp_path):
+    db = str(tmp_path / "r.sqlite")
+    res = vb("run", str(_suite(tmp_path)), "-i", str(ghost), "--repeat", "2", "--db", db, "--json")
+    assert res.returncode == outcomes.EXIT_SOME_FAILED, res.stderr
+    data = json.loads(res.stdout)
+    out = data["outcome"]
+    assert out["cells"] == 3 and out["with_results"] == 2 and len(out["failed"]) == 1
+    (failed,) = out["failed"]
+    assert failed["environment"] == "ssh" and failed["params"]["test"] == "pipe"
+    assert "Could not resolve hostname" in failed["reason"] and failed["failures"] == 2
+    # The failure is listed once, on the workload's own row, never on the monitor's series.
+    warned = [(r["metric"], r["environment"]) for r in data["results"]
+              if any("failed" in w for w in r["warnings"])]
+    assert warned == [("pipe", "ssh")]
+
+    store = Store(db)
+    rid = data["run_id"]
+    before = store.attempt_counts(rid)
+    res = vb("run", "--resume", rid, "--retry-failed", "--db", db)
+    assert res.returncode == outcomes.EXIT_SOME_FAILED, res.stderr  # the host still does not resolve
+    assert "plan: 1 cell(s) x 2 environment(s)" in res.stderr
+    after = store.attempt_counts(rid)
+    cells = {c["params"]["test"]: c["key"] for c in store.run(rid)["spec"]["cells"]}
+
+    def count(rows, test, env):
+        return sum(r["count"] for r in rows if r["cell_key"] == cells[test] and r["environment"] == env)
+
+    assert count(after, "dhrystone", "host") == count(before, "dhrystone", "host")  # had results: not rerun
+    assert count(after, "pipe", "ssh") == count(before, "pipe", "ssh") + 2
+    # The retried cell ran on all its environments, in new rounds numbered after the stored ones.
+    assert count(after, "pipe", "host") == count(before, "pipe", "host") + 2
+    reps = sorted(a["repetition"] for a in store.attempts(rid) if a["environment"] == "host"
+                  and a["cell_key"] == cells["pipe"] and not a["warmup"])
+    assert reps == [0, 1, 2, 3]
+    assert [e["kind"] for e in store.events(rid)] == ["retry-failed"]
+    assert store.run(rid)["status"] == "completed"
+    res = vb("run", "--resume", rid, "--db", db)
+    assert res.returncode == 2 and "--retry-failed" in res.stderr
+
+
+def test_no_verdict_from_one_repetition(tmp_path):
+    """A ratio from n = 1 has no test behind it: 'n too small', never '~'."""
+    from virtbench import suite
+    from virtbench.runner import Runner
+
+    store = Store(tmp_path / "r.sqlite")
+    m = suite.adhoc("system", {"test": "dhrystone", "copies": "1", "duration": "0.05"}, ["host", "container"],
+                    repeat=1)
+    m.environments[1] = m.environments[0].__class__("host2", "host", m.environments[0].shape, {})
+    m.policy.warmup = 0
+    rid = Runner(store, m).start()
+    rows = [r for r in analysis.results(store, rid)["results"] if r["environment"] == "host2"]
+    assert rows and all(r["verdict"] == "n too small" for r in rows if r["ratio"] is not None)
