@@ -210,9 +210,11 @@ def test_run_with_only_failures(runs, tmp_path):
     fake.mkdir()
     (fake / "vb-system").write_text("#!/bin/sh\necho 'vb-system: <b>broken</b> & failing' >&2\nexit 3\n")
     (fake / "vb-system").chmod(0o755)
-    data = json.loads(vb("run", "--workload", "system", "--param", "test=dhrystone", "--param", "copies=1",
-                         "--duration", "0.1", "--envs", "host", "--repeat", "2", "--db", runs["db"], "--json",
-                         env={"VIRTBENCH_BIN": str(fake)}).stdout)
+    res = vb("run", "--workload", "system", "--param", "test=dhrystone", "--param", "copies=1",
+             "--duration", "0.1", "--envs", "host", "--repeat", "2", "--db", runs["db"], "--json",
+             env={"VIRTBENCH_BIN": str(fake)}, check=False)
+    assert res.returncode == 4, res.stderr  # nothing succeeded
+    data = json.loads(res.stdout)
     out = tmp_path / "failed.html"
     vb("report", data["run_id"], "-o", str(out), "--db", runs["db"])
     text = out.read_text()
@@ -297,3 +299,18 @@ def test_whiskers_of_missing_cis_are_not_drawn():
     c.line(1, 2, 3, 4)
     svg_text = c.render("t")
     assert svg_text.count("<line") == 1 and "nan" not in svg_text and "inf" not in svg_text
+
+
+def test_header_says_the_run_was_resumed_and_shows_every_fact(runs, tmp_path):
+    """Facts are rows (one column per environment), so the image hash is on the page; a resumed
+    run says so."""
+    store = Store(runs["db"])
+    spec = {"name": "resumed", "cells": [], "baseline": "host",
+            "environments": [{"name": "host", "driver": "host", "options": {}, "shape": {}}]}
+    run_id = store.create_run(spec, suite_name="resumed", suite_path=None, baseline="host", command="test")
+    store.add_event(run_id, "resumed", "resumed")
+    md = vb("report", run_id, "--format", "md", "--db", runs["db"]).stdout
+    assert "interrupted, resumed at" in md and "The run was interrupted and resumed (1 time(s)" in md
+    env_table = md[md.index("**Environments**"):].split("\n\n")[1]
+    assert env_table.splitlines()[0].startswith("|  | host (baseline)")
+    assert any(line.startswith("| image hash |") for line in env_table.splitlines())

@@ -161,6 +161,7 @@ def test_interrupt_then_resume_loses_nothing(tmp_path, sig):
     assert len(ok) == 9 and len(_measured(store.samples(run_id))) == 9
     assert store.run(run_id)["status"] == "completed"
     assert json.loads(res.stdout)["run_id"] == run_id
+    assert [e["kind"] for e in store.events(run_id)] == ["resumed"]  # the report says so
 
 
 PER_ENTRY_SUITE = """\

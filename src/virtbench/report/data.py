@@ -38,6 +38,7 @@ class RunData:
     attempts: list[dict[str, Any]]  # attempt_summary(): one row per kind of outcome, with a count
     sample_count: int
     timeseries: list[Series] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)  # Store.events(): resumed, retry-failed
 
     @property
     def id(self) -> str:
@@ -72,7 +73,8 @@ def load(store: Store, run_id: str) -> RunData:
     sample_count = count_samples(store, rid)
     return RunData(run=run, results=analysis.results(store, rid),
                    environments=store.environments(rid), instances=store.instances(rid), attempts=attempts,
-                   sample_count=sample_count, timeseries=load_timeseries(store, rid, run["created_at"]))
+                   sample_count=sample_count, timeseries=load_timeseries(store, rid, run["created_at"]),
+                   events=store.events(rid))
 
 
 def count_samples(store: Store, run_id: str) -> int:

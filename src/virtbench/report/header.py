@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 
+from ..analysis import reason_line
 from . import fmt
 from .data import RunData
 from .model import Facts, Note, Section, Table
@@ -34,6 +35,7 @@ def build(data: RunData) -> Section:
         ("repetitions", f"{counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed, "
                         f"{counts.get('skipped', 0)} skipped; {data.sample_count} samples"),
         ("command", run["command"] or "-"),
+        *([("history", _history(data))] if data.events else []),
         ("virtbench", run["virtbench_version"] or "-"),
     ]))
     section.blocks.append(_environments(data))
@@ -41,6 +43,11 @@ def build(data: RunData) -> Section:
     section.blocks += _result_warnings(data)
     section.blocks.append(Note(methods(data.results["results"])))
     return section
+
+
+def _history(data: RunData) -> str:
+    what = {"resumed": "interrupted, resumed", "retry-failed": "failed cells retried"}
+    return "; ".join(f"{what.get(e['kind'], e['kind'])} at {fmt.when(e['at'])}" for e in data.events)
 
 
 def methods(rows: list[dict]) -> str:
@@ -85,22 +92,29 @@ def _fact(facts: dict, keys: tuple[str, ...]) -> str:
 
 
 def _environments(data: RunData) -> Table:
-    cells = []
+    """One column per environment, one row per fact: a dozen facts side by side as columns ran off
+    the page's right edge (the image hash, last, was never seen without scrolling)."""
+    names, columns = [], []
+    planned = {e["name"]: e for e in data.run["spec"].get("environments", [])}
     for name in data.env_order:
         env = data.env(name)
+        if env.get("driver", "?") == "?" and name in planned:  # never started: what the run asked for
+            env = {**env, "driver": planned[name]["driver"], "spec": planned[name]}
         shape = (env.get("spec") or {}).get("shape") or {}
         shape_text = shape.get("name") or "-"
         if shape.get("vcpus"):
             shape_text += f" ({shape['vcpus']} vCPU, {shape.get('memory_mb')} MB)"
-        role = " (baseline)" if name == data.baseline else ""
         driver = env.get("driver", "?")
         if (env.get("facts") or {}).get("backend"):  # pods: which backend ran them
             driver += " (podman pods)" if env["facts"]["backend"] == "kube-play" else f" ({env['facts']['backend']})"
-        cells.append([name + role, driver, shape_text,
-                      *(_fact(env.get("facts") or {}, keys) for _, keys in FACT_COLUMNS),
-                      env.get("problem") or ""])
-    return Table("Environments", ["environment", "driver", "shape", *(c for c, _ in FACT_COLUMNS), "problem"],
-                 cells, note="Facts were collected inside the first instance of each environment.")
+        names.append(name + (" (baseline)" if name == data.baseline else ""))
+        columns.append([driver, shape_text, *(_fact(env.get("facts") or {}, keys) for _, keys in FACT_COLUMNS),
+                        env.get("problem") or ""])
+    labels = ["driver", "shape", *(c for c, _ in FACT_COLUMNS), "problem"]
+    rows = [[label, *(col[i] for col in columns)] for i, label in enumerate(labels)
+            if label != "problem" or any(col[i] for col in columns)]
+    return Table("Environments", ["", *names], rows,
+                 note="Facts were collected inside the first instance of each environment.")
 
 
 def _cell_text(a: dict) -> str:
@@ -115,6 +129,11 @@ def warnings(data: RunData) -> list[str]:
     if run["status"] != "completed":
         out.append(f"The run is {run['status']}, not completed" + (f": {run['note']}" if run["note"] else "")
                    + ". Results cover only what was measured.")
+    resumed = [e for e in data.events if e["kind"] == "resumed"]
+    if resumed:
+        out.append(f"The run was interrupted and resumed ({len(resumed)} time(s), last at "
+                   f"{fmt.when(resumed[-1]['at'])}): its repetitions come from separate sessions, each with fresh "
+                   "instances and warm-ups, under whatever load the machine had then.")
     if data.sample_count == 0:
         counts = data.attempt_counts()
         what = (f"{counts.get('failed', 0)} repetition(s) failed and {counts.get('skipped', 0)} were skipped"
@@ -146,7 +165,7 @@ def warnings(data: RunData) -> list[str]:
         if a["status"] == "skipped":
             out.append(f"Skipped {_cell_text(a)} on {a['environment']}: {a['reason'] or 'no reason recorded'}")
         elif a["status"] != "ok" and not a["warmup"]:
-            failed[(_cell_text(a), a["environment"])][(a["reason"] or "unknown").splitlines()[0][:200]] += a["count"]
+            failed[(_cell_text(a), a["environment"])][reason_line(a["reason"])] += a["count"]
     for (cell, env), reasons in failed.items():
         total = sum(reasons.values())
         top = "; ".join(f"{r} (x{n})" for r, n in reasons.most_common(3))
