@@ -184,3 +184,35 @@ def test_entry_environments_errors(tmp_path, value, problem):
     assert problem in str(err)
     assert err.key == "workloads.environments" and err.line == 21 and f"{path}:21" in str(err)
     assert err.hint and "host" in err.hint and "small" in err.hint
+
+
+def test_every_error_of_a_file_is_reported_with_its_line(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("""[suite]
+min_repetitions = 0
+colour = "red"
+
+[environments.host]
+driver = "host"
+
+[environments.small]
+driver = "container"
+shape = "m9.huge"
+
+[[workloads]]
+name = "system"
+params = { test = "dhrystone", copies = "seven", durations = 2 }
+environments = ["small"]
+
+[[workloads]]
+name = "nosuch"
+""")
+    with pytest.raises(SuiteError) as info:
+        suite.load(path)
+    lines = info.value.message.splitlines()
+    assert lines[0] == "6 problems in the suite file:"
+    found = [ln.strip().split(": key ", 1)[0] for ln in lines[1:]]
+    assert found == [f"{path}:{n}" for n in (2, 3, 10, 14, 14, 18)]
+    # 'small' is broken, so the entry naming it is not blamed for an unknown environment
+    assert "unknown environment" not in info.value.message
+    assert info.value.line == 2 and info.value.key == "suite.min_repetitions"

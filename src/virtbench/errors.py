@@ -36,6 +36,18 @@ class SuiteError(UserError):
         self.path, self.line, self.key = path, line, key
 
 
+class SuiteErrors(SuiteError):
+    """Several problems in one suite file, each with its file:line, reported together (the first one's
+    path, line and key stay on the exception)."""
+
+    def __init__(self, errors: list[UserError]):
+        first = next((e for e in errors if isinstance(e, SuiteError)), None)
+        UserError.__init__(self, f"{len(errors)} problems in the suite file:\n  " + "\n  ".join(
+            e.message + (f" ({e.hint})" if e.hint else "") for e in errors), "fix each of them; they are in file order")
+        self.errors = errors
+        self.path, self.line, self.key = (first.path, first.line, first.key) if first else (None, None, None)
+
+
 class WorkloadFailed(Exception):
     """A workload repetition failed; recorded as data, the run continues."""
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import tomllib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import conditions, drivers, paths, shapes, workloads
-from .errors import SuiteError, UserError
+from .errors import SuiteError, SuiteErrors, UserError
 from .model import EnvSpec, Shape
 from .store import canonical
 from .tomlpos import key_lines, line_of
@@ -82,15 +83,32 @@ def cell(workload: str, params: dict[str, Any], condition: dict[str, Any] | None
 
 
 class _Where:
-    """Turns a key path into a SuiteError with file and line."""
+    """Turns a key path into a SuiteError with file and line, and gathers a file's errors so all of
+    them are reported at once, not only the first."""
 
     def __init__(self, path: str, text: str):
         self.path = path
         self.lines = key_lines(text)
+        self.errors: list[UserError] = []
 
     def error(self, keypath: tuple, problem: str, choices=None) -> SuiteError:
         key = ".".join(str(k) for k in keypath if not isinstance(k, int)) or "(top)"
         return SuiteError(self.path, line_of(self.lines, keypath), key, problem, choices)
+
+    @contextmanager
+    def collect(self):
+        """Record an error raised in the block and go on with the next part of the file."""
+        try:
+            yield
+        except UserError as exc:
+            self.errors.append(exc)
+
+    def raise_all(self) -> None:
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            found = sorted(self.errors, key=lambda e: getattr(e, "line", None) or 0)
+            raise SuiteErrors(list({e.message: e for e in found}.values()))
 
 
 def load(path: str | Path, *, envs: list[str] | None = None, repeat: int | None = None,
@@ -111,36 +129,53 @@ def load(path: str | Path, *, envs: list[str] | None = None, repeat: int | None 
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML: {exc}", "fix the syntax at that line") from None
+    # Each part is checked on its own, so one run of `virtbench run` names every problem of the file.
     _check_keys(where, doc, (), ("suite", "shapes", "environments", "workloads"))
-
     meta = doc.get("suite", {})
-    _check_keys(where, meta, ("suite",), tuple(SUITE_KEYS))
+    with where.collect():
+        _check_keys(where, meta, ("suite",), tuple(SUITE_KEYS))
+    if not isinstance(meta, dict):
+        meta = {}
     custom_shapes = _shapes(where, doc.get("shapes", {}))
-    defined = _environments(where, doc.get("environments", {}), custom_shapes)
-    if not defined:
-        raise where.error(("environments",), "no environments defined", drivers.names())
+    raw_envs = doc.get("environments", {})
+    defined = _environments(where, raw_envs, custom_shapes)
+    broken = {n for n in raw_envs if n not in defined} if isinstance(raw_envs, dict) else set()
+    if not defined and not broken:
+        with where.collect():
+            raise where.error(("environments",), "no environments defined", drivers.names())
 
     selected = envs or meta.get("environments") or list(defined)
-    env_list = [_pick_env(where, name, defined, custom_shapes) for name in selected]
-    baseline = meta.get("baseline", env_list[0].name)
+    env_list = []
+    for name in selected:
+        if name not in broken:
+            with where.collect():
+                env_list.append(_pick_env(where, name, defined, custom_shapes))
     names = [e.name for e in env_list]
-    if baseline not in names:
+    baseline = meta.get("baseline", names[0] if names else "")
+    if baseline not in names and names and baseline not in broken:
         if envs:  # the CLI narrowed the environments: fall back to the first one
             baseline = names[0]
         else:
-            raise where.error(("suite", "baseline"), f"'{baseline}' is not one of the run's environments", names)
+            with where.collect():
+                raise where.error(("suite", "baseline"), f"'{baseline}' is not one of the run's environments", names)
 
     wl_entries = doc.get("workloads", [])
-    if not isinstance(wl_entries, list) or not wl_entries:
-        raise where.error(("workloads",), "no [[workloads]] entries", workloads.names())
     cells = []
-    for i, entry in enumerate(wl_entries):
-        cells.extend(_workload_cells(where, i, entry, duration, defined))
+    if not isinstance(wl_entries, list) or not wl_entries:
+        with where.collect():
+            raise where.error(("workloads",), "no [[workloads]] entries", workloads.names())
+    else:
+        for i, entry in enumerate(wl_entries):
+            with where.collect():
+                cells.extend(_workload_cells(where, i, entry, duration, defined, broken))
+    with where.collect():
+        policy = _policy(where, meta, repeat)
+    with where.collect():
+        inventory = _inventory(where, meta, path)
+    where.raise_all()
     cells, env_list = _narrow(path, _merge_cells(cells), env_list, baseline)
-
-    policy = _policy(where, meta, repeat)
     return Matrix(meta.get("name", path.stem), str(path), baseline, env_list, cells, policy,
-                  meta.get("description", ""), _inventory(where, meta, path))
+                  meta.get("description", ""), inventory)
 
 
 def _inventory(where: _Where, meta: dict, path: Path) -> str | None:
@@ -178,6 +213,7 @@ def adhoc(workload: str, raw_params: dict[str, str], envs: list[str], *, repeat:
     wl_keys = {p.name for p in wl.params}
     cond = {k: params.pop(k) for k in list(params) if k not in wl_keys and k in conditions.REGISTRY}
     cells = _expand(where, ("workloads", 0), wl, params, duration, cond)
+    where.raise_all()
     env_list = [_pick_env(where, name, {}, {}) for name in (envs or ["host"])]
     names = [e.name for e in env_list]
     base = baseline or names[0]
@@ -192,47 +228,64 @@ def adhoc(workload: str, raw_params: dict[str, str], envs: list[str], *, repeat:
 # -- pieces -------------------------------------------------------------------------------------
 
 def _check_keys(where: _Where, table: Any, at: tuple, allowed) -> None:
+    """Not a table: raised. Unknown keys: each recorded (the rest of the table is still checked)."""
     if not isinstance(table, dict):
         raise where.error(at, "must be a table")
     for key in table:
         if key not in allowed:
-            raise where.error(at + (key,), "unknown key", sorted(allowed))
+            where.errors.append(where.error(at + (key,), "unknown key", sorted(allowed)))
 
 
 def _shapes(where: _Where, table: dict) -> dict[str, Shape]:
     out = {}
     for name, spec in table.items():
-        _check_keys(where, spec, ("shapes", name), SHAPE_KEYS)
-        for key, value in spec.items():
-            if not isinstance(value, int) or value <= 0:
-                raise where.error(("shapes", name, key), f"must be a positive whole number, got {value!r}")
-        out[name] = Shape(name, spec.get("vcpus"), spec.get("memory_mb"), spec.get("disk_gb"))
+        with where.collect():
+            _check_keys(where, spec, ("shapes", name), SHAPE_KEYS)
+            bad = [where.error(("shapes", name, key), f"must be a positive whole number, got {value!r}")
+                   for key, value in spec.items() if not isinstance(value, int) or value <= 0]
+            where.errors += bad
+            if not bad:
+                out[name] = Shape(name, spec.get("vcpus"), spec.get("memory_mb"), spec.get("disk_gb"))
     return out
 
 
 def _environments(where: _Where, table: dict, custom: dict[str, Shape]) -> dict[str, EnvSpec]:
+    """The valid environments; each broken one's errors are recorded in `where`."""
+    if not isinstance(table, dict):
+        with where.collect():
+            raise where.error(("environments",), "must be a table of [environments.NAME] tables")
+        return {}
     out = {}
     for name, spec in table.items():
-        at = ("environments", name)
-        if not isinstance(spec, dict):
-            raise where.error(at, "must be a table with at least driver = \"...\"")
-        driver = spec.get("driver")
-        if driver not in drivers.REGISTRY:
-            raise where.error(at + ("driver",), f"unknown driver {driver!r}", drivers.names())
-        options_spec = drivers.driver_class(driver).options
-        _check_keys(where, spec, at, ("driver", "shape", *options_spec))
-        shape = _shape(where, at + ("shape",), spec.get("shape", "native"), custom)
-        if shape.name != "native" and not drivers.driver_class(driver).supports_shapes:
-            raise where.error(at + ("shape",), f"the {driver} driver cannot limit resources; remove the shape",
-                              ["native"])
-        options = {}
-        for key, opt in options_spec.items():
-            value = spec.get(key, opt.default)
-            if opt.choices and value not in opt.choices:
-                raise where.error(at + (key,), f"invalid value {value!r}", opt.choices)
-            options[key] = value
-        out[name] = EnvSpec(name, driver, shape, options)
+        with where.collect():
+            env = _environment(where, name, spec, custom)
+            if env is not None:
+                out[name] = env
     return out
+
+
+def _environment(where: _Where, name: str, spec: Any, custom: dict[str, Shape]) -> EnvSpec | None:
+    """One [environments.NAME] table; None when it has errors (recorded in `where`, or raised)."""
+    at = ("environments", name)
+    if not isinstance(spec, dict):
+        raise where.error(at, "must be a table with at least driver = \"...\"")
+    driver = spec.get("driver")
+    if driver not in drivers.REGISTRY:
+        raise where.error(at + ("driver",), f"unknown driver {driver!r}", drivers.names())
+    options_spec = drivers.driver_class(driver).options
+    before = len(where.errors)
+    _check_keys(where, spec, at, ("driver", "shape", *options_spec))
+    shape = _shape(where, at + ("shape",), spec.get("shape", "native"), custom)
+    if shape.name != "native" and not drivers.driver_class(driver).supports_shapes:
+        raise where.error(at + ("shape",), f"the {driver} driver cannot limit resources; remove the shape",
+                          ["native"])
+    options = {}
+    for key, opt in options_spec.items():
+        value = spec.get(key, opt.default)
+        if opt.choices and value not in opt.choices:
+            where.errors.append(where.error(at + (key,), f"invalid value {value!r}", opt.choices))
+        options[key] = value
+    return EnvSpec(name, driver, shape, options) if len(where.errors) == before else None
 
 
 def _shape(where: _Where, at: tuple, name: Any, custom: dict[str, Shape]) -> Shape:
@@ -265,7 +318,7 @@ def _pick_env(where: _Where, name: str, defined: dict[str, EnvSpec], custom: dic
 
 
 def _workload_cells(where: _Where, i: int, entry: Any, duration: float | None,
-                    defined: dict[str, EnvSpec]) -> list[dict]:
+                    defined: dict[str, EnvSpec], broken: set[str] = frozenset()) -> list[dict]:
     at = ("workloads", i)
     _check_keys(where, entry, at, WORKLOAD_KEYS)
     name = entry.get("name")
@@ -277,19 +330,20 @@ def _workload_cells(where: _Where, i: int, entry: Any, duration: float | None,
         raise where.error(at + ("name",), f"workload {name!r} is run by `virtbench {name}`, not by a suite")
     cells = _expand(where, at, wl, entry.get("params", {}), duration, entry.get("condition", {}))
     if "environments" in entry:
-        only = _entry_environments(where, at + ("environments",), entry["environments"], defined)
+        only = _entry_environments(where, at + ("environments",), entry["environments"], defined, broken)
         cells = [{**c, "environments": only} for c in cells]
     return cells
 
 
-def _entry_environments(where: _Where, at: tuple, raw: Any, defined: dict[str, EnvSpec]) -> list[str]:
+def _entry_environments(where: _Where, at: tuple, raw: Any, defined: dict[str, EnvSpec],
+                        broken: set[str] = frozenset()) -> list[str]:
     """A workload entry's `environments = ["host", "vm"]`: names of the suite's [environments.*]."""
     items = raw if isinstance(raw, list) else [raw]
     if not items or not all(isinstance(x, str) for x in items):
         raise where.error(at, f"must be a list of environment names such as [\"{next(iter(defined))}\"], "
                               f"got {raw!r}", sorted(defined))
     for name in items:
-        if name not in defined:
+        if name not in defined and name not in broken:  # a broken one has its own error already
             raise where.error(at, f"unknown environment {name!r} (only the suite's own [environments.*] can "
                                   f"be named here)", sorted(defined))
     if len(set(items)) != len(items):
@@ -335,9 +389,11 @@ def _expand(where: _Where, at: tuple, wl, given: dict, duration: float | None,
     """Coerce each parameter and condition, sweep lists (cartesian product), validate each combination."""
     cond_axes = _condition_axes(where, at, given_condition or {})
     known = {p.name: p for p in wl.params}
+    before = len(where.errors)
     for key in given:
         if key not in known:
-            raise where.error(at + ("params", key), f"unknown parameter of workload '{wl.name}'", sorted(known))
+            where.errors.append(where.error(at + ("params", key), f"unknown parameter of workload '{wl.name}'",
+                                            sorted(known)))
     axes = []
     for p in wl.params:
         if p.name == "duration" and duration is not None:
@@ -351,9 +407,11 @@ def _expand(where: _Where, at: tuple, wl, given: dict, duration: float | None,
         for raw in raw_values:
             try:
                 values.append(p.coerce(raw))
-            except ValueError as exc:
-                raise where.error(at + ("params", p.name), str(exc), p.choices) from None
+            except ValueError as exc:  # recorded: the other parameters are checked too
+                where.errors.append(where.error(at + ("params", p.name), str(exc), p.choices))
         axes.append((p.name, values))
+    if len(where.errors) > before:
+        return []
     cells = []
     for combo in itertools.product(*(values for _, values in axes)):
         params = dict(zip((name for name, _ in axes), combo))
