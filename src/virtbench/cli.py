@@ -664,9 +664,10 @@ def testbed() -> None:
 @click.argument("count", type=click.IntRange(1, 200))
 @click.option("--inventory", "-i", "inventory", required=True, type=click.Path(dir_okay=False),
               help="inventory file to write (Ansible-style YAML), which run, hosts, boot, check and doctor take as --inventory")
-@click.option("--name", "prefix", default="vbtb", show_default=True,
-              help="testbed name: prefix of its namespaces and links; several testbeds can coexist")
-@click.option("--subnet", default="10.214.0.0/24", show_default=True, help="the testbed's private subnet")
+@click.option("--name", "prefix", metavar="NAME",
+              help="testbed name: prefix of its namespaces and links; several testbeds can coexist "
+                   "[default: tb<user>, e.g. tbalice]")
+@click.option("--subnet", help="the testbed's private subnet [default: the first free 10.214.N.0/24]")
 @click.option("--delay", "delay_ms", type=click.FloatRange(0, 10000), metavar="MS",
               help="delay in each direction between the hosts and this machine (tc netem; kernels without "
                    "sch_netem refuse it)")
@@ -675,9 +676,11 @@ def testbed() -> None:
 @click.option("--disk-size", metavar="SIZE",
               help="give each host a tmpfs of this size (e.g. 64M) as its virtbench dir, to try a full remote disk")
 def testbed_up(count, inventory, prefix, subnet, delay_ms, rate_mbit, disk_size) -> None:
-    """Start COUNT SSH hosts and write an inventory of them."""
+    """Start COUNT SSH hosts and write an inventory of them. The testbed records who made it; runs that
+    use it register while they run."""
     from .machines import testbed as tb
 
+    prefix = prefix or tb.default_name()
     path = tb.up(count, inventory, prefix=prefix, subnet=subnet, delay_ms=delay_ms, rate_mbit=rate_mbit,
                  disk_size=disk_size)
     for h in tb.status(prefix, probe=False)["hosts"]:
@@ -688,12 +691,15 @@ def testbed_up(count, inventory, prefix, subnet, delay_ms, rate_mbit, disk_size)
 
 
 @testbed.command("down")
-@click.option("--name", "prefix", default="vbtb", show_default=True, help="testbed name")
-def testbed_down(prefix) -> None:
-    """Stop a testbed's hosts and remove everything it made (also after an interrupted up)."""
+@click.option("--name", "prefix", metavar="NAME", help="testbed name [default: tb<user>]")
+@click.option("--force", is_flag=True, help="remove it even while a run uses it (that run's repetitions then fail)")
+def testbed_down(prefix, force) -> None:
+    """Stop a testbed's hosts and remove everything it made (also after an interrupted up). Refuses
+    while a live run uses the testbed, and names the run; returns once the processes are reaped."""
     from .machines import testbed as tb
 
-    removed = tb.down(prefix)
+    prefix = prefix or tb.default_name()
+    removed = tb.down(prefix, force=force)
     for item in removed:
         out.print(f"removed {item}", highlight=False)
     if not removed:
@@ -703,12 +709,13 @@ def testbed_down(prefix) -> None:
 
 
 @testbed.command("status")
-@click.option("--name", "prefix", default="vbtb", show_default=True, help="testbed name")
+@click.option("--name", "prefix", metavar="NAME", help="testbed name [default: tb<user>]")
 @click.option("--json", "as_json", is_flag=True)
 def testbed_status(prefix, as_json) -> None:
-    """Show a testbed's hosts and whether each answers over ssh."""
+    """Show a testbed's hosts and whether each answers over ssh, who made it and which runs use it."""
     from .machines import testbed as tb
 
+    prefix = prefix or tb.default_name()
     data = tb.status(prefix)
     if as_json:
         _emit_json(data)
@@ -720,6 +727,10 @@ def testbed_status(prefix, as_json) -> None:
     for h in data["hosts"]:
         mark = "[green]up[/green]  " if h["answers"] else "[red]DOWN[/red]"
         out.print(f"{mark} {h['name']}  {h['address']}  (netns {h['netns']})", highlight=False)
+    if data.get("owner"):
+        out.print(f"made by {data['owner']['user']} at {render.when(data['owner']['created'])}", highlight=False)
+    for r in data.get("runs") or []:
+        out.print(f"in use by run {r['run_id']} (user {r['user']}, pid {r['pid']})", highlight=False)
 
 
 from .cli_reproduce import reproduce as _reproduce  # noqa: E402

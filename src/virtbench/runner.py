@@ -178,7 +178,7 @@ class Runner:
         states: dict[str, _EnvState] = {}
         self.machines = machines.pool_for(self.matrix.inventory)
         try:
-            with _sigterm_as_interrupt():
+            with _sigterm_as_interrupt(), self._testbeds_used():
                 states = self._prepare_envs(workdir)
                 self._loop(states, tallies, next_round)
             self.store.set_status(self.run_id, "completed")
@@ -193,6 +193,21 @@ class Runner:
             self._teardown(states)
             self.machines.close()
             shutil.rmtree(workdir, ignore_errors=True)
+
+    def _testbeds_used(self):
+        """While it runs, the run is registered with the local testbeds its inventory names, so
+        `virtbench testbed down` will not remove them under it."""
+        from .machines import inventory as inventory_mod
+        from .machines import testbed
+
+        names: list[str] = []
+        if self.matrix.inventory:
+            try:
+                hosts = inventory_mod.load(self.matrix.inventory).hosts.values()
+                names = sorted({str(h.vars["virtbench_testbed"]) for h in hosts if h.vars.get("virtbench_testbed")})
+            except (UserError, OSError):
+                pass  # the drivers report an unreadable inventory
+        return testbed.used_by(names, self.run_id, str(self.store.url))
 
     def _prepare_envs(self, workdir: Path) -> dict[str, _EnvState]:
         image = None

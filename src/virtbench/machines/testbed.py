@@ -8,18 +8,28 @@ path and the remote machinery, not separate machines.
 
 Everything is found again by name (namespaces, links, processes in those namespaces, the state
 dir), so `down` also cleans up after an `up` that was killed half way.
+
+A testbed belongs to someone: `owner.json` in its state dir says who made it and when, and each run
+whose inventory names it registers itself under `runs/` while it runs, so `down` refuses to pull the
+hosts from under a live run (`--force` overrides) and `up` on a taken name says whose it is. The
+default name includes the user, and the default subnet is the first free one, so two users of one
+machine do not collide.
 """
 
 from __future__ import annotations
 
+import getpass
 import ipaddress
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .. import procs
@@ -35,8 +45,102 @@ SHARED_NOTE = ("testbed hosts share one kernel and CPU: their figures measure th
 _children: dict[str, list[subprocess.Popen]] = {}
 
 
+def user() -> str:
+    """Who is running this: the user behind sudo, if any (testbeds need root)."""
+    return os.environ.get("SUDO_USER") or getpass.getuser()
+
+
+def default_name() -> str:
+    """tb<user>, cut to a valid name: every user of a machine gets a testbed of their own."""
+    clean = re.sub(r"[^a-z0-9]", "", user().lower())[:8] or str(os.getuid())
+    return f"tb{clean}"
+
+
+SUBNET_POOL = ipaddress.ip_network("10.214.0.0/16")  # default subnets: the first free /24 of these
+
+
+def free_subnet() -> str:
+    """The first 10.214.N.0/24 that no address on this machine overlaps."""
+    used = [ipaddress.ip_interface(a).network for a in _addresses()]
+    for net in SUBNET_POOL.subnets(new_prefix=24):
+        if not any(n.overlaps(net) for n in used):
+            return str(net)
+    raise UserError(f"no free /24 in {SUBNET_POOL} for a testbed", "choose one with --subnet")
+
+
 def state_dir(prefix: str = "vbtb") -> Path:
     return STATE_ROOT / prefix
+
+
+# -- who owns it, and which runs use it -------------------------------------------------------------
+
+def owner(prefix: str) -> dict | None:
+    """{user, uid, host, created, pid} of whoever ran `up`, or None (no record)."""
+    try:
+        return json.loads((state_dir(prefix) / "owner.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _owner_text(rec: dict | None) -> str:
+    if not rec:
+        return "by an unknown user (no owner record)"
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(rec.get("created", 0)))
+    return f"by {rec.get('user', '?')} at {when}"
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time in clock ticks since boot (field 22 of /proc/PID/stat): with the pid it
+    names one process, also after the pid is reused."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def live_runs(prefix: str) -> list[dict]:
+    """The runs registered as using testbed `prefix` whose process still runs (same boot, pid and
+    start time); records of runs that died without cleaning up are ignored."""
+    out = []
+    for f in sorted((state_dir(prefix) / "runs").glob("*.json")):
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if rec.get("boot_id") == _boot_id() and _start_time(rec.get("pid", -1)) == rec.get("start_time"):
+            out.append(rec)
+    return out
+
+
+@contextmanager
+def used_by(prefixes: list[str], run_id: str, db: str = "") -> Iterator[None]:
+    """While the block runs, run `run_id` is registered with each testbed of `prefixes` that is up
+    here (a testbed on another machine, or one this user cannot write to, is left alone)."""
+    made = []
+    rec = {"run_id": run_id, "user": user(), "pid": os.getpid(), "start_time": _start_time(os.getpid()),
+           "boot_id": _boot_id(), "host": socket.gethostname(), "db": db, "since": time.time()}
+    for prefix in prefixes:
+        if not re.fullmatch(r"[a-z][a-z0-9]{0,9}", prefix) or not state_dir(prefix).is_dir():
+            continue
+        try:
+            (state_dir(prefix) / "runs").mkdir(exist_ok=True)
+            path = state_dir(prefix) / "runs" / f"{run_id}.json"
+            path.write_text(json.dumps(rec))
+            made.append(path)
+        except OSError:
+            pass
+    try:
+        yield
+    finally:
+        for path in made:
+            path.unlink(missing_ok=True)
 
 
 def host_name(prefix: str, k: int) -> str:
@@ -146,11 +250,18 @@ def _reap(prefix: str) -> None:
             pass
 
 
-def down(prefix: str = "vbtb") -> list[str]:
-    """Remove testbed `prefix`: processes, namespaces, links, state dir. Idempotent."""
+def down(prefix: str = "vbtb", *, force: bool = False) -> list[str]:
+    """Remove testbed `prefix`: processes, namespaces, links, state dir. Idempotent. Refuses while a
+    live run uses it, unless `force`."""
     _check_prefix(prefix)
+    if (runs := live_runs(prefix)) and not force:
+        names = ", ".join(f"{r['run_id']} (user {r.get('user', '?')}, pid {r.get('pid')})" for r in runs)
+        raise UserError(f"testbed {prefix} is in use by run {names}; removing it would fail that run's "
+                        f"repetitions (made {_owner_text(owner(prefix))})",
+                        f"wait until the run ends, or remove it anyway: virtbench testbed down --name {prefix} --force")
     removed = [f"containers on {h}" for h in _remove_containers(prefix)]
     pids = _pids(prefix)
+    killed = list(pids)
     if pids:
         removed.append(f"{len(pids)} process(es)")
     # Kill before deleting namespaces: `ip netns del` only drops the name, the processes would stay.
@@ -165,6 +276,7 @@ def down(prefix: str = "vbtb") -> list[str]:
             time.sleep(0.05)
             pids = [p for p in pids if _alive(p)]
     _reap(prefix)
+    _wait_reaped(killed)
     for mnt in reversed(_mounts(prefix)):
         if not mnt.startswith("/run/netns/"):
             procs.run(["umount", "-l", mnt], timeout=30)
@@ -199,6 +311,15 @@ def _remove_containers(prefix: str) -> list[str]:
         if res.ok and res.stdout.strip():
             hosts.append(pidfile.parent.name)
     return hosts
+
+
+def _wait_reaped(pids: list[int], timeout: float = 15) -> None:
+    """Until every process killed is gone from the process table, not only dead: a zombie stays until
+    its parent (often init, after `up` exited) reaps it, and a caller that looks right after `down`
+    must not find it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+        time.sleep(0.05)
 
 
 def _alive(pid: int) -> bool:
@@ -301,9 +422,10 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def up(count: int, inventory_path, *, prefix: str = "vbtb", subnet: str = "10.214.0.0/24",
+def up(count: int, inventory_path, *, prefix: str = "vbtb", subnet: str | None = "10.214.0.0/24",
        delay_ms: float | None = None, rate_mbit: float | None = None, disk_size: str | None = None) -> Path:
-    """Start `count` SSH hosts and write an Ansible-style inventory of them; returns its path."""
+    """Start `count` SSH hosts and write an Ansible-style inventory of them; returns its path.
+    subnet None: the first free one (free_subnet)."""
     _check_prefix(prefix)
     if problems := check():
         raise UserError("the testbed cannot run here: " + "; ".join(problems))
@@ -311,6 +433,16 @@ def up(count: int, inventory_path, *, prefix: str = "vbtb", subnet: str = "10.21
         raise UserError("a testbed needs at least one host")
     if disk_size and not re.fullmatch(r"\d+[kKmMgG]?", disk_size):
         raise UserError(f"--disk-size {disk_size!r} is not a size like 64M or 1G")
+    if left := leftovers(prefix):
+        rec = owner(prefix)
+        runs = live_runs(prefix)
+        mine = rec is not None and rec.get("user") == user()
+        raise UserError(f"testbed {prefix!r} already exists, made {_owner_text(rec)}"
+                        + (f", in use by run {', '.join(r['run_id'] for r in runs)}" if runs else "")
+                        + f" ({', '.join(left[:3])}{' ...' if len(left) > 3 else ''})",
+                        (f"remove it first: virtbench testbed down --name {prefix}" if mine or rec is None else
+                         f"it is not yours: choose another name with --name (yours is {default_name()})"))
+    subnet = subnet or free_subnet()
     try:
         net = ipaddress.ip_network(subnet)
     except ValueError as exc:
@@ -319,9 +451,6 @@ def up(count: int, inventory_path, *, prefix: str = "vbtb", subnet: str = "10.21
         raise UserError(f"subnet {subnet} is not IPv4", "for example: --subnet 10.214.0.0/24")
     if net.num_addresses < 10 + count + 2:
         raise UserError(f"subnet {subnet} is too small for {count} hosts (they start at .11)")
-    if left := leftovers(prefix):
-        raise UserError(f"testbed {prefix!r} already exists (or parts of it): {', '.join(left[:4])}",
-                        f"remove it first: virtbench testbed down --name {prefix}")
     used = [n for n in (ipaddress.ip_interface(a).network for a in _addresses()) if n.overlaps(net)]
     if used:
         raise UserError(f"subnet {subnet} overlaps {used[0]}, already on this machine",
@@ -333,6 +462,8 @@ def up(count: int, inventory_path, *, prefix: str = "vbtb", subnet: str = "10.21
     try:
         STATE_ROOT.mkdir(mode=0o755, exist_ok=True)
         state.mkdir(mode=0o700)
+        (state / "owner.json").write_text(json.dumps({"user": user(), "uid": os.getuid(), "host": socket.gethostname(),
+                                                      "created": time.time(), "pid": os.getpid()}))
         user_pub = _keygen(state / "id_ed25519", f"virtbench-testbed-{prefix}")
         (state / "authorized_keys").write_text(user_pub + "\n")
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # Debian's sshd privilege separation dir
@@ -468,4 +599,5 @@ def status(prefix: str = "vbtb", probe: bool = True) -> dict:
             addr = line.split()[0]
             ok = procs.run([*ssh_argv(state, addr), "true"], timeout=10).ok if probe else None
             hosts.append({"name": host_name(prefix, k), "address": addr, "netns": f"{prefix}-{k}", "answers": ok})
-    return {"name": prefix, "hosts": hosts, "leftovers": leftovers(prefix) if not hosts else []}
+    return {"name": prefix, "hosts": hosts, "leftovers": leftovers(prefix) if not hosts else [],
+            "owner": owner(prefix), "runs": live_runs(prefix)}
