@@ -7,10 +7,11 @@ import uuid
 
 import pytest
 
-from virtbench import procs
+from virtbench import engine, procs
 from virtbench.drivers import container
 from virtbench.drivers.base import DriverContext
 from virtbench.errors import MissingTool, UserError
+from virtbench.machines import local
 from virtbench.model import EnvSpec, Shape
 
 pytestmark = pytest.mark.podman
@@ -193,3 +194,25 @@ def test_missing_engine(driver, tmp_path, monkeypatch):
 
 def test_check_passes_here(driver):
     assert driver.check() == []
+
+
+def test_oom_marker_stays_out_of_the_users_directory(driver, tmp_path, monkeypatch):
+    """conmon (Debian 12's 2.1.6) creates an `oom` file in its working directory when the container is
+    OOM-killed; engine commands run from a private directory, not the user's."""
+    from pathlib import Path
+
+    here = tmp_path / "checkout"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    marker = Path(engine.cwd_for(local())) / "oom"
+    marker.unlink(missing_ok=True)
+    (inst,) = driver.provision(EnvSpec("ctr", "container", Shape("t", vcpus=1, memory_mb=64)), 1, "main")
+    try:
+        res = inst.exec(["sh", "-c", "head -c 300M /dev/zero | tail > /dev/null; echo rc=$?"], timeout=120)
+        assert "rc=137" in res.stdout  # the kernel's OOM killer stopped `tail` in the 64 MB container
+        deadline = time.time() + 10
+        while not marker.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        assert marker.exists() and list(here.iterdir()) == []
+    finally:
+        inst.teardown()

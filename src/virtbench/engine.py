@@ -17,9 +17,11 @@ import json
 import os
 import shlex
 import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from . import image, procs
@@ -74,7 +76,18 @@ class Engine:
 
 def _run(machine: Machine, argv: Sequence[str], timeout: float | None = CLI_TIMEOUT,
          stdin: bytes | None = None) -> ExecResult:
-    return machine.run(argv, timeout=timeout, stdin=stdin)
+    return machine.run(argv, timeout=timeout, stdin=stdin, cwd=cwd_for(machine))
+
+
+def cwd_for(machine: Machine) -> str | None:
+    """Where engine commands run on `machine`: on this one, a private directory of this user's. conmon
+    (podman's container monitor) inherits the engine's working directory, and Debian 12's creates its
+    `oom` marker file there when a container is OOM-killed: not in the user's current directory."""
+    if not machine.is_local:
+        return None
+    path = Path(tempfile.gettempdir()) / f"virtbench-engine-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return str(path)
 
 
 def tail(res: ExecResult, lines: int = 3) -> str:

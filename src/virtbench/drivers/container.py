@@ -66,7 +66,8 @@ class ContainerInstance(Instance):
         self.host_mount_dir: str | None = None
 
     def _cli(self, *args: str, timeout: float | None = CLI_TIMEOUT, stdin: bytes | None = None) -> ExecResult:
-        return self.machine.run([*self.engine.cli(), *args], timeout=timeout, stdin=stdin)
+        return self.machine.run([*self.engine.cli(), *args], timeout=timeout, stdin=stdin,
+                                cwd=engine.cwd_for(self.machine))
 
     def start(self, run_id: str) -> None:
         shape = self.env.shape
