@@ -69,3 +69,8 @@ def test_wheel_works_outside_the_checkout(tmp_path):
     assert checks["native kernels"]["ok"], checks["native kernels"]
     assert checks["driver host"]["ok"], checks["driver host"]
     assert "building" not in vb("build").stderr  # built once, reused
+    # requirements.lock exists only in a clone: an installed package's advice names its extras
+    assert not any("requirements.lock" in (c.get("fix") or "") for c in checks.values())
+    advice = sh([venv / "bin" / "python", "-c", "from virtbench import paths; print(paths.pip_advice('cloud'))"],
+                cwd=work, env=env).stdout
+    assert advice.startswith("pip install 'virtbench[cloud]'")

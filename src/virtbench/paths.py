@@ -18,6 +18,14 @@ def is_clone() -> bool:
     return PACKAGE_DIR.parent.name == "src" and (PROJECT_ROOT / "native" / "Makefile").is_file()
 
 
+def pip_advice(extra: str) -> str:
+    """How to install an optional dependency group: a clone's locked venv, or the package's extra
+    (requirements.lock exists only in a clone)."""
+    if is_clone():
+        return f"{PROJECT_ROOT / '.venv/bin/pip'} install -r {PROJECT_ROOT / 'requirements.lock'}"
+    return f"pip install 'virtbench[{extra}]' (into the environment virtbench is installed in)"
+
+
 def data_dir() -> Path:
     """The user's data directory (override with VIRTBENCH_DATA)."""
     override = os.environ.get("VIRTBENCH_DATA")

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import procs
+from .. import paths, procs
 from ..cloud import api, cleanup, volumes
 from ..cloud.api import CloudApiError, Target
 from ..cloud.poller import FAILED, StatePoller, StateTimeout
@@ -229,7 +229,7 @@ class CloudDriver(Driver):
         try:
             import boto3  # noqa: F401
         except ImportError:
-            problems.append(Problem("boto3 is not installed", ".venv/bin/pip install -r requirements.lock"))
+            problems.append(Problem("boto3 is not installed", paths.pip_advice("cloud")))
         if not shutil.which("ssh"):
             problems.append(Problem("the ssh client is not installed", "apt-get install openssh-client"))
         return problems

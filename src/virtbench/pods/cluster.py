@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .. import paths
 from ..errors import UserError
 from . import phases
 
@@ -25,7 +26,7 @@ def _client():
         from kubernetes import client, config
     except ImportError:
         raise UserError("the pods driver's kubernetes backend needs the kubernetes Python client",
-                        hint=".venv/bin/pip install kubernetes (it is in requirements.lock)") from None
+                        hint=paths.pip_advice("pods")) from None
     return client, config
 
 

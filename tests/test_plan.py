@@ -1,0 +1,89 @@
+"""The plan a run prints before it starts, the question before a long one, and the warnings' and
+notes' wording (grouped places, numbers that agree)."""
+
+import io
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+
+from rich.console import Console
+
+from virtbench import plan, render, suite
+from virtbench.runner import Events, Runner
+from virtbench.store import Store
+
+
+def test_plan_counts_cells_environments_repetitions_and_time():
+    m = suite.adhoc("system", {"test": "dhrystone,pipe", "copies": "1", "duration": "0.5"}, ["host", "container"])
+    m.policy.min_repetitions, m.policy.max_repetitions, m.policy.warmup = 3, 10, 1
+    p = plan.make(m)
+    # min 3 is raised to the 6 a verdict needs, as the runner does
+    assert (p.cells, p.environments, p.runs, p.min_repetitions, p.max_repetitions) == (2, 2, 4, 6, 10)
+    assert p.repetitions == (4 * 7, 4 * 11)
+    each = 0.5 + plan.OVERHEAD_SECONDS
+    assert p.seconds == (4 * 7 * each, 4 * 11 * each)
+    assert p.text().startswith("plan: 2 cell(s) x 2 environment(s) (4 in all) x 6-10 repetitions (adaptive) "
+                               "+ 1 warm-up = 28-44 runs; estimated")
+    fixed = suite.adhoc("system", {"test": "dhrystone", "duration": "2"}, ["host"], repeat=10000)
+    p = plan.make(fixed)
+    assert not p.adaptive and p.longest() > plan.ASK_ABOVE_SECONDS and "h " in p.text()
+
+
+def test_a_long_run_on_a_terminal_asks_and_yes_does_not(tmp_path):
+    argv = [sys.executable, "-m", "virtbench.cli", "run", "--workload", "system", "--param", "test=dhrystone",
+            "--param", "copies=1", "--duration", "2", "--envs", "host", "--repeat", "10000",
+            "--db", str(tmp_path / "r.sqlite")]
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(argv, stdin=secondary, stdout=subprocess.PIPE, stderr=secondary)
+    os.close(secondary)
+    seen, deadline = b"", time.time() + 120
+    while b"start it?" not in seen and time.time() < deadline:
+        if select.select([primary], [], [], 1)[0]:
+            seen += os.read(primary, 4096)
+    assert b"plan: 1 cell(s) x 1 environment(s)" in seen and b"start it?" in seen
+    os.write(primary, b"n\n")
+    out, _ = proc.communicate(timeout=60)
+    os.close(primary)
+    assert proc.returncode == 0 and out == b""
+    assert Store(tmp_path / "r.sqlite").runs() == []  # nothing was started
+    # Not a terminal (a script): the plan is printed and the run is not held up by a question; --yes
+    # does the same on a terminal. Checked here without running 10000 repetitions: --repeat 1.
+    res = subprocess.run([*argv[:-4], "--repeat", "1", "--yes", "--db", str(tmp_path / "r.sqlite")],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "plan: 1 cell(s)" in res.stderr and "start it?" not in res.stderr
+
+
+def test_warnings_group_cells_and_show_only_what_differs():
+    m = suite.load("suites/vcluster-hpa.toml")
+    rows = []
+    for c in m.cells:
+        for env in ("host", "vm"):
+            rows.append({"workload": c["workload"], "params": c["params"], "metric": "seconds",
+                         "environment": env, "warnings": ["noisy: coefficient of variation 7.5% ..."]})
+    buf = io.StringIO()
+    render._warnings(Console(file=buf, width=400), {"results": rows})
+    text = buf.getvalue()
+    (line,) = [ln for ln in text.splitlines() if "noisy" in ln]
+    assert "seconds@host (transactions=50000) cv 7.5%" in line
+    assert "avg_size" not in text and "confidence" not in text and "total_vcpus" not in text
+    assert line.count("seconds@") == 6 and "and 2 more" in line
+
+
+class _Notes(Events):
+    def __init__(self):
+        self.notes = []
+
+    def note(self, message):
+        self.notes.append(message)
+
+
+def test_raised_minimum_says_numbers_that_agree(tmp_path):
+    m = suite.load("suites/aist-mpi.toml")
+    events = _Notes()
+    Runner(Store(tmp_path / "r.sqlite"), m, events=events)._verdict_minimum(m.policy)
+    (note,) = events.notes
+    assert note.startswith("min_repetitions raised from 3 to 5: as many as max_repetitions allows")
+    assert "needs 6" in note and "93.8 %" in note and m.policy.min_repetitions == 5
