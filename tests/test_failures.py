@@ -118,3 +118,29 @@ def test_no_verdict_from_one_repetition(tmp_path):
     rid = Runner(store, m).start()
     rows = [r for r in analysis.results(store, rid)["results"] if r["environment"] == "host2"]
     assert rows and all(r["verdict"] == "n too small" for r in rows if r["ratio"] is not None)
+
+
+@pytest.mark.slow
+def test_retry_after_the_host_is_fixed_completes_the_run(ghost, tmp_path):
+    """The cause fixed (the inventory now names a real SSH host of a local testbed), --retry-failed
+    fills the failed cells in the same run and the run exits 0."""
+    from virtbench.machines import testbed
+
+    if blocking := [p for p in testbed.check() if p.startswith("not root") or "refuses network" in p]:
+        pytest.skip("; ".join(blocking))
+    db = str(tmp_path / "r.sqlite")
+    res = vb("run", str(_suite(tmp_path)), "-i", str(ghost), "--repeat", "2", "--db", db, "--json")
+    assert res.returncode == outcomes.EXIT_SOME_FAILED, res.stderr
+    rid = json.loads(res.stdout)["run_id"]
+    testbed.down("vbfr", force=True)
+    fixed = testbed.up(1, tmp_path / "tb.yml", prefix="vbfr", subnet="10.225.0.0/24")
+    try:
+        ghost.write_text(fixed.read_text())  # the run keeps its inventory's path
+        res = vb("run", "--resume", rid, "--retry-failed", "--db", db, "--json")
+        assert res.returncode == outcomes.EXIT_OK, res.stderr
+        out = json.loads(res.stdout)["outcome"]
+        assert out["with_results"] == 3 and out["failed"] == []
+        pipe = [r for r in json.loads(res.stdout)["results"] if r["metric"] == "pipe" and r["environment"] == "ssh"]
+        assert pipe[0]["n"] == 2 and pipe[0]["failures"] == 2  # the earlier failures stay as data
+    finally:
+        testbed.down("vbfr", force=True)

@@ -338,7 +338,11 @@ def _show(store: Store, run_id: str, as_json: bool) -> None:
     if as_json:
         _emit_json(data)
         return
-    out.print(f"run [bold]{data['run_id']}[/bold] ({data['status']}), suite {data['suite']}, "
+    outcome = data.get("outcome") or {}
+    missing = len(outcome.get("failed", [])) + len(outcome.get("not_run", []))
+    status = data["status"] + (f"; {missing} of {outcome['cells'] - outcome['skipped']} cells have no results"
+                               if missing else "")
+    out.print(f"run [bold]{data['run_id']}[/bold] ({status}), suite {data['suite']}, "
               f"baseline [bold]{data['baseline']}[/bold]")
     for env in store.environments(data["run_id"]):  # a VM's accelerator: KVM, or TCG emulation
         on = [m for m in env["facts"].get("machines") or [] if m != "localhost"]
