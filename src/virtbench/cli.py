@@ -36,13 +36,14 @@ def _emit_json(data) -> None:
 class _ProgressEvents(Events):
     """Shows a progress bar on stderr while the runner works."""
 
-    def __init__(self, progress: Progress):
+    def __init__(self, progress: Progress, total: int | None = None):
         self.progress = progress
-        self.task = progress.add_task("starting", total=None)
+        self.task = progress.add_task("starting", total=total)
+        self.total = total  # the plan's count (a retry runs only some cells): kept over the runner's
         self.done = 0
 
     def planned(self, total: int) -> None:
-        self.progress.update(self.task, total=total)
+        self.progress.update(self.task, total=self.total or total)
 
     def provisioning(self, env: str, role: str, count: int) -> None:
         self.progress.update(self.task, description=f"starting {count} {env} instance(s)")
@@ -220,7 +221,7 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
     command = "virtbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if retry_failed and not resume_id:
         raise UserError("--retry-failed goes with --resume RUN_ID", "e.g. virtbench run --resume RUN_ID --retry-failed")
-    matrix = None
+    matrix, plan = None, None
     if not resume_id:
         if bool(suite) == bool(workload):
             raise UserError("give either a SUITE file or --workload NAME",
@@ -239,15 +240,17 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
                                      repeat=repeat, duration=duration, baseline=baseline)
         if inventory:
             matrix.inventory = _inventory_path(inventory)
-        _confirm_plan(plan_mod.make(matrix), yes)
+        plan = plan_mod.make(matrix)
+        _confirm_plan(plan, yes)
     elif suite or workload or inventory:
         raise UserError("--resume continues a stored run; do not also give a suite, --workload "
                         "or --inventory (the run keeps the inventory it started with)")
     elif retry_failed and (retry := _retry_plan(store, resume_id)).cells:  # none: resume() says so
-        _confirm_plan(retry, yes)
+        plan = retry
+        _confirm_plan(plan, yes)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("eta"), TimeRemainingColumn(), console=err, transient=True) as progress:
-        events = _ProgressEvents(progress)
+        events = _ProgressEvents(progress, plan.repetitions[0] if plan else None)
         runner = None
         try:
             if resume_id:
