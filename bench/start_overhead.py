@@ -40,7 +40,7 @@ from virtbench.drivers.base import DriverContext  # noqa: E402
 from virtbench.drivers.vm import SCRATCH, VmDriver  # noqa: E402
 from virtbench.machines import local  # noqa: E402
 from virtbench.model import EnvSpec, Shape  # noqa: E402
-from virtbench.vm import disk, qemu, ssh  # noqa: E402
+from virtbench.vm import disk, qemu  # noqa: E402
 
 SHAPE = Shape("bench", vcpus=1, memory_mb=256)
 
@@ -145,9 +145,10 @@ def vm_by_hand(driver: VmDriver, env: EnvSpec, workdir: Path) -> float:
                                 start_new_session=True)
         key = driver.keypair()
         kh = d / "known_hosts"
-        kh.write_text(f"{ssh.HOST_ALIAS} {' '.join(driver.boot.host_key_pub.split()[:2])}\n")
+        alias = "virtbench-guest"
+        kh.write_text(f"{alias} {' '.join(driver.boot.host_key_pub.split()[:2])}\n")
         cmd = ["ssh", "-F", "/dev/null", "-p", str(inst.port), "-i", str(key.private), "-o", "BatchMode=yes",
-               "-o", "IdentitiesOnly=yes", "-o", f"HostKeyAlias={ssh.HOST_ALIAS}", "-o", f"UserKnownHostsFile={kh}",
+               "-o", "IdentitiesOnly=yes", "-o", f"HostKeyAlias={alias}", "-o", f"UserKnownHostsFile={kh}",
                "-o", "KexAlgorithms=curve25519-sha256", "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR",
                "root@127.0.0.1", f"mkdir -p {SCRATCH}"]
         deadline = time.monotonic() + 600

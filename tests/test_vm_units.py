@@ -15,10 +15,11 @@ from virtbench.errors import UserError
 from virtbench.conditions.base import ConditionUnavailable
 from virtbench.drivers import vm as vmdrv
 from virtbench.drivers.base import DriverContext
-from virtbench.vm import disk, guest, initrd, kernels, probe, qemu, ssh
+from virtbench.machines.ssh import remote_command
+from virtbench.vm import disk, guest, initrd, kernels, probe, qemu
 
 
-# -- the remote command string ------------------------------------------------------------------
+# -- the remote command string (the guest's and every SSH host's) ----------------------------------
 
 NASTY = ["a b", "$(touch /tmp/vb-pwned)", "'quoted'", '"dq"', ";rm -rf /", "tab\there", "new\nline", "*", "~",
          "`id`", "", "back\\slash", "ümlaut"]
@@ -29,21 +30,19 @@ def test_remote_command_round_trips_every_argument(shell, tmp_path):
     # What sshd does with the string: `<login shell> -c STRING`. Each argument must arrive unchanged.
     if not shutil.which(shell):
         pytest.skip(f"no {shell}")
-    cmd = ssh.remote_command([sys.executable, "-c", "import json,sys; print(json.dumps(sys.argv[1:]))", *NASTY])
+    cmd = remote_command([sys.executable, "-c", "import json,sys; print(json.dumps(sys.argv[1:]))", *NASTY], "t1")
     out = subprocess.run([shell, "-c", cmd], capture_output=True, text=True, cwd=tmp_path, check=True).stdout
     assert json.loads(out) == NASTY
     assert not Path("/tmp/vb-pwned").exists()
 
 
-def test_remote_command_env_and_timeout():
-    cmd = ssh.remote_command(["printenv", "X"], env={"X": "a b;$(id)"}, timeout=2.5)
-    assert cmd.startswith("exec timeout -k 5 2.5 env ")
+def test_remote_command_env_cwd_and_timeout(tmp_path):
+    cmd = remote_command(["sh", "-c", 'printf "%s|%s|%s" "$X" "$VIRTBENCH_EXEC" "$PWD"'], "t2",
+                         env={"X": "a b;$(id)"}, timeout=2.5, cwd=str(tmp_path))
     out = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True).stdout
-    assert out == "a b;$(id)\n"
-    with pytest.raises(ValueError, match="invalid environment variable"):
-        ssh.remote_command(["true"], env={"A=B": "x"})
-    with pytest.raises(ValueError):
-        ssh.remote_command([])
+    assert out == f"a b;$(id)|t2|{tmp_path}"
+    slow = subprocess.run(["sh", "-c", remote_command(["sleep", "5"], "t3", timeout=0.2)], capture_output=True)
+    assert slow.returncode == 124  # coreutils timeout stopped it
 
 
 # -- sizes ------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Direct kernel boot of the image's Debian cloud kernel with virtbench's minimal initramfs (or the
 image's own), root on a disk made from the same root filesystem (`vm/disk.py`), commands over SSH
-with a per-run key through a port QEMU forwards on 127.0.0.1 (`vm/ssh.py`).
+with a per-run key through a port QEMU forwards on 127.0.0.1 (`machines/ssh.py:GuestMachine`).
 
 Where: option `machine` names an inventory host; by default this machine. Everything that runs
 there goes through that machine's executor (`vm/site.py`: boot files shipped, base disk built
@@ -36,7 +36,8 @@ from .. import cpuset, image, procs
 from ..errors import ConditionUnavailable, MissingTool, UserError
 from ..machines import MachineUnreachable, owners, ship
 from ..model import EnvSpec
-from ..vm import disk, kernels, qemu, segment, ssh, stale
+from ..machines.ssh import KeyPair, make_keypair
+from ..vm import disk, kernels, qemu, segment, stale
 from ..vm.instance import DEFAULT_MEMORY_MB, NIC_MODULES, SCRATCH, TCG_NOTE, BootFailure, VmInstance
 from ..vm.qemu import DEVICE_MODELS, NIC_DEVICES
 from ..vm.segment import Segment
@@ -84,7 +85,7 @@ class VmDriver(Driver):
         super().__init__(context)
         self._lock = threading.RLock()
         self._run_dir: Path | None = None  # here: instances' local files (and their disks when local)
-        self._key: ssh.KeyPair | None = None
+        self._key: KeyPair | None = None
         self._boot: disk.BootFiles | None = None
         self._kernels: dict[str, disk.BootFiles] = {}
         self._sites: dict[str, Site] = {}
@@ -141,10 +142,10 @@ class VmDriver(Driver):
                 self._run_dir = stale.make_run_dir(root, self.context.run_id)
             return self._run_dir
 
-    def keypair(self) -> ssh.KeyPair:
+    def keypair(self) -> KeyPair:
         with self._lock:
             if self._key is None:
-                self._key = ssh.make_keypair(self.run_dir(), f"virtbench-{self.context.run_id}")
+                self._key = make_keypair(self.run_dir(), f"virtbench-{self.context.run_id}")
             return self._key
 
     def accelerator(self, want: str = "auto", site: Site | None = None) -> dict:

@@ -14,6 +14,7 @@ whole group on the remote machine, not only the local ssh client.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import os
@@ -29,7 +30,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..errors import MissingTool
+from ..errors import MissingTool, UserError
 from ..model import ExecResult
 from .base import _KILL_MATCHING, Machine, MachineUnreachable, Process
 from .inventory import HostSpec
@@ -76,6 +77,7 @@ class SshMachine(Machine):
         self._options: list[str] | None = None
         self._closed = False
         self._forwards: dict[tuple[str, int] | str, str] = {}  # local end -> its -L spec
+        self._connect_wait = CONNECT_TIMEOUT + 20.0  # seconds the master may take to come up
 
     @property
     def virtbench_dir(self) -> str | None:
@@ -100,7 +102,7 @@ class SshMachine(Machine):
         """ssh options for this host (without the destination); host key pinning resolved once."""
         if self._options is None:
             spec = self.spec
-            opts = ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}",
+            opts = [*self._first_options(), "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}",
                     "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
                     "-o", f"ControlPath={self._control_path()}"]
             if spec.port:
@@ -112,6 +114,10 @@ class SshMachine(Machine):
             opts += self._host_key_options()
             self._options = opts
         return self._options
+
+    def _first_options(self) -> list[str]:
+        """Options that come before the defaults (ssh keeps the first value it is given)."""
+        return []
 
     def _host_key_options(self) -> list[str]:
         spec = self.spec
@@ -168,7 +174,7 @@ class SshMachine(Machine):
             # `ssh -O check` round trip per command.
             if self._master and os.path.exists(self._control_path()):
                 return
-            res = _run(self.ssh_argv(master=True), timeout=CONNECT_TIMEOUT + 20)
+            res = _run(self.ssh_argv(master=True), timeout=self._connect_wait)
             if not res.ok:
                 self._master = False
                 raise MachineUnreachable(self.name, _ssh_error(res))
@@ -198,10 +204,8 @@ class SshMachine(Machine):
             self.connect()
         except MachineUnreachable as exc:
             return ExecResult(argv, 255, "", f"ssh: cannot reach {self.name}: {exc.reason}", started, time.time())
-        limit = "0" if timeout is None else f"{timeout:.3f}".rstrip("0").rstrip(".")
         token = secrets.token_hex(8)
-        pairs = [f"{k}={v}" for k, v in (env or {}).items()]
-        remote = shlex.join(["sh", "-c", _WRAPPER, "vb", cwd or "", limit, token, str(len(pairs)), *pairs, *argv])
+        remote = remote_command(argv, token, timeout=timeout, env=env, cwd=cwd)
         res = self._call(remote, stdin=stdin, timeout=None if timeout is None else timeout + 15, token=token)
         res.argv = argv
         res.started = started
@@ -342,6 +346,91 @@ def _free_local_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def remote_command(argv: Sequence[str], token: str, *, timeout: float | None = None,
+                   env: Mapping[str, str] | None = None, cwd: str | None = None) -> str:
+    """The one string ssh hands the remote login shell: the fixed wrapper and every argument
+    quoted once (shlex.join), so each arrives unchanged."""
+    limit = "0" if timeout is None else f"{timeout:.3f}".rstrip("0").rstrip(".")
+    pairs = [f"{k}={v}" for k, v in (env or {}).items()]
+    return shlex.join(["sh", "-c", _WRAPPER, "vb", cwd or "", limit, token, str(len(pairs)), *pairs,
+                       *[str(a) for a in argv]])
+
+
+SSH_ERROR = 255  # ssh's own exit status when it could not run the command
+GUEST_KEX = "curve25519-sha256,curve25519-sha256@libssh.org"
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyPair:
+    private: Path
+    public_line: str
+
+    @property
+    def public_b64(self) -> str:
+        """The base64 blob of an ed25519 public key (what goes on a kernel command line)."""
+        return self.public_line.split()[1]
+
+
+def make_keypair(directory: Path, comment: str = "virtbench") -> KeyPair:
+    """A new ed25519 key pair without a passphrase in `directory` (a run's own key)."""
+    key = directory / "id_ed25519"
+    res = _run([_ssh_binary("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)],
+               timeout=60)
+    if not res.ok:
+        raise UserError(f"ssh-keygen failed: {res.describe_failure()}")
+    return KeyPair(key, Path(f"{key}.pub").read_text().strip())
+
+
+class GuestMachine(SshMachine):
+    """A VM guest, reached by this same code: root with the run's key on a port forwarded to this
+    machine's 127.0.0.1, its host key pinned (made with the image), the user's ssh configuration
+    left out (it must not apply to 127.0.0.1), and a kex that costs little under TCG (the
+    post-quantum default costs ~0.2 s more per connection there)."""
+
+    kind = "guest"
+
+    def __init__(self, name: str, key: KeyPair, host_key_pub: str, port: int = 0):
+        super().__init__(HostSpec(name, "127.0.0.1", port or None, "root", str(key.private),
+                                  host_key=" ".join(host_key_pub.split()[:2])))
+
+    @property
+    def reached_via(self) -> str | None:
+        return None
+
+    def set_port(self, port: int) -> None:
+        """The forwarded port changed (QEMU started again on another one)."""
+        with self._lock:
+            self.spec = dataclasses.replace(self.spec, port=port)
+            self._options = None
+
+    def _first_options(self) -> list[str]:
+        return ["-F", "/dev/null", "-o", "ConnectTimeout=20", "-o", "ServerAliveInterval=10",
+                "-o", "ServerAliveCountMax=6", "-o", f"KexAlgorithms={GUEST_KEX}", "-o", "UpdateHostKeys=no",
+                "-o", "CheckHostIP=no", "-o", "LogLevel=ERROR"]
+
+    def open(self, timeout: float = 30.0) -> str | None:
+        """Bring the master connection up within `timeout`: None when it is up, else why not (the
+        caller retries while the guest boots)."""
+        self._connect_wait = timeout
+        try:
+            self.connect()
+            return None
+        except MachineUnreachable as exc:
+            return exc.reason
+
+    def is_open(self) -> bool:
+        # The master removes its socket when it ends (the guest's connection closed).
+        return self._master and os.path.exists(self._control_path())
+
+    def disconnect(self) -> None:
+        """End the master connection (the guest reboots); open() makes a new one."""
+        with self._lock:
+            if self._master and os.path.exists(self._control_path()):
+                _run([_ssh_binary(), "-o", f"ControlPath={self._control_path()}", "-O", "exit",
+                      self.spec.destination], timeout=5)
+            self._master = False
 
 
 def _run(argv: list[str], timeout: float, stdin: bytes | None = None) -> ExecResult:

@@ -1,4 +1,5 @@
-"""One VM: its disk, its QEMU (on the VM's machine, through that machine's executor), its SSH channel.
+"""One VM: its disk, its QEMU (on the VM's machine, through that machine's executor), and the machine
+inside it: the guest over SSH (machines/ssh.py:GuestMachine, the same OpenSSH code as remote hosts).
 
 Lifecycle marks, each from an event:
   requested  before the instance disk is made and QEMU spawned
@@ -27,7 +28,8 @@ from .. import image
 from ..instances import Instance
 from ..errors import UserError
 from ..model import EnvSpec, ExecResult
-from . import disk, guest, qemu, segment, ssh
+from ..machines.ssh import SSH_ERROR, GuestMachine
+from . import disk, guest, qemu, segment
 from .qemu import DEVICE_MODELS, NIC_DEVICES
 from .segment import Segment
 from .site import Site
@@ -72,7 +74,7 @@ class VmInstance(Instance):
         self.proc = None  # machines.Process of QEMU
         self.qmp: qemu.Qmp | None = None
         self.console: qemu.Console | None = None
-        self.channel: ssh.Channel | None = None
+        self.inside: GuestMachine | None = None  # the machine inside it: the guest over SSH
         self.disk_path: Path | None = None
         self.disk_format = "raw"
         self.disk_prep_s: float | None = None
@@ -101,7 +103,7 @@ class VmInstance(Instance):
             self._fail(str(exc))
         self.disk_path, self.disk_format, self.disk_prep_s = disk.make_instance_disk(
             self.base, self.mdir, self.s["image_mode"], self.machine)
-        self.channel = ssh.Channel(0, self.driver.keypair(), self.bootfiles.host_key_pub, self.dir)
+        self.inside = GuestMachine(self.name, self.driver.keypair(), self.bootfiles.host_key_pub)
         for attempt in range(SPAWN_RETRIES):
             if self._spawn():
                 break
@@ -198,7 +200,7 @@ class VmInstance(Instance):
         self.console = qemu.Console(qemu.unix_connect(con_here).makefile("rb"), self.dir / "console.log")
         ssh_here = m.forward("127.0.0.1", self.port)
         self._reach.append(ssh_here)
-        self.channel.port = ssh_here[1]
+        self.inside.set_port(ssh_here[1])
         self.qmp.execute("cont")
         self.mark("running", self.qmp.event_time("RESUME") or time.time())
         return True
@@ -220,9 +222,9 @@ class VmInstance(Instance):
         last = ""
         while True:
             self._check_guest(marker_index)
-            why = self.channel.open(timeout=max(1.0, min(30.0, deadline - time.monotonic())))
+            why = self.inside.open(timeout=max(1.0, min(30.0, deadline - time.monotonic())))
             if why is None:
-                res = self.channel.exec(["mkdir", "-p", SCRATCH], timeout=max(5.0, deadline - time.monotonic()))
+                res = self.inside.run(["mkdir", "-p", SCRATCH], timeout=max(5.0, deadline - time.monotonic()))
                 if res.ok:
                     marks["ready"] = res.ended
                     self.mark("ready", res.ended)
@@ -272,21 +274,21 @@ class VmInstance(Instance):
         if gone := self._gone(argv):
             return gone
         now = time.time()
-        if not self.channel.is_open():
-            why = self.channel.open(timeout=30) if self.alive() else "the VM is not running"
+        if not self.inside.is_open():
+            why = self.inside.open(timeout=30) if self.alive() else "the VM is not running"
             if why:
-                return ExecResult(argv, ssh.SSH_ERROR, "", f"instance {self.name}: no SSH connection: {why}",
+                return ExecResult(argv, SSH_ERROR, "", f"instance {self.name}: no SSH connection: {why}",
                                   now, time.time())
-        res = self.channel.exec(argv, timeout=timeout, stdin=stdin, env=env)
-        if res.returncode == ssh.SSH_ERROR and not res.timed_out and not self.alive():
+        res = self.inside.run(argv, timeout=timeout, stdin=stdin, env=env)
+        if res.returncode == SSH_ERROR and not res.timed_out and not self.alive():
             res.stderr = res.stderr.rstrip() + f"\ninstance {self.name} is not running (QEMU exited)"
         return res
 
     def copy_in(self, src: Path, dest: str) -> None:
-        self.channel.copy_in(src, dest)
+        self.inside.put(src, dest)
 
     def copy_out(self, src: str, dest: Path) -> None:
-        self.channel.copy_out(src, dest)
+        self.inside.get(src, dest)
 
     def bin(self, name: str) -> str:
         return f"{image.GUEST_BIN_DIR}/{name}"
@@ -350,9 +352,9 @@ class VmInstance(Instance):
             index = len(self.console.markers)
         # Detached, so the SSH session returns at once instead of hanging on a guest that vanishes
         # under it (a reset TCP peer behind QEMU's NAT is only noticed by keep-alive timeouts).
-        res = self.channel.exec(["sh", "-c", "busybox setsid sh -c 'sleep 0.3; sync; busybox reboot' "
+        res = self.inside.run(["sh", "-c", "busybox setsid sh -c 'sleep 0.3; sync; busybox reboot' "
                                              "</dev/null >/dev/null 2>&1 &"], timeout=30)
-        self.channel.close()
+        self.inside.disconnect()
         if not res.ok:
             raise UserError(f"{self.name}: asking the guest to reboot failed: {res.describe_failure()}")
         return index
@@ -454,8 +456,8 @@ class VmInstance(Instance):
     def _destroy(self) -> None:
         with self._lock:
             self._cancelled = True
-        if self.channel is not None:
-            self.channel.close()
+        if self.inside is not None:
+            self.inside.close()
         self._stop_qemu()
         if self.segment is not None:
             self.segment.hosts.pop(self.name, None)
