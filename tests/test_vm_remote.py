@@ -58,7 +58,7 @@ def test_vm_on_a_testbed_host(guest_image, testbed2, tmp_path):
         assert meta["machine"] == HOST and meta["accelerator"] in ("kvm", "tcg")
         assert HOST in meta["network"]
         # The guest's SSH port is on the host's loopback; this machine uses a forward of it.
-        ssh_here = inst.channel.port
+        ssh_here = inst.inside.spec.port  # the guest machine dials that forward
         reach = list(inst._reach)
         assert ("127.0.0.1", ssh_here) in reach and len(machine._forwards) == len(reach)
         remote_dir = str(inst.mdir)
