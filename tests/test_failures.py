@@ -2,6 +2,7 @@
 the end summary with the whole first line of the reason, and --retry-failed in the same run."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -144,3 +145,39 @@ def test_retry_after_the_host_is_fixed_completes_the_run(ghost, tmp_path):
         assert pipe[0]["n"] == 2 and pipe[0]["failures"] == 2  # the earlier failures stay as data
     finally:
         testbed.down("vbfr", force=True)
+
+
+def test_some_repetitions_failed_are_said_once_with_the_whole_reason(tmp_path):
+    """A kernel that crashes on every other call (a stand-in wrapper around the real vb-system): the
+    failure is said once per cell, on the workload's row, with the line after the colon, in the
+    terminal, the JSON and the report alike."""
+    from virtbench import paths
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for f in paths.native_bin_dir().iterdir():
+        if f.name != "vb-system":
+            (fake / f.name).symlink_to(f)
+    (fake / "vb-system").write_text(
+        "#!/bin/sh\nn=$(cat %s 2>/dev/null || echo 0); n=$((n+1)); echo $n > %s\n"
+        "if [ $((n %% 2)) -eq 0 ]; then echo 'vb-system: the kernel stopped:' >&2; echo '  out of cheese' >&2; "
+        "exit 3; fi\nexec %s \"$@\"\n" % (tmp_path / "n", tmp_path / "n", paths.native_bin_dir() / "vb-system"))
+    (fake / "vb-system").chmod(0o755)
+    db = str(tmp_path / "r.sqlite")
+    env = {**os.environ, "VIRTBENCH_BIN": str(fake)}
+    args = [sys.executable, "-m", "virtbench.cli", "run", "--workload", "system", "--param", "test=dhrystone",
+            "--param", "copies=1", "--duration", "0.05", "--envs", "host", "--repeat", "4", "--db", db]
+    res = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
+    assert res.returncode == outcomes.EXIT_OK, res.stderr  # every cell has results
+    (line,) = [ln for ln in res.stdout.splitlines() if "failed repetitions" in ln]
+    assert "out of cheese" in line and "dhrystone@host x2" in line
+    rid = res.stdout.split()[1]
+    data = analysis.results(Store(db), rid)
+    warned = [r for r in data["results"] if any("failed repetition" in w for w in r["warnings"])]
+    assert [(r["metric"], r["environment"]) for r in warned] == [("dhrystone", "host")]
+    md = subprocess.run([sys.executable, "-m", "virtbench.cli", "report", rid, "--format", "md", "--db", db],
+                        capture_output=True, text=True, timeout=300).stdout
+    # once in the header's warnings, with the reason; not again in its table of result warnings
+    assert md.count("failed repetition(s) of system") == 1 and "out of cheese" in md
+    table = md[md.index("**Result warnings**"):md.index("> Methods")]
+    assert "only 2 samples" in table and "failed repetition" not in table

@@ -16,8 +16,6 @@ from .store import Store
 EXIT_OK = 0  # every cell has results
 EXIT_SOME_FAILED = 3  # some cells have results, others failed or never ran
 EXIT_NONE_SUCCEEDED = 4  # no cell has results
-EXIT_CODES_HELP = ("Exit status: 0 every cell has results; 3 some cells failed (the others have results); "
-                   "4 nothing succeeded; 2 a usage or set-up error; 130 interrupted.")
 
 
 def cell_outcomes(store: Store, run_id: str) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 
 from ..analysis import reason_line
@@ -173,12 +174,16 @@ def warnings(data: RunData) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+_FAILED = re.compile(r"^\d+ failed repetition\(s\): ")
+
+
 def _result_warnings(data: RunData) -> list:
     """Noise and outlier warnings of single results: one summary line, then a table of them."""
     cells = []
     for r in data.results["results"]:
         if r["n"]:
-            for w in r.get("warnings") or []:
+            # failed repetitions are in the header's warnings already, per cell, with their reasons
+            for w in [w for w in r.get("warnings") or [] if not _FAILED.match(w)]:
                 where = describe(r["params"], r["condition"], hide=("duration",))
                 cells.append([f"{r['workload']} {r['metric']}", where, r["environment"], w])
     if not cells:
