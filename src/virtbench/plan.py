@@ -27,6 +27,7 @@ class Plan:
     repetitions: tuple[int, int]  # in all, warm-ups included: at least, at most
     seconds: tuple[float, float]  # for the pairs with an estimate
     unknown: list[str] = field(default_factory=list)  # workloads without an estimate
+    unknown_ceiling: float = 0.0  # what their timeouts allow, at most
     time_budget: float | None = None
 
     @property
@@ -56,7 +57,8 @@ class Plan:
             if self.time_budget and self.time_budget < self.seconds[1]:
                 when += f" (time budget {human(self.time_budget)} for the adaptive repetitions)"
         if self.unknown:
-            when += f"; not counting {', '.join(self.unknown)} (no estimate per repetition)"
+            when += (f"; not counting {', '.join(self.unknown)}: no estimate per repetition (their timeouts "
+                     f"allow up to {human(self.unknown_ceiling)})")
         return f"{head}; {when}, plus starting instances"
 
 
@@ -89,7 +91,7 @@ def make(matrix: Matrix, only: set[tuple[str, str]] | None = None) -> Plan:
     high_reps = max(policy.max_repetitions, low_reps)
     warm = AUTO_WARMUP if policy.warmup == "auto" else (int(policy.warmup), int(policy.warmup))
     pairs, cells, envs_used, unknown = 0, 0, set(), {}
-    seconds = [0.0, 0.0]
+    seconds, ceiling = [0.0, 0.0], 0.0
     for cell in matrix.cells:
         envs = [e for e in cell_environments(cell, names) if only is None or (cell["key"], e) in only]
         if not envs:
@@ -97,13 +99,15 @@ def make(matrix: Matrix, only: set[tuple[str, str]] | None = None) -> Plan:
         cells += 1
         pairs += len(envs)
         envs_used.update(envs)
-        each = workloads.get(cell["workload"]).expected_seconds(cell["params"])
+        wl = workloads.get(cell["workload"])
+        each = wl.expected_seconds(cell["params"])
         if each is None:
             unknown[cell["workload"]] = unknown.get(cell["workload"], 0) + 1
+            ceiling += len(envs) * (policy.timeout or wl.timeout(cell["params"])) * (high_reps + warm[1])
             continue
         per = each + OVERHEAD_SECONDS
         seconds[0] += len(envs) * per * (low_reps + warm[0])
         seconds[1] += len(envs) * per * (high_reps + warm[1])
     return Plan(cells, len(envs_used), pairs, low_reps, high_reps, warm,
                 (pairs * (low_reps + warm[0]), pairs * (high_reps + warm[1])), (seconds[0], seconds[1]),
-                [f"{w} ({n} cell{'s' if n > 1 else ''})" for w, n in unknown.items()], policy.time_budget)
+                [f"{w} ({n} cell{'s' if n > 1 else ''})" for w, n in unknown.items()], ceiling, policy.time_budget)

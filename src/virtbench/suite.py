@@ -129,6 +129,8 @@ def load(path: str | Path, *, envs: list[str] | None = None, repeat: int | None 
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML: {exc}", "fix the syntax at that line") from None
+    if isinstance(doc.get("boot"), dict):  # a `virtbench boot` grid, not a matrix of workloads
+        raise UserError(f"{path} is a boot suite (it has a [boot] table)", f"run it with: virtbench boot --suite {path}")
     # Each part is checked on its own, so one run of `virtbench run` names every problem of the file.
     _check_keys(where, doc, (), ("suite", "shapes", "environments", "workloads"))
     meta = doc.get("suite", {})
