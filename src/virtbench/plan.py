@@ -10,8 +10,12 @@ from dataclasses import dataclass, field
 from . import stats, workloads
 from .suite import Matrix, cell_environments
 
-# Per repetition on top of the workload's own seconds: starting its process, the monitor, storing.
-OVERHEAD_SECONDS = 0.3
+# Per repetition on top of the workload's own seconds: starting its process, the monitor, storing;
+# by driver. Measured on the 2-core development machine under load 5-9 (system tests, duration 0.3):
+# a host attempt took 0.04 s more than its duration, a container one 0.94 s more (podman exec).
+# The rest are estimates of the same order (a command over ssh, a pod exec through the API).
+OVERHEAD_SECONDS = {"host": 0.1, "container": 1.0, "pods": 1.0, "vm": 0.5, "ssh": 0.5, "cloud": 0.5}
+DEFAULT_OVERHEAD = 0.5
 ASK_ABOVE_SECONDS = 3600.0  # a run estimated longer asks before it starts (on a terminal)
 AUTO_WARMUP = (2, 5)  # warmup = "auto": two runs that agree at best, five at most (runner.WARMUP_MAX)
 
@@ -87,6 +91,7 @@ def make(matrix: Matrix, only: set[tuple[str, str]] | None = None) -> Plan:
     """The plan of `matrix`; `only`: just these (cell key, environment) pairs (a retry)."""
     policy = matrix.policy
     names = [e.name for e in matrix.environments]
+    driver = {e.name: e.driver for e in matrix.environments}
     low_reps = verdict_minimum(policy.min_repetitions, policy.max_repetitions)
     high_reps = max(policy.max_repetitions, low_reps)
     warm = AUTO_WARMUP if policy.warmup == "auto" else (int(policy.warmup), int(policy.warmup))
@@ -105,9 +110,9 @@ def make(matrix: Matrix, only: set[tuple[str, str]] | None = None) -> Plan:
             unknown[cell["workload"]] = unknown.get(cell["workload"], 0) + 1
             ceiling += len(envs) * (policy.timeout or wl.timeout(cell["params"])) * (high_reps + warm[1])
             continue
-        per = each + OVERHEAD_SECONDS
-        seconds[0] += len(envs) * per * (low_reps + warm[0])
-        seconds[1] += len(envs) * per * (high_reps + warm[1])
+        per = sum(each + OVERHEAD_SECONDS.get(driver[e], DEFAULT_OVERHEAD) for e in envs)
+        seconds[0] += per * (low_reps + warm[0])
+        seconds[1] += per * (high_reps + warm[1])
     return Plan(cells, len(envs_used), pairs, low_reps, high_reps, warm,
                 (pairs * (low_reps + warm[0]), pairs * (high_reps + warm[1])), (seconds[0], seconds[1]),
                 [f"{w} ({n} cell{'s' if n > 1 else ''})" for w, n in unknown.items()], ceiling, policy.time_budget)
