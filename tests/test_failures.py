@@ -101,6 +101,7 @@ def test_some_cells_failed_exit_3_json_and_retry_only_those(ghost, tmp_path):
                   and a["cell_key"] == cells["pipe"] and not a["warmup"])
     assert reps == [0, 1, 2, 3]
     assert [e["kind"] for e in store.events(rid)] == ["retry-failed"]
+    assert "failed cells retried 1 time(s)" in res.stdout.splitlines()[0]
     assert store.run(rid)["status"] == "completed"
     res = vb("run", "--resume", rid, "--db", db)
     assert res.returncode == 2 and "--retry-failed" in res.stderr

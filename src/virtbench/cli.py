@@ -345,6 +345,11 @@ def _show(store: Store, run_id: str, as_json: bool) -> None:
     missing = len(outcome.get("failed", [])) + len(outcome.get("not_run", []))
     status = data["status"] + (f"; {missing} of {outcome['cells'] - outcome['skipped']} cells have no results"
                                if missing else "")
+    kinds = [e["kind"] for e in store.events(data["run_id"])]
+    if "resumed" in kinds:  # repetitions from more than one session
+        status += f"; interrupted and resumed {kinds.count('resumed')} time(s)"
+    if "retry-failed" in kinds:
+        status += f"; failed cells retried {kinds.count('retry-failed')} time(s)"
     out.print(f"run [bold]{data['run_id']}[/bold] ({status}), suite {data['suite']}, "
               f"baseline [bold]{data['baseline']}[/bold]")
     for env in store.environments(data["run_id"]):  # a VM's accelerator: KVM, or TCG emulation
