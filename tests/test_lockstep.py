@@ -53,6 +53,8 @@ def test_environments_run_in_rounds_with_rotating_order_and_equal_counts(tmp_pat
     assert order == [(r, e) for r in range(8) for e in (("a", "b") if r % 2 == 0 else ("b", "a"))]
     rounds = {(s["environment"], json.loads(s["metadata_json"])["round"]) for s in _measured(store.samples(rid))}
     assert rounds == {(e, r) for e in "ab" for r in range(8)}
+    given = [json.loads(s["metadata_json"])["cpu_given"] for s in _measured(store.samples(rid))]
+    assert all(g["window_s"] >= 0.05 and g["own_cores"] > 0 and g["others_cores"] >= 0 for g in given)
     b_row = _b_row(store, rid)
     assert b_row["pairs"] == 8 and b_row["holes"] == 0 and b_row["ratio_ci_method"] == "signed-rank (paired rounds)"
     assert not any("unpaired" in w or "round(s)" in w for w in b_row["warnings"])

@@ -61,11 +61,11 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
 
     series_keys = {c["workload"]: _series_key(c["workload"]) for c in cells.values()}
     groups: dict[tuple[str, str, Any], dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
-    loads: dict[tuple, dict] = {}
+    loads: dict[tuple, dict] = {}  # one sample's metadata per attempt: the machine's load and CPU given
     for s in store.samples(run_id):
         series = _series_of(s, series_keys.get(s["workload"]))
         groups[(s["cell_key"], s["metric"], series)][s["environment"]].append(s)
-        if '"load_1m"' in s["metadata_json"]:
+        if '"load_1m"' in s["metadata_json"] or '"cpu_given"' in s["metadata_json"]:
             m = json.loads(s["metadata_json"])
             loads[(s["cell_key"], s["environment"], m.get("repetition"))] = m
     failures: dict[tuple[str, str], int] = defaultdict(int)
@@ -141,27 +141,71 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
     return out
 
 
+#: Other programs' CPU (cores' worth, median over the repetitions) from which a machine counts as busy.
+BUSY_OTHERS = 0.25
+#: Steal (share of all CPUs' time taken by the hypervisor for other guests) from which it counts as busy.
+BUSY_STEAL = 0.05
+
+
+def _given(metas: list[dict]) -> list[dict]:
+    return [m["cpu_given"] for m in metas if isinstance(m.get("cpu_given"), dict)]
+
+
+def _median_of(given: list[dict], key: str) -> float | None:
+    vals = [g[key] for g in given if isinstance(g.get(key), (int, float))]
+    return float(statistics.median(vals)) if vals else None
+
+
 def machine_load(metas: list[dict]) -> dict[str, Any] | None:
-    """Was the machine busy? From the 1-minute load average recorded before the run and at the start
-    of each repetition (sample metadata). Busy before: load >= half the cores with nothing of ours
-    running yet. Busy during: the median load exceeds the cores + 0.5, i.e. runnable tasks waited
-    for a CPU even counting one copy of ours per core."""
+    """Was the machine busy? From the CPU it gave each repetition (sample metadata `cpu_given`,
+    runner/cpugiven.py): busy during the run when other programs took a median of BUSY_OTHERS cores
+    or more, or the hypervisor stole BUSY_STEAL of the CPU time; the kernel's CPU pressure (share of
+    the time some task waited for a CPU, which counts our own tasks too) is reported beside them.
+    Busy before: the 1-minute load average was at least half the cores with nothing of ours running
+    yet. Runs stored before `cpu_given` fall back to the load average during the run (median above
+    the cores + 0.5)."""
     during = sorted(m["load_1m"] for m in metas if isinstance(m.get("load_1m"), (int, float)))
-    if not during:
+    given = _given(metas)
+    if not during and not given:
         return None
     cores = next((m["cores_here"] for m in metas if m.get("cores_here")), None) or 1
     before = next((m["load_before_run"] for m in metas if isinstance(m.get("load_before_run"), (int, float))), None)
-    median = float(statistics.median(during))
+    median = float(statistics.median(during)) if during else None
     busy_before = before is not None and before >= 0.5 * cores
-    busy_during = median > cores + 0.5
-    out = {"cores": cores, "before_run": before, "during_median": median, "during_max": during[-1],
-           "busy": busy_before or busy_during, "note": None}
+    out: dict[str, Any] = {"cores": cores, "before_run": before, "during_median": median,
+                           "during_max": during[-1] if during else None, "note": None}
+    what = [f"load average {before:.2f} before the run"] if busy_before else []
+    if given:
+        others = _median_of(given, "others_cores") or 0.0
+        steal = _median_of(given, "steal") or 0.0
+        psi = _median_of(given, "psi_some")
+        peak = max((g["others_cores"] for g in given if isinstance(g.get("others_cores"), (int, float))), default=0.0)
+        out.update(measured="cpu_given", others_cores_median=others, others_cores_max=peak, steal_median=steal,
+                   psi_some_median=psi)
+        busy_during = others >= BUSY_OTHERS or steal >= BUSY_STEAL
+        if busy_during:
+            what.append(f"other programs took a median {others:.2f} cores (max {peak:.2f}) during the repetitions"
+                        + (f", the hypervisor stole {steal * 100:.0f} %" if steal >= BUSY_STEAL else "")
+                        + (f", some task waited for a CPU {psi * 100:.0f} % of the time" if psi is not None else ""))
+    else:
+        out["measured"] = "load average"
+        busy_during = median is not None and median > cores + 0.5
+        if busy_during:
+            what.append(f"load average median {median:.2f} (max {during[-1]:.2f}) during it")
+    out["busy"] = busy_before or busy_during
     if out["busy"]:
-        what = [f"load average {before:.2f} before the run"] if busy_before else []
-        what += [f"median {median:.2f} (max {during[-1]:.2f}) during it"] if busy_during else []
         out["note"] = (f"busy machine: {' and '.join(what)}, on {cores} cores: other programs competed for the CPU, "
                        "so intervals are wider and ratios may be shifted; rerun on a quiet machine to confirm")
     return out
+
+
+def _busy_cause(metas: list[dict]) -> str:
+    """For a noisy row: what other programs took while its repetitions ran, if that was much."""
+    given = _given(metas)
+    others = _median_of(given, "others_cores")
+    if others is None or others < BUSY_OTHERS:
+        return ""
+    return f" (other programs took a median {others:.2f} cores during these repetitions: a busy machine)"
 
 
 def _cell_envs(cell: dict, env_order: list[str]) -> list[str]:
@@ -296,6 +340,8 @@ def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reason
     monitor = bool(meta.get("monitor"))
     # Resource use varies by nature; its spread is not a measurement-quality problem.
     warnings = stats.warnings_for(summary) if values and not monitor else []
+    cause = _busy_cause(metas)
+    warnings = [w + cause if w.startswith("noisy") else w for w in warnings]
     warnings += _sample_warnings(metas)
     warnings += ratio_notes
     row = {"cell_key": cell["key"], "workload": cell["workload"], "params": cell["params"],

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import conditions, drivers, machines, monitor, procs, stats, sysinfo, workloads
+from . import conditions, cpugiven, drivers, machines, monitor, procs, stats, sysinfo, workloads
 from .analysis import FDR  # the tables' false discovery rate: the stopping rule aims at their level
 from .conditions import Applied, ConditionUnavailable
 from .drivers.base import DriverContext, Instance
@@ -422,9 +423,11 @@ class Runner:
                 meta["condition"] = dict(applied.metadata)
             ctx = RunContext(timeout=timeout, condition=cell["condition"], repetition=repetition, applied=applied)
             session = self._monitor_start(state, instances, timeout)
+            given = _cpu_snapshot(self._own_markers())
             try:
                 raw = wl.execute(instances, cell["params"], ctx)
             finally:
+                meta["cpu_given"] = cpugiven.between(given, _cpu_snapshot(self._own_markers()))
                 watched = self._monitor_stop(session, ctx)
             found = wl.parse(raw, cell["params"])
             if not found:
@@ -462,6 +465,13 @@ class Runner:
         if status != "ok":
             self._drop_dead(state)
         return found if status == "ok" else []
+
+    def _own_markers(self) -> tuple[str, ...]:
+        """Command-line strings that mark a process as this run's (cpugiven): the run id (work
+        directories, VM run directories) and the container driver's name prefix, whose conmon is
+        not our child (drivers/container.py _name)."""
+        short = re.sub(r"[^a-zA-Z0-9]", "", self.run_id or "")[-8:] or "run"
+        return (self.run_id or "", f"vb-{short}-")
 
     def _machines_meta(self, instances: dict[str, list[Instance]]) -> dict[str, Any]:
         """`machines`: the names of the machines the instances ran on, with kernel and CPU of each."""
@@ -609,6 +619,13 @@ class Runner:
             if tally.consecutive_failures >= GIVE_UP_AFTER:
                 tally.finished, tally.stop_reason = True, f"gave up after {GIVE_UP_AFTER} failures in a row"
         return dict(tallies), next_round
+
+
+def _cpu_snapshot(markers: tuple[str, ...]) -> cpugiven.Snapshot | None:
+    try:
+        return cpugiven.snapshot(markers)
+    except Exception:  # a record, never a reason to fail a repetition
+        return None
 
 
 def _load() -> float | None:

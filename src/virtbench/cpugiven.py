@@ -1,0 +1,130 @@
+"""How much CPU this machine gave a run, measured around each repetition (issue 24, item 8).
+
+The 1-minute load average lags: repetitions whose throughput halved recorded a load of 1.52. These
+figures cover exactly the repetition's window instead, from three sources:
+
+- `/proc/stat`: the machine's busy and steal time (steal: what a hypervisor gave to other guests);
+- the run's own processes' CPU time (`/proc/PID/stat`: this process, its descendants, and
+  processes whose command line names the run, such as a container's conmon, whose parent is not
+  us, with their descendants); `others_cores` = the machine's busy time minus the run's, in cores'
+  worth of CPU over the window: what other programs took;
+- the kernel's pressure-stall information for CPU (`/proc/pressure/cpu`, Linux 4.20+ with PSI on):
+  the share of the window in which some runnable task waited for a CPU.
+
+Linux only; elsewhere (or where /proc cannot be read) `snapshot()` returns None and nothing is
+recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    t: float  # monotonic seconds
+    busy: float  # machine CPU seconds not idle (steal excluded), all CPUs
+    steal: float  # CPU seconds stolen by the hypervisor, all CPUs
+    # CPU seconds of the run's processes, each with its reaped children: a child that ends inside the
+    # window moves its time into its parent's, so the sum only grows by what was spent
+    own: float
+    psi_some_us: int | None  # /proc/pressure/cpu "some" total, microseconds
+
+
+def _proc_stat(root: Path) -> tuple[float, float] | None:
+    """(busy, steal) CPU seconds of the whole machine since boot."""
+    try:
+        line = (root / "stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    if line[0] != "cpu":
+        return None
+    v = [int(x) for x in line[1:]] + [0] * 10
+    user, nice, system, idle, iowait, irq, softirq, steal = v[:8]  # guest time is inside user/nice
+    return (user + nice + system + irq + softirq) / _TICK, steal / _TICK
+
+
+def _psi_some(root: Path) -> int | None:
+    try:
+        for line in (root / "pressure" / "cpu").read_text().splitlines():
+            if line.startswith("some "):
+                return int(line.rsplit("total=", 1)[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _processes(root: Path) -> dict[int, tuple[int, float]]:
+    """pid -> (ppid, CPU seconds of it and its reaped children)."""
+    out = {}
+    for entry in root.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
+        try:
+            ppid = int(fields[1])
+            cpu = sum(int(x) for x in fields[11:15]) / _TICK  # utime stime cutime cstime
+        except (IndexError, ValueError):
+            continue
+        out[int(entry.name)] = (ppid, cpu)
+    return out
+
+
+def _named(root: Path, pids, markers: tuple[str, ...]) -> set[int]:
+    found = set()
+    for pid in pids:
+        try:
+            cmd = (root / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(m in cmd for m in markers):
+            found.add(pid)
+    return found
+
+
+def snapshot(markers: tuple[str, ...] = (), *, root: Path = Path("/proc"), me: int | None = None) -> Snapshot | None:
+    """The machine's counters now. `markers`: strings that mark a process as the run's own when its
+    command line contains one (with its descendants)."""
+    stat = _proc_stat(root)
+    if stat is None:
+        return None
+    procs = _processes(root)
+    me = os.getpid() if me is None else me
+    roots = {me} | (_named(root, [p for p in procs if p != me], markers) if markers else set())
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    own: set[int] = set()
+    todo = [r for r in roots if r in procs]
+    while todo:
+        pid = todo.pop()
+        if pid not in own:
+            own.add(pid)
+            todo += children.get(pid, [])
+    return Snapshot(time.monotonic(), stat[0], stat[1], sum(procs[p][1] for p in own), _psi_some(root))
+
+
+def between(a: Snapshot | None, b: Snapshot | None, cores: int | None = None) -> dict[str, float | None] | None:
+    """What the machine gave between two snapshots: window seconds, `busy_cores` (machine),
+    `own_cores` (the run's processes), `others_cores` (the rest), `steal` and `psi_some` as shares
+    of the window (steal: of all CPUs' time)."""
+    if a is None or b is None or b.t <= a.t:
+        return None
+    window = b.t - a.t
+    cores = cores or os.cpu_count() or 1
+    busy = max(0.0, b.busy - a.busy)
+    own = min(busy, max(0.0, b.own - a.own))  # tick rounding must not make others negative
+    psi = None if a.psi_some_us is None or b.psi_some_us is None else (b.psi_some_us - a.psi_some_us) / 1e6 / window
+    return {"window_s": round(window, 4), "busy_cores": round(busy / window, 3),
+            "own_cores": round(own / window, 3), "others_cores": round((busy - own) / window, 3),
+            "steal": round(max(0.0, b.steal - a.steal) / window / cores, 4),
+            "psi_some": None if psi is None else round(min(1.0, max(0.0, psi)), 4)}
