@@ -375,7 +375,9 @@ class Runner:
         if base is None or not others:
             return all(stats.relative_ci_halfwidth([v for vs in by_round.values() for v in vs]) <= target
                        for t in tally.values() for by_round in t.values.values())
-        level = 1.0 - FDR / max(1, self._family_size(cell) * len(base.values))
+        # a series point (message size ...) is a table of its own in the analysis: count metrics only
+        metrics = {k[0] if isinstance(k, tuple) else k for k in base.values}
+        level = 1.0 - FDR / max(1, self._family_size(cell) * len(metrics))
         for env in others:
             for key, by_round in tally[env].values.items():
                 base_rounds = base.values.get(key, {})

@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""A/A on a busy machine (issue 24, item 4): do verdicts stay honest when other programs load it?
+
+Two identical environments (`a`, the baseline, and `b`: both `host`, or both `container` with
+--driver container) run six system tests (dhrystone, whetstone, pipe, syscall, execl, spawn;
+duration 0.3 s, 1 copy) under the runner's own rules: lockstep rounds, min 6 and max 20 rounds,
+ci_target 0.02 on the ratio's interval. Each mode runs --runs times:
+
+- busy: with stress-ng holding one core at about 50 % (`--cpu 1 --cpu-load 50`, started before
+  and stopped after each run by this script; it is not virtbench's child, so the run's `cpu_given`
+  counts it as another program's);
+- quiet: without it. Other developers may load the machine at the same time: each run records the
+  CPU other programs took (`machine_load`: `others_cores`, PSI) and the load average, printed
+  beside the figures, so a "quiet" run that was not quiet says so.
+
+Figures per run: rows flagged significant (of 6; the goal: at most 1, i.e. at most 5 % of rows
+over the runs), the median of the rows' ratio CI half-widths (goal: within 2 %), whether every cell
+has equal counts in both environments (no environment ran rounds alone), rounds per cell and wall
+time.
+
+A known difference must be found: `--replay N` (default 20) replays N runs from the rounds just
+measured in each mode, with `b` slowed by 5 % (each of its values x 0.95): per test, rounds are
+drawn with replacement from that mode's measured (a, b) pairs, the runner's stopping rule
+(Runner._targets_met's: the paired ratio at the table's level, min 6, max 20 rounds) decides when
+it stops, and the table's verdicts come from analysis._verdicts (Benjamini-Hochberg over the 6
+rows). Detected = significant with ratio < 1. This is a replay, not 20 live runs: it keeps the
+measured noise of a round but not the order of rounds in time (drift within a run is not
+replayed). The same replay without the slowdown is printed too (flags it should not raise).
+
+    python bench/aa_busy.py [--runs 3] [--modes busy,quiet] [--driver host] [--replay 20]
+                            [--load 50] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from virtbench import analysis, monitor, stats  # noqa: E402
+from virtbench.store import Store  # noqa: E402
+
+TESTS = ["dhrystone", "whetstone", "pipe", "syscall", "execl", "spawn"]
+MIN_N, MAX_N, TARGET, DURATION = 6, 20, 0.02, 0.3
+SLOWDOWN = 0.95
+
+SUITE = """\
+[suite]
+name = "aa-{driver}"
+description = "A/A: two identical {driver} environments (issue 24, bench/aa_busy.py)"
+baseline = "a"
+warmup = "auto"
+min_repetitions = {min_n}
+max_repetitions = {max_n}
+ci_target = {target}
+timeout = 120
+
+[environments.a]
+driver = "{driver}"
+
+[environments.b]
+driver = "{driver}"
+
+[[workloads]]
+name = "system"
+params = {{ duration = {duration}, copies = "1", test = {tests} }}
+"""
+
+
+def _virtbench() -> str:
+    exe = Path(sys.executable).with_name("virtbench")
+    return str(exe) if exe.exists() else "virtbench"
+
+
+def one_run(suite_path: Path, db: Path, busy_load: int | None) -> dict:
+    """One live A/A run (stress-ng around it when busy_load is set): the run's figures."""
+    stress = None
+    if busy_load is not None:
+        stress = subprocess.Popen(["stress-ng", "--cpu", "1", "--cpu-load", str(busy_load), "--timeout", "3600",
+                                   "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(2)  # let it settle into its duty cycle
+    load_before = os.getloadavg()[0]
+    t0 = time.time()
+    try:
+        res = subprocess.run([_virtbench(), "run", str(suite_path), "--db", str(db), "--json"],
+                             capture_output=True, text=True)
+    finally:
+        if stress is not None:
+            stress.send_signal(signal.SIGTERM)
+            try:
+                stress.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                stress.kill()
+                stress.wait()
+    wall = time.time() - t0
+    if res.returncode != 0:
+        raise SystemExit(f"virtbench run failed ({res.returncode}):\n{res.stderr[-3000:]}")
+    run_id = json.loads(res.stdout)["run_id"]
+    return figures(Store(db), run_id, wall=wall, load_before=load_before, stress=busy_load)
+
+
+def figures(store: Store, run_id: str, **extra) -> dict:
+    data = analysis.results(store, run_id)
+    rows = [r for r in data["results"] if r["environment"] == "b" and r["metric"] in TESTS]
+    counts: dict[tuple, int] = {}
+    for a in store.attempts(run_id):
+        if not a["warmup"]:
+            counts[(a["cell_key"], a["environment"])] = counts.get((a["cell_key"], a["environment"]), 0) + 1
+    cells = {k[0] for k in counts}
+    equal = all(counts.get((c, "a")) == counts.get((c, "b")) for c in cells)
+    half = [(r["ratio_ci_high"] - r["ratio_ci_low"]) / 2 / r["ratio"] for r in rows
+            if r["ratio_ci_low"] is not None and r["ratio_ci_high"] is not None]
+    pairs = pairs_of(store, run_id)
+    # the same rounds as two unpaired groups (what the ratio was before issue 24), at 95 %
+    unpaired = [stats.ratio([b for _, b in v], [a for a, _ in v]) for v in pairs.values() if len(v) >= 2]
+    unpaired_hw = [(u.ci_high - u.ci_low) / 2 / u.ratio for u in unpaired if math.isfinite(u.ci_low)]
+    paired95 = [stats.ratio_halfwidth(stats.paired_ratio([b for _, b in v], [a for a, _ in v]), 0.0)
+                for v in pairs.values() if len(v) >= 2]
+    return {"run_id": run_id, **extra, "flagged": sum(bool(r["significant"]) for r in rows), "rows": len(rows),
+            "median_halfwidth": statistics.median(half) if half else math.nan,
+            "halfwidths": {r["metric"]: (r["ratio_ci_high"] - r["ratio_ci_low"]) / 2 / r["ratio"] for r in rows
+                           if r["ratio_ci_low"] is not None},
+            "ratios": {r["metric"]: r["ratio"] for r in rows},
+            "verdicts": {r["metric"]: r["verdict"] for r in rows},
+            "equal_counts": equal, "rounds": {k[0]: v for k, v in counts.items() if k[1] == "a"},
+            "machine_load": data.get("machine_load"), "pairs": pairs,
+            "median_halfwidth_95_paired": statistics.median(paired95) if paired95 else math.nan,
+            "median_halfwidth_95_unpaired": statistics.median(unpaired_hw) if unpaired_hw else math.nan}
+
+
+def pairs_of(store: Store, run_id: str) -> dict[str, list[tuple[float, float]]]:
+    """test -> the run's (a, b) values round by round, where both have one."""
+    by: dict[tuple[str, int], dict[str, float]] = {}
+    for s in store.samples(run_id):
+        if monitor.is_monitor_sample(s["metadata_json"]) or s["metric"] not in TESTS:
+            continue
+        rnd = json.loads(s["metadata_json"]).get("round")
+        by.setdefault((s["metric"], rnd), {})[s["environment"]] = s["value"]
+    out: dict[str, list] = {}
+    for (test, _), v in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        if "a" in v and "b" in v:
+            out.setdefault(test, []).append((v["a"], v["b"]))
+    return out
+
+
+def replay(pool: dict[str, list[tuple[float, float]]], factor: float, runs: int, seed: int) -> list[dict]:
+    """Simulated runs from measured round pairs: b x factor, the runner's stopping rule, the
+    table's verdicts. Each test's pool is first centred on ratio 1 (b divided by the pool's own
+    Hodges-Lehmann ratio): a finite pool of A/A rounds has a centre of its own, a little off 1, and
+    resampling it would otherwise replay that offset as if it were a real difference."""
+    rng = np.random.default_rng(seed)
+    centred = {}
+    for test, pairs in pool.items():
+        centre = stats.paired_ratio([b for _, b in pairs], [a for a, _ in pairs]).ratio
+        centred[test] = [(a, b / centre) for a, b in pairs]
+    pool = centred
+    level = 1.0 - 0.05 / len(TESTS)  # Runner._targets_met: one comparison per test, one metric each
+    out = []
+    for _ in range(runs):
+        rows = []
+        for test in TESTS:
+            pairs = pool[test]
+            a, b = [], []
+            while True:
+                i = int(rng.integers(len(pairs)))
+                a.append(pairs[i][0])
+                b.append(pairs[i][1] * factor)
+                if len(a) >= MAX_N:
+                    break
+                if len(a) >= MIN_N:
+                    r = stats.paired_ratio(b, a, confidence=level)
+                    if stats.ratio_halfwidth(r, level) <= TARGET:
+                        break
+            r = stats.paired_ratio(b, a)
+            rows.append({"metric": test, "p_value": r.p_value, "_compared": True, "_min_p": r.min_p, "_seed": 0,
+                         "_paired": (b, a), "n": len(a), "ratio": r.ratio})
+        analysis._verdicts(rows, {}, lambda r: "table", lambda r: (None, None))
+        out.append({"detected": sum(bool(r["significant"]) and r["ratio_ci_high"] < 1 for r in rows),
+                    "flagged": sum(bool(r["significant"]) for r in rows),
+                    "rounds": [r["n"] for r in rows],
+                    "halfwidth": statistics.median((r["ratio_ci_high"] - r["ratio_ci_low"]) / 2 / r["ratio"]
+                                                   for r in rows)})
+    return out
+
+
+def _fmt_load(f: dict) -> str:
+    ml = f.get("machine_load") or {}
+    others = ml.get("others_cores_median")
+    psi = ml.get("psi_some_median")
+    return (f"others {others:.2f} cores" if others is not None else "others ?") + \
+        (f", PSI {psi * 100:.0f} %" if psi is not None else "") + f", load avg before {f['load_before']:.1f}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--modes", default="busy,quiet")
+    ap.add_argument("--driver", default="host", choices=["host", "container"])
+    ap.add_argument("--replay", type=int, default=20)
+    ap.add_argument("--load", type=int, default=50, help="stress-ng --cpu-load percent of one core (busy mode)")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if "busy" in args.modes and not shutil.which("stress-ng"):
+        raise SystemExit("stress-ng is not installed: apt-get install stress-ng (or run --modes quiet)")
+    work = Path(tempfile.mkdtemp(prefix="vb-aa-"))
+    suite_path = work / "aa.toml"
+    suite_path.write_text(SUITE.format(driver=args.driver, min_n=MIN_N, max_n=MAX_N, target=TARGET, duration=DURATION,
+                                       tests=json.dumps(TESTS)))
+    report: dict = {"driver": args.driver, "cores": os.cpu_count(), "modes": {}}
+    try:
+        for mode in [m for m in args.modes.split(",") if m]:
+            runs = []
+            for k in range(args.runs):
+                f = one_run(suite_path, work / f"{mode}.sqlite", args.load if mode == "busy" else None)
+                runs.append(f)
+                print(f"{mode} run {k + 1}: {f['flagged']} of {f['rows']} flagged, median ratio CI half-width "
+                      f"{f['median_halfwidth'] * 100:.2f} % (at 95 %: paired {f['median_halfwidth_95_paired'] * 100:.2f} "
+                      f"%, the same rounds unpaired {f['median_halfwidth_95_unpaired'] * 100:.2f} %), equal counts {f['equal_counts']}, rounds "
+                      f"{sorted(f['rounds'].values())}, {f['wall']:.0f} s; {_fmt_load(f)}", flush=True)
+            pool: dict[str, list] = {}
+            for f in runs:
+                for test, pairs in f["pairs"].items():
+                    pool.setdefault(test, []).extend(pairs)
+            slowed = replay(pool, SLOWDOWN, args.replay, seed=1)
+            same = replay(pool, 1.0, args.replay, seed=2)
+            total_rows = sum(f["rows"] for f in runs)
+            summary = {
+                "flagged_rows": sum(f["flagged"] for f in runs), "rows": total_rows,
+                "median_halfwidth": statistics.median(h for f in runs for h in f["halfwidths"].values()),
+                "equal_counts_runs": sum(f["equal_counts"] for f in runs), "runs": len(runs),
+                "replay_5pct_all_detected_runs": sum(r["detected"] == len(TESTS) for r in slowed),
+                "replay_5pct_rows_detected": sum(r["detected"] for r in slowed),
+                "replay_rows": len(TESTS) * len(slowed),
+                "replay_aa_flagged_rows": sum(r["flagged"] for r in same),
+                "replay_5pct_median_rounds": statistics.median(n for r in slowed for n in r["rounds"]),
+            }
+            report["modes"][mode] = {"runs": [{k: v for k, v in f.items() if k != "pairs"} for f in runs],
+                                     "summary": summary}
+            print(f"{mode}: {summary['flagged_rows']} of {total_rows} rows flagged; median ratio CI half-width "
+                  f"{summary['median_halfwidth'] * 100:.2f} %; equal counts in {summary['equal_counts_runs']} of "
+                  f"{len(runs)} runs")
+            print(f"{mode} replay ({args.replay} runs from the measured rounds): b slowed 5 %: all 6 rows detected in "
+                  f"{summary['replay_5pct_all_detected_runs']} of {args.replay} runs, "
+                  f"{summary['replay_5pct_rows_detected']} of {summary['replay_rows']} rows (median "
+                  f"{summary['replay_5pct_median_rounds']:.0f} rounds); unchanged: "
+                  f"{summary['replay_aa_flagged_rows']} of {summary['replay_rows']} rows flagged", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
