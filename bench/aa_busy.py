@@ -130,6 +130,13 @@ def figures(store: Store, run_id: str, **extra) -> dict:
     unpaired_hw = [(u.ci_high - u.ci_low) / 2 / u.ratio for u in unpaired if math.isfinite(u.ci_low)]
     paired95 = [stats.ratio_halfwidth(stats.paired_ratio([b for _, b in v], [a for a, _ in v]), 0.0)
                 for v in pairs.values() if len(v) >= 2]
+    # and the sign test's interval of the rounds' median ratio (no symmetry needed), for contrast
+    sign95 = []
+    for v in pairs.values():
+        d = np.log([b / a for a, b in v])
+        lo, hi, _ = stats.median_ci(d)
+        if math.isfinite(lo):
+            sign95.append((math.exp(hi) - math.exp(lo)) / 2 / math.exp(float(np.median(d))))
     return {"run_id": run_id, **extra, "flagged": sum(bool(r["significant"]) for r in rows), "rows": len(rows),
             "median_halfwidth": statistics.median(half) if half else math.nan,
             "halfwidths": {r["metric"]: (r["ratio_ci_high"] - r["ratio_ci_low"]) / 2 / r["ratio"] for r in rows
@@ -139,7 +146,8 @@ def figures(store: Store, run_id: str, **extra) -> dict:
             "equal_counts": equal, "rounds": {k[0]: v for k, v in counts.items() if k[1] == "a"},
             "machine_load": data.get("machine_load"), "pairs": pairs,
             "median_halfwidth_95_paired": statistics.median(paired95) if paired95 else math.nan,
-            "median_halfwidth_95_unpaired": statistics.median(unpaired_hw) if unpaired_hw else math.nan}
+            "median_halfwidth_95_unpaired": statistics.median(unpaired_hw) if unpaired_hw else math.nan,
+            "median_halfwidth_95_sign": statistics.median(sign95) if sign95 else math.nan}
 
 
 def pairs_of(store: Store, run_id: str) -> dict[str, list[tuple[float, float]]]:
@@ -229,7 +237,8 @@ def main() -> int:
                 runs.append(f)
                 print(f"{mode} run {k + 1}: {f['flagged']} of {f['rows']} flagged, median ratio CI half-width "
                       f"{f['median_halfwidth'] * 100:.2f} % (at 95 %: paired {f['median_halfwidth_95_paired'] * 100:.2f} "
-                      f"%, the same rounds unpaired {f['median_halfwidth_95_unpaired'] * 100:.2f} %), equal counts {f['equal_counts']}, rounds "
+                      f"%, the same rounds unpaired {f['median_halfwidth_95_unpaired'] * 100:.2f} %, sign test "
+                      f"{f['median_halfwidth_95_sign'] * 100:.2f} %), equal counts {f['equal_counts']}, rounds "
                       f"{sorted(f['rounds'].values())}, {f['wall']:.0f} s; {_fmt_load(f)}", flush=True)
             pool: dict[str, list] = {}
             for f in runs:
@@ -248,7 +257,7 @@ def main() -> int:
                 "replay_aa_flagged_rows": sum(r["flagged"] for r in same),
                 "replay_5pct_median_rounds": statistics.median(n for r in slowed for n in r["rounds"]),
             }
-            report["modes"][mode] = {"runs": [{k: v for k, v in f.items() if k != "pairs"} for f in runs],
+            report["modes"][mode] = {"runs": runs,
                                      "summary": summary}
             print(f"{mode}: {summary['flagged_rows']} of {total_rows} rows flagged; median ratio CI half-width "
                   f"{summary['median_halfwidth'] * 100:.2f} %; equal counts in {summary['equal_counts_runs']} of "
