@@ -61,15 +61,15 @@ def test_this_machine_tells_our_work_from_other_programs():
     # at a high priority where we may, so the loop gets its core on a machine others load too
     hog = (["nice", "-n", "-15"] if os.geteuid() == 0 else []) + ["timeout", "3", "sh", "-c", "while :; do :; done"]
     mark = ("marker-of-this-run",)
-    children = []
-    ours = _window(mark, lambda: children.append(subprocess.Popen(hog)))  # our child
+    child = []
+    ours = _window(mark, lambda: child.append(subprocess.Popen(hog)))  # our child
+    child[0].wait()  # each loop ends before the next window opens
     # the same loop detached (setsid: its parent is init), unmarked: another program's
     theirs = _window(mark, lambda: subprocess.run(["setsid", "-f", *hog], check=True))
+    time.sleep(2.0)
     # and detached but marked on its command line (as a container's conmon is): ours again
     marked = _window(mark, lambda: subprocess.run(["setsid", "-f", *hog, *mark], check=True))
-    for c in children:
-        c.wait()
-    time.sleep(2)
+    time.sleep(2.0)
     # Loose bounds: on a machine other developers load (load average 17 on 2 cores seen), the loop
     # got a quarter of a core; the snapshots' own scanning of /proc is ours too (~0.01-0.05 core).
     assert ours["own_cores"] >= 0.1 and ours["window_s"] >= 1.0

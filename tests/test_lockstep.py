@@ -184,3 +184,14 @@ def test_signed_rank_p_and_interval_agree_with_scipy_and_each_other():
             r = stats.paired_ratio(np.exp(d), np.ones(n))
             excludes = r.ci_low > 1 or r.ci_high < 1
             assert excludes == (r.p_value <= 0.05)  # the test inverted
+
+
+def test_a_samples_round_is_its_stored_repetition_also_after_earlier_rounds(tmp_path):
+    """--retry-failed stores a cell's new rounds after the ones it has (Runner._round_offset): the
+    round the analysis pairs by is that stored number, so new rounds never pair with old ones."""
+    m = _suite(tmp_path, target=10.0)
+    runner = Runner(Store(tmp_path / "r.sqlite"), m)
+    runner._round_offset = {m.cells[0]["key"]: 6}
+    rid = runner.start()
+    got = {(s["repetition"], json.loads(s["metadata_json"])["round"]) for s in _measured(runner.store.samples(rid))}
+    assert got == {(r, r) for r in range(6, 12)}

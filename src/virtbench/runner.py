@@ -417,7 +417,7 @@ class Runner:
             main = next(iter(instances.values()))[0]
             applied = self._conditions(state, cell, instances)
             meta = {**main.metadata(), "repetition": repetition, **self._machines_meta(instances),
-                    **({} if warmup else {"round": round_}),
+                    **({} if warmup else {"round": repetition}),  # the stored round: analysis pairs by it
                     "load_1m": _load(), "load_before_run": getattr(self, "_load_before", None),
                     "cores_here": os.cpu_count(),  # this machine's load: busy-machine detection
                     "warmups": tally.warmups}
