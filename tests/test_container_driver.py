@@ -62,6 +62,29 @@ def test_provisioned_pair(pair, guest_image):
         assert inst.alive()
 
 
+def test_the_machine_inside_a_container(pair, tmp_path):
+    """The container's own Machine (engine exec and cp through its host's): the file conveniences,
+    a working directory, and a background process stopped by its group."""
+    m = pair[0].inside
+    assert isinstance(m, engine.ContainerMachine) and m.host is pair[0].machine
+    d = m.scratch_dir("seam")
+    m.write_text(f"{d}/a b", "inside\n", mode=0o600)
+    assert m.read_text(f"{d}/a b") == "inside\n" and m.exists(f"{d}/a b") and m.file_size(f"{d}/a b") == 7
+    assert m.run(["pwd"], cwd=d, timeout=30).stdout.strip() == d
+    assert m.which("sh") and m.missing_programs(["sh", "vb-none"]) == ["vb-none"]
+    src = tmp_path / "src"
+    src.write_text("payload")
+    m.put(src, f"{d}/copied")
+    m.get(f"{d}/copied", tmp_path / "back")
+    assert (tmp_path / "back").read_text() == "payload"
+    proc = m.spawn(["sleep", "300"], f"{d}/sleep.log")
+    assert proc.alive()
+    proc.stop(grace=0.5)
+    assert not proc.alive()
+    m.rmtree(d)
+    assert not m.exists(d)
+
+
 def test_exec_output_env_and_stdin(pair):
     a = pair[0]
     res = a.exec(["echo", "hello", "two words"])

@@ -17,16 +17,16 @@ import json
 import os
 import shlex
 import shutil
-import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import image, procs
 from .errors import ConditionUnavailable, MissingTool, UserError
-from .machines import Machine, MachineUnreachable, local, ship
+from .machines import Machine, MachineUnreachable, Process, local, ship
+from .machines.base import KILL_GROUP, SPAWN
 from .model import ExecResult
 
 CLI_TIMEOUT = 120.0
@@ -83,11 +83,7 @@ def cwd_for(machine: Machine) -> str | None:
     """Where engine commands run on `machine`: on this one, a private directory of this user's. conmon
     (podman's container monitor) inherits the engine's working directory, and Debian 12's creates its
     `oom` marker file there when a container is OOM-killed: not in the user's current directory."""
-    if not machine.is_local:
-        return None
-    path = Path(tempfile.gettempdir()) / f"virtbench-engine-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
-    return str(path)
+    return machine.private_workdir()
 
 
 def tail(res: ExecResult, lines: int = 3) -> str:
@@ -324,3 +320,66 @@ def padded_image(engine: Engine, info: image.ImageInfo, size: str, log: Callable
         procs.run([*cli, "rm", "-f", name], timeout=120)
     mark_imported(*known)
     return padded
+
+
+class ContainerMachine(Machine):
+    """The inside of one container: commands by the engine's exec, files by its cp, every engine call
+    through the Machine of the host the engine runs on (so a container on an SSH host is the same)."""
+
+    kind = "container"
+
+    def __init__(self, name: str, host: Machine, engine: Engine):
+        super().__init__(name, None)
+        self.host, self.engine = host, engine
+
+    @property
+    def on(self) -> str:
+        return f" in {self.name}"
+
+    def _cli(self, *args: str, timeout: float | None = CLI_TIMEOUT, stdin: bytes | None = None) -> ExecResult:
+        return self.host.run([*self.engine.cli(), *args], timeout=timeout, stdin=stdin, cwd=cwd_for(self.host))
+
+    def run(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
+            env: Mapping[str, str] | None = None, cwd: str | None = None) -> ExecResult:
+        argv = [str(a) for a in argv]
+        cmd = ["exec", *(["-i"] if stdin is not None else [])]
+        for k, v in (env or {}).items():
+            cmd += ["--env", f"{k}={v}"]
+        if cwd:
+            cmd += ["--workdir", cwd]
+        cmd.append(self.name)
+        if timeout is not None:
+            # coreutils timeout inside the container, so the timed-out process dies in there too;
+            # the outer timeout only guards against a hung engine.
+            cmd += ["timeout", "-k", "5", f"{timeout:.3f}".rstrip("0").rstrip(".")]  # never 1e+06
+        res = self._cli(*cmd, *argv, timeout=None if timeout is None else timeout + 15, stdin=stdin)
+        timed_out = res.timed_out or (timeout is not None and res.seconds >= timeout
+                                      and res.returncode in (124, 137))
+        return ExecResult(argv, res.returncode, res.stdout, res.stderr, res.started, res.ended, timed_out)
+
+    def put(self, src: Path, dest: str, mode: int | None = None) -> None:
+        with self.host.staged(src) as there:  # the engine copies from a file on its machine
+            res = self._cli("cp", there, f"{self.name}:{dest}", timeout=600)
+        if not res.ok:
+            raise OSError(f"copy of {src} into {self.name}:{dest} failed: {tail(res)}")
+        if mode is not None:
+            self.run(["chmod", f"{mode:o}", dest], timeout=60)
+
+    def get(self, src: str, dest: Path) -> None:
+        with self.host.fetched(dest) as there:  # the engine copies to a file on its machine
+            res = self._cli("cp", f"{self.name}:{src}", there, timeout=600)
+            if not res.ok:
+                raise OSError(f"copy of {self.name}:{src} to {dest} failed: {tail(res)}")
+
+    def spawn(self, argv: Sequence[str], log: str, env: Mapping[str, str] | None = None,
+              cwd: str | None = None) -> Process:
+        argv = [str(a) for a in argv]
+        res = self.run(["sh", "-c", SPAWN, "vb", cwd or "", log, *(f"{k}={v}" for k, v in (env or {}).items()),
+                        *argv], timeout=60)
+        pid = res.stdout.strip()
+        if not res.ok or not pid.isdigit():
+            raise OSError(f"starting {argv[0]} in {self.name} failed: {tail(res)}")
+        return Process(self, int(pid), log, argv)
+
+    def kill_group(self, pgid: int, grace: float = 2.0) -> None:
+        self.run(["sh", "-c", KILL_GROUP, "vb", str(pgid), str(max(1, int(grace * 10)))], timeout=grace + 30)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import cpuset, engine, hostdirs, image, procs
+from .. import engine as engine_mod
 from ..engine import CLI_TIMEOUT, Engine, ensure_image, mark_imported, pick_engine, probe, remove, tail
 from ..errors import ConditionUnavailable, MissingTool, UserError
 from ..hostdirs import start_ticks
@@ -58,6 +59,7 @@ class ContainerInstance(Instance):
                  machine: Machine | None = None):
         super().__init__(name, env, role, index)
         self.machine = machine or local()
+        self.inside = engine_mod.ContainerMachine(name, self.machine, engine)  # the machine inside it
         self.engine = engine
         self.image = info
         self.container_id: str | None = None
@@ -134,33 +136,16 @@ class ContainerInstance(Instance):
         argv = [str(a) for a in argv]
         if gone := self._gone(argv):
             return gone
-        cmd = ["exec", *(["-i"] if stdin is not None else [])]
-        for k, v in (env or {}).items():
-            cmd += ["--env", f"{k}={v}"]
-        cmd.append(self.name)
-        if timeout is not None:
-            # coreutils timeout inside the container, so the timed-out process dies in there too;
-            # the outer timeout only guards against a hung engine.
-            cmd += ["timeout", "-k", "5", f"{timeout:.3f}".rstrip("0").rstrip(".")]  # never 1e+06
-        res = self._cli(*cmd, *argv, timeout=None if timeout is None else timeout + 15, stdin=stdin)
-        timed_out = res.timed_out or (timeout is not None and res.seconds >= timeout
-                                      and res.returncode in (124, 137))
-        stderr = res.stderr
-        if res.returncode != 0 and not timed_out and not self.alive():
-            stderr = stderr.rstrip() + f"\ninstance {self.name} is not running (container stopped or killed)"
-        return ExecResult(argv, res.returncode, res.stdout, stderr, res.started, res.ended, timed_out)
+        res = self.inside.run(argv, timeout=timeout, stdin=stdin, env=env)
+        if res.returncode != 0 and not res.timed_out and not self.alive():
+            res.stderr = res.stderr.rstrip() + f"\ninstance {self.name} is not running (container stopped or killed)"
+        return res
 
     def copy_in(self, src: Path, dest: str) -> None:
-        with self.machine.staged(src) as there:  # the engine copies from a file on its machine
-            res = self._cli("cp", there, f"{self.name}:{dest}", timeout=600)
-        if not res.ok:
-            raise OSError(f"copy of {src} into {self.name}:{dest} failed: {tail(res)}")
+        self.inside.put(src, dest)
 
     def copy_out(self, src: str, dest: Path) -> None:
-        with self.machine.fetched(dest) as there:  # the engine copies to a file on its machine
-            res = self._cli("cp", f"{self.name}:{src}", there, timeout=600)
-            if not res.ok:
-                raise OSError(f"copy of {self.name}:{src} to {dest} failed: {tail(res)}")
+        self.inside.get(src, dest)
 
     def bin(self, name: str) -> str:
         return f"{image.GUEST_BIN_DIR}/{name}"

@@ -46,6 +46,16 @@ pids=$(find); [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
 exit 0
 """
 
+# Start argv in its own session, output to a log, print its pid: $1 cwd, $2 log, then env pairs and argv.
+SPAWN = ('d=$1; log=$2; shift 2; if [ -n "$d" ]; then cd "$d" || exit 126; fi; '
+          'setsid env "$@" >"$log" 2>&1 </dev/null & echo $!')
+# SIGTERM a process group, SIGKILL it after $2 tenths of a second: $1 pgid.
+KILL_GROUP = ('g=$1; n=$2; kill -TERM "-$g" 2>/dev/null || exit 0; i=0; '
+              # alive = a process of the group that is not a zombie (init may reap late)
+              'alive() { ps -e -o pgid=,stat= | awk -v g="$g" \'$1 == g && $2 !~ /^Z/ {f = 1} END {exit !f}\'; }; '
+              'while alive && [ "$i" -lt "$n" ]; do sleep 0.1; i=$((i+1)); done; '
+              'alive && kill -KILL "-$g" 2>/dev/null; exit 0')
+
 _GROUP_ALIVE = "ps -e -o pgid=,stat= | awk -v g=\"$1\" '$1 == g && $2 !~ /^Z/ {f = 1} END {exit !f}'"
 
 
@@ -237,6 +247,11 @@ class Machine(ABC):
     def mountinfo(self) -> str:
         """/proc/self/mountinfo of the machine's sessions ('' if unreadable)."""
         return self.read_text("/proc/self/mountinfo")
+
+    def private_workdir(self) -> str | None:
+        """A directory of this user's to start tools in, so what they drop in their working directory
+        lands there (None: wherever commands start on the machine)."""
+        return None
 
     def is_root(self) -> bool:
         if self._root is None:

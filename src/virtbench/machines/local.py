@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -190,6 +191,11 @@ class LocalMachine(Machine):
 
     def rmtree(self, path: str | Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
+
+    def private_workdir(self) -> str | None:
+        path = Path(tempfile.gettempdir()) / f"virtbench-engine-{os.getuid()}"
+        path.mkdir(mode=0o700, exist_ok=True)
+        return str(path)
 
     def is_root(self) -> bool:
         return os.geteuid() == 0

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ..errors import MissingTool, UserError
 from ..model import ExecResult
-from .base import _KILL_MATCHING, Machine, MachineUnreachable, Process
+from .base import KILL_GROUP as _KILL, SPAWN as _SPAWN, _KILL_MATCHING, Machine, MachineUnreachable, Process
 from .inventory import HostSpec
 
 CONNECT_TIMEOUT = 10
@@ -46,13 +46,6 @@ _WRAPPER = ('d=$1; t=$2; export VIRTBENCH_EXEC="$3"; n=$4; shift 4; '
             'while [ "$n" -gt 0 ]; do export "$1"; shift; n=$((n - 1)); done; '
             'if [ -n "$d" ]; then cd "$d" || exit 126; fi; '
             'if [ "$t" = 0 ]; then exec "$@"; fi; exec timeout -k 5 "$t" "$@"')
-_SPAWN = ('d=$1; log=$2; shift 2; if [ -n "$d" ]; then cd "$d" || exit 126; fi; '
-          'setsid env "$@" >"$log" 2>&1 </dev/null & echo $!')
-_KILL = ('g=$1; n=$2; kill -TERM "-$g" 2>/dev/null || exit 0; i=0; '
-         # alive = a process of the group that is not a zombie (init may reap late)
-         'alive() { ps -e -o pgid=,stat= | awk -v g="$g" \'$1 == g && $2 !~ /^Z/ {f = 1} END {exit !f}\'; }; '
-         'while alive && [ "$i" -lt "$n" ]; do sleep 0.1; i=$((i+1)); done; '
-         'alive && kill -KILL "-$g" 2>/dev/null; exit 0')
 
 
 @functools.lru_cache(maxsize=None)
