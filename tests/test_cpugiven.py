@@ -10,7 +10,7 @@ import pytest
 from virtbench import analysis, cpugiven
 
 
-def _proc(root, *, busy_ticks, steal_ticks, psi_us, procs):
+def _proc(root, *, busy_ticks, steal_ticks, psi_us, procs, cgroups=None):
     """A /proc with the lines virtbench reads, in the kernel's formats (captured from Linux 6.1)."""
     idle = 100000
     (root / "stat").write_text(f"cpu  {busy_ticks} 0 0 {idle} 0 0 0 {steal_ticks} 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
@@ -23,6 +23,8 @@ def _proc(root, *, busy_ticks, steal_ticks, psi_us, procs):
         # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime ...
         (d / "stat").write_text(f"{pid} (a b) S {ppid} 1 1 0 -1 4194304 10 0 0 0 {ticks} 0 0 0 20 0 1 0 5 6 7\n")
         (d / "cmdline").write_bytes(cmd.replace(" ", "\0").encode() + b"\0")
+        group = cgroups.get(pid, "/") if cgroups else "/"
+        (d / "cgroup").write_text(f"9:name=systemd:/\n3:cpu,cpuacct:{group}\n0::{group}\n")
 
 
 def test_between_splits_the_machine_into_the_runs_share_and_the_rest(tmp_path, monkeypatch):
@@ -55,6 +57,31 @@ def _window(markers, start, seconds=1.0):
     a = cpugiven.snapshot(markers)
     time.sleep(seconds)
     return cpugiven.between(a, cpugiven.snapshot(markers))
+
+
+def test_a_containers_processes_count_by_its_cgroup(tmp_path, monkeypatch):
+    """An exec session starts and ends inside the window under a conmon that init reaps: its CPU is
+    in no process tree at the end, but it is in the container's cgroup (cgroup v1 layout here)."""
+    monkeypatch.setattr(cpugiven, "_TICK", 100)
+    proc, cg = tmp_path / "proc", tmp_path / "cgroup"
+    proc.mkdir()
+    ctr = "/libpod_parent/libpod-abc"
+    usage = cg / "cpuacct" / "libpod_parent" / "libpod-abc" / "cpuacct.usage"
+    usage.parent.mkdir(parents=True)
+    (cg / "cpuacct" / "cpuacct.usage").write_text("900000000000\n")  # the root cgroup: the whole machine
+    procs = {1: (0, 0, "/sbin/init"), 10: (1, 0, "python virtbench"),
+             20: (1, 0, "conmon -n vb-2745ab12-c-main-0"), 21: (20, 30, "sleep infinity"),
+             22: (20, 0, "podman container cleanup")}
+    groups = {20: "/libpod_parent/conmon", 21: ctr, 22: "/"}
+    usage.write_text("300000000\n")  # 0.3 s so far
+    _proc(proc, busy_ticks=1000, steal_ticks=0, psi_us=0, procs=procs, cgroups=groups)
+    a = cpugiven.snapshot(("vb-2745ab12-",), root=proc, me=10, cgroot=cg)
+    assert set(a.groups) == {"cpuacct:" + ctr}  # not the root cgroup of podman's helper
+    usage.write_text("1300000000\n")  # the exec session used 1 s in the container, then vanished
+    _proc(proc, busy_ticks=1150, steal_ticks=0, psi_us=0, procs=procs, cgroups=groups)
+    b = cpugiven.snapshot(("vb-2745ab12-",), root=proc, me=10, cgroot=cg)
+    got = cpugiven.between(a, cpugiven.Snapshot(a.t + 1.0, b.busy, b.steal, b.own, b.psi_some_us, b.groups), cores=2)
+    assert got["own_cores"] == 1.0 and got["others_cores"] == 0.5  # machine 1.5 s busy, 1 s of it ours
 
 
 def test_this_machine_tells_our_work_from_other_programs():

@@ -6,8 +6,11 @@ figures cover exactly the repetition's window instead, from three sources:
 - `/proc/stat`: the machine's busy and steal time (steal: what a hypervisor gave to other guests);
 - the run's own processes' CPU time (`/proc/PID/stat`: this process, its descendants, and
   processes whose command line names the run, such as a container's conmon, whose parent is not
-  us, with their descendants); `others_cores` = the machine's busy time minus the run's, in cores'
-  worth of CPU over the window: what other programs took;
+  us, with their descendants); a container's processes are counted by its cgroup's CPU usage
+  instead (cpuacct.usage, or cpu.stat on cgroup v2), because a `podman exec` session starts and
+  ends inside the window under a conmon that init reaps, taking its CPU time out of any tree;
+  `others_cores` = the machine's busy time minus the run's, in cores' worth of CPU over the
+  window: what other programs took;
 - the kernel's pressure-stall information for CPU (`/proc/pressure/cpu`, Linux 4.20+ with PSI on):
   the share of the window in which some runnable task waited for a CPU.
 
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -34,6 +37,8 @@ class Snapshot:
     # window moves its time into its parent's, so the sum only grows by what was spent
     own: float
     psi_some_us: int | None  # /proc/pressure/cpu "some" total, microseconds
+    # cgroup path -> CPU seconds used in it: the cgroups (containers) of the marked processes' descendants
+    groups: dict[str, float] = field(default_factory=dict)
 
 
 def _proc_stat(root: Path) -> tuple[float, float] | None:
@@ -91,7 +96,50 @@ def _named(root: Path, pids, markers: tuple[str, ...]) -> set[int]:
     return found
 
 
-def snapshot(markers: tuple[str, ...] = (), *, root: Path = Path("/proc"), me: int | None = None) -> Snapshot | None:
+def _cgroup_of(root: Path, pid: int) -> str | None:
+    """The process's cpuacct cgroup (cgroup v1), else its unified one (v2)."""
+    try:
+        lines = (root / str(pid) / "cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    unified = None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "cpuacct" in controllers.split(","):
+            return "cpuacct:" + path
+        if controllers == "":
+            unified = "unified:" + path
+    return unified
+
+
+def _below(group: str, home: str) -> bool:
+    """A cgroup of its own: neither the marked process's nor one of its ancestors (a helper such as
+    podman's cleanup, which conmon starts in the root cgroup, would count the whole machine)."""
+    kind, path = group.split(":", 1)
+    home_kind, home_path = home.split(":", 1)
+    path, home_path = path.rstrip("/") + "/", home_path.rstrip("/") + "/"
+    return kind == home_kind and path != "/" and not home_path.startswith(path)
+
+
+def _cgroup_cpu(cgroot: Path, group: str) -> float | None:
+    """CPU seconds used in a cgroup so far (``"cpuacct:/path"`` or ``"unified:/path"``)."""
+    kind, path = group.split(":", 1)
+    try:
+        if kind == "cpuacct":
+            return int((cgroot / "cpuacct" / path.lstrip("/") / "cpuacct.usage").read_text()) / 1e9
+        for base in (cgroot / path.lstrip("/"), cgroot / "unified" / path.lstrip("/")):
+            stat = base / "cpu.stat"
+            if stat.exists():
+                for line in stat.read_text().splitlines():
+                    if line.startswith("usage_usec "):
+                        return int(line.split()[1]) / 1e6
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def snapshot(markers: tuple[str, ...] = (), *, root: Path = Path("/proc"), me: int | None = None,
+             cgroot: Path = Path("/sys/fs/cgroup")) -> Snapshot | None:
     """The machine's counters now. `markers`: strings that mark a process as the run's own when its
     command line contains one (with its descendants)."""
     stat = _proc_stat(root)
@@ -104,13 +152,30 @@ def snapshot(markers: tuple[str, ...] = (), *, root: Path = Path("/proc"), me: i
     for pid, (ppid, _) in procs.items():
         children.setdefault(ppid, []).append(pid)
     own: set[int] = set()
-    todo = [r for r in roots if r in procs]
-    while todo:
-        pid = todo.pop()
-        if pid not in own:
+    groups: dict[str, float] = {}
+    in_group: set[int] = set()
+    for r in roots:
+        if r not in procs:
+            continue
+        home = _cgroup_of(root, r) if r != me else None  # None: our own tree, counted by process
+        todo = [r]
+        while todo:
+            pid = todo.pop()
+            if pid in own:
+                continue
             own.add(pid)
             todo += children.get(pid, [])
-    return Snapshot(time.monotonic(), stat[0], stat[1], sum(procs[p][1] for p in own), _psi_some(root))
+            if home is not None and pid != r:  # a marked process's descendant in a cgroup of its own
+                group = _cgroup_of(root, pid)
+                if group and _below(group, home):
+                    if group not in groups:
+                        used = _cgroup_cpu(cgroot, group)
+                        if used is None:
+                            continue
+                        groups[group] = used
+                    in_group.add(pid)
+    return Snapshot(time.monotonic(), stat[0], stat[1], sum(procs[p][1] for p in own - in_group), _psi_some(root),
+                    groups)
 
 
 def between(a: Snapshot | None, b: Snapshot | None, cores: int | None = None) -> dict[str, float | None] | None:
@@ -122,7 +187,8 @@ def between(a: Snapshot | None, b: Snapshot | None, cores: int | None = None) ->
     window = b.t - a.t
     cores = cores or os.cpu_count() or 1
     busy = max(0.0, b.busy - a.busy)
-    own = min(busy, max(0.0, b.own - a.own))  # tick rounding must not make others negative
+    own = max(0.0, b.own - a.own) + sum(max(0.0, b.groups[g] - a.groups[g]) for g in a.groups if g in b.groups)
+    own = min(busy, own)  # tick rounding must not make others negative
     psi = None if a.psi_some_us is None or b.psi_some_us is None else (b.psi_some_us - a.psi_some_us) / 1e6 / window
     return {"window_s": round(window, 4), "busy_cores": round(busy / window, 3),
             "own_cores": round(own / window, 3), "others_cores": round((busy - own) / window, 3),
