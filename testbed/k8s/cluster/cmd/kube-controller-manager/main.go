@@ -1,0 +1,11 @@
+// kube-controller-manager, the upstream command unchanged.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+func main() { os.Exit(cli.Run(app.NewControllerManagerCommand())) }

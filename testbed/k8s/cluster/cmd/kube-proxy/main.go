@@ -1,0 +1,11 @@
+// kube-proxy, the upstream command unchanged.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-proxy/app"
+)
+
+func main() { os.Exit(cli.Run(app.NewProxyCommand())) }

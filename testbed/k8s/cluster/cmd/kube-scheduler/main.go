@@ -1,0 +1,11 @@
+// kube-scheduler, the upstream command unchanged.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+)
+
+func main() { os.Exit(cli.Run(app.NewSchedulerCommand())) }
