@@ -15,6 +15,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 
 from . import __version__, analysis, paths, render, workloads
 from .errors import UserError
+from .kubetestbed import commands as k8s_testbed
 from .runner import Events, Runner
 from .store import Store
 
@@ -615,17 +616,35 @@ def cleanup_cmd(run_id, all_of_mine, suite, provider, region, endpoint, profile,
 
 
 @cli.command("hosts")
-@click.option("--inventory", "-i", "inventory", required=True, type=click.Path(dir_okay=False),
-              help="an Ansible inventory file (YAML or INI)")
+@click.option("--inventory", "-i", "inventory", type=click.Path(dir_okay=False),
+              help="an Ansible inventory file (YAML or INI); required unless --kubernetes")
 @click.option("--group", "-g", "pattern", default="all", show_default=True,
               help="a group, a host, or a comma list of them")
 @click.option("--boot-probe", is_flag=True,
               help="boot a guest on each host (the vm driver's probe: KVM, else TCG) to say whether KVM really works")
+@click.option("--kubernetes", "k8s", is_flag=True,
+              help="list the nodes of the Kubernetes cluster (KUBECONFIG, else the testbed's) instead")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object per host, as a list")
-def hosts_cmd(inventory, pattern, boot_probe, as_json) -> None:
+def hosts_cmd(inventory, pattern, boot_probe, k8s, as_json) -> None:
     """Probe an inventory's hosts over SSH: reachable or why not, kernel, CPU, memory, /dev/kvm,
     podman, docker, Open MPI and python3; with --boot-probe, whether KVM really boots a guest
-    there. Exits 1 when a host is unreachable."""
+    there. With --kubernetes, the cluster's nodes: server version, address, Ready. Exits 1 when a
+    host is unreachable (or a node not Ready)."""
+    if k8s:
+        from .kubetestbed.status import cluster_rows
+
+        rows = cluster_rows()
+        if as_json:
+            _emit_json(rows)
+        for r in [] if as_json else rows:
+            out.print(f"{'[green]Ready[/green]   ' if r['ready'] else '[red]NotReady[/red]'} {r['name']}  "
+                      f"{r['address']}  kubelet {r['kubelet']}  (server {r['server']} {r['server_version']})",
+                      highlight=False)
+        if not rows or not all(r["ready"] for r in rows):
+            sys.exit(1)
+        return
+    if not inventory:
+        raise UserError("hosts needs --inventory (or --kubernetes for a cluster's nodes)")
     from .machines import inventory as inventory_mod
     from .machines.probe import probe_hosts
     from .machines import machine_for
@@ -670,6 +689,9 @@ def testbed() -> None:
     CPU, so their figures measure the network path and the remote machinery, not separate machines.
     Needs root, iproute2 and openssh-server.
     """
+
+
+testbed.add_command(k8s_testbed.k8s)
 
 
 @testbed.command("up")

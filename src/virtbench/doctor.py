@@ -44,7 +44,36 @@ def checks() -> list[dict[str, Any]]:
                         "detail": "; ".join(p.what for p in problems) or "ready",
                         "fix": "; ".join(p.fix for p in problems)})
     out += _condition_checks()
+    out.append(cluster_check())
     return out
+
+
+def cluster_check() -> dict[str, Any]:
+    """The Kubernetes cluster the pods driver's kubernetes backend would use: KUBECONFIG's, else the
+    testbed's (`virtbench testbed k8s up`): server version, nodes and whether each is Ready."""
+    import os
+
+    from .kubetestbed.configs import Layout
+    from .kubetestbed.status import describe
+    from .pods.cluster import explain_failure, kubeconfig_path
+
+    testbed = Layout().kubeconfig
+    if os.environ.get("KUBECONFIG"):
+        kc = kubeconfig_path()
+    elif testbed.is_file():
+        kc = testbed
+    else:
+        return {"name": "kubernetes cluster", "ok": True, "detail": "none configured (no KUBECONFIG, no testbed)",
+                "fix": "virtbench testbed k8s up starts one on this machine"}
+    try:
+        d = describe(kc)
+    except Exception as exc:
+        e = explain_failure(exc, "of the kubeconfig", kc)
+        return {"name": "kubernetes cluster", "ok": False, "detail": e.message, "fix": e.hint or ""}
+    nodes = ", ".join(f"{n['name']} ({'Ready' if n['ready'] else 'NotReady'})" for n in d["nodes"]) or "no nodes"
+    ok = bool(d["nodes"]) and all(n["ready"] for n in d["nodes"])
+    return {"name": "kubernetes cluster", "ok": ok, "detail": f"{d['server']} {d['server_version']} "
+            f"(kubeconfig {kc}): {nodes}", "fix": "" if ok else "kubectl describe node NAME says why"}
 
 
 def host_checks(inventory_path: str) -> list[dict[str, Any]]:

@@ -44,6 +44,7 @@ from . import container
 from .base import Driver, Instance, OptionSpec, Problem, Traits
 
 READY_TIMEOUT = 120.0
+SERVICE_SETTLE_S = 2.0
 _lock = threading.RLock()
 _serial = [0]
 
@@ -163,7 +164,8 @@ class PlayPod(_PodMixin, container.ContainerInstance):
 
 
 class ClusterPod(_PodMixin, Instance):
-    """A pod on a Kubernetes cluster; commands through kubectl exec."""
+    """A pod on a Kubernetes cluster; commands, copies and background processes through the API
+    server's exec (machines/kubepod.py), so the pod is one more Machine."""
 
     backend_name = "kubernetes"
     # On a cluster's nodes: neither this machine's kernel (the load generator's CPUs are not the pods')
@@ -171,22 +173,37 @@ class ClusterPod(_PodMixin, Instance):
     traits = Traits(monitor_scope="cgroup")
 
     def __init__(self, pod: dict[str, Any], env: EnvSpec, role: str, index: int, group: Group,
-                 driver: PodsDriver, kubectl: list[str], image_hash: str | None, server: str):
+                 driver: PodsDriver, image_hash: str | None, server: str):
+        from ..machines.kubepod import KubePodMachine
+
         super().__init__(pod["metadata"]["name"], env, role, index)
-        self.pod, self.group, self.driver, self.kubectl = pod["metadata"]["name"], group, driver, kubectl
+        self.pod, self.group, self.driver = pod["metadata"]["name"], group, driver
         self.pod_phases = from_pod_object(pod)
         status, spec = pod.get("status") or {}, pod.get("spec") or {}
         self.address = status.get("podIP")
         statuses = [s for s in status.get("containerStatuses") or [] if s.get("name") == CONTAINER]
+        cluster = group.backend
+        # self.machine stays this machine (where the client runs, what the monitor watches); the
+        # pod itself is a Machine that commands go to
+        self.pod_machine = KubePodMachine(cluster.api, cluster.namespace, self.pod, CONTAINER, self.address)
         self.facts = {"node": spec.get("nodeName"), "node_ip": status.get("hostIP"),
                       "qos_class": status.get("qosClass"),
                       "image": (spec.get("containers") or [{}])[0].get("image"),
                       "image_id": statuses[0].get("imageID") if statuses else None, "image_hash": image_hash,
-                      "namespace": group.backend.namespace, "server_version": server}
+                      "namespace": cluster.namespace, "server_version": server,
+                      "cluster_nodes": cluster.node_names(), "kubeconfig_server": cluster.server,
+                      "exec_via": "api-server exec (websocket v5.channel.k8s.io)"}
+        self.events: list[dict[str, Any]] = []
         self._ports: dict[int, tuple[str, int]] = {}
 
     def start_observed(self, requested: float) -> None:
         self._mark_phases(requested)
+        # The scheduler's and kubelet's own account of the start (Scheduled, Pulled, Created, Started).
+        with contextlib.suppress(Exception):
+            self.events = [{"reason": e.get("reason"), "at": e.get("eventTime") or e.get("lastTimestamp")
+                            or e.get("firstTimestamp"), "source": (e.get("source") or {}).get("component")
+                            or e.get("reportingComponent"), "message": e.get("message")}
+                           for e in self.group.backend.events(self.pod)]
         deadline = time.monotonic() + READY_TIMEOUT
         while True:  # the first command that runs is our "ready", as for containers
             res = self.exec(["mkdir", "-p", self.scratch_dir()], timeout=30)
@@ -202,27 +219,13 @@ class ClusterPod(_PodMixin, Instance):
         argv = [str(a) for a in argv]
         if gone := self._gone(argv):
             return gone
-        cmd = [*self.kubectl, "exec", *(["-i"] if stdin is not None else []), self.pod, "-c", CONTAINER, "--"]
-        if env:
-            cmd += ["env", *(f"{k}={v}" for k, v in env.items())]
-        if timeout is not None:  # coreutils timeout in the pod, so the command dies there too
-            cmd += ["timeout", "-k", "5", f"{timeout:.3f}".rstrip("0").rstrip(".")]
-        res = local().run([*cmd, *argv], timeout=None if timeout is None else timeout + 30, stdin=stdin)
-        timed_out = res.timed_out or (timeout is not None and res.seconds >= timeout and res.returncode in (124, 137))
-        return ExecResult(argv, res.returncode, res.stdout, res.stderr, res.started, res.ended, timed_out)
+        return self.pod_machine.run(argv, timeout=timeout, stdin=stdin, env=env)
 
     def copy_in(self, src: Path, dest: str) -> None:
-        res = self.exec(["sh", "-c", 'cat > "$1"', "sh", dest], timeout=600, stdin=Path(src).read_bytes())
-        if not res.ok:
-            raise OSError(f"copy of {src} into {self.pod}:{dest} failed: {res.describe_failure()}")
+        self.pod_machine.put(Path(src), dest)
 
     def copy_out(self, src: str, dest: Path) -> None:
-        import base64
-
-        res = self.exec(["base64", src], timeout=600)  # the exec's output is text
-        if not res.ok:
-            raise OSError(f"copy of {self.pod}:{src} to {dest} failed: {res.describe_failure()}")
-        Path(dest).write_bytes(base64.b64decode(res.stdout))
+        self.pod_machine.get(src, Path(dest))
 
     def bin(self, name: str) -> str:
         return f"{image.GUEST_BIN_DIR}/{name}"
@@ -250,8 +253,39 @@ class ClusterPod(_PodMixin, Instance):
                 self._ports[port] = (self.facts["node_ip"], svc.spec.ports[0].node_port)
             return self._ports[port]
 
+    def service_endpoint(self, peers: Sequence[Instance], port: int) -> tuple[str, int, dict[str, Any]]:
+        """A ClusterIP Service in front of `port` of exactly `peers` (pods of this group), kube-proxy
+        balancing: (cluster IP, port, what a sample records of it). The client must run on a node of
+        the cluster (the testbed: this machine is node 1). The Service goes with the group."""
+        cluster = self.group.backend
+        name = manifests.dns_name(f"{self.group.name}-svc{port}", 63)
+        want = {p.pod for p in peers}
+        with _lock:
+            for pod in cluster.pods(self.group.name):  # a pod of an earlier, larger cell leaves it
+                pname = pod["metadata"]["name"]
+                has = (pod["metadata"].get("labels") or {}).get("virtbench.svc") == name
+                if has and pname not in want:
+                    cluster.label_pod(pname, {"virtbench.svc": None})
+                elif not has and pname in want:
+                    cluster.label_pod(pname, {"virtbench.svc": name})
+            if name not in self.group.services.get("", []):
+                labels = dict(self.group.docs[-1]["metadata"]["labels"])
+                cluster.create([manifests.cluster_ip_service(name, port, labels)])
+                self.group.services.setdefault("", []).append(name)  # "": the group's, not one pod's
+        svc = cluster.core.read_namespaced_service(name, cluster.namespace)
+        t0 = time.monotonic()
+        while cluster.ready_endpoints(name) != want:
+            if time.monotonic() - t0 > 60:
+                raise UserError(f"Service {name}: endpoints {sorted(cluster.ready_endpoints(name))} never became "
+                                f"{sorted(want)}")
+            time.sleep(0.2)
+        time.sleep(SERVICE_SETTLE_S)  # kube-proxy programs the endpoints at most once a second
+        return svc.spec.cluster_ip, port, {"kind": "kubernetes ClusterIP Service (kube-proxy)", "name": name,
+                                           "cluster_ip": svc.spec.cluster_ip, "endpoints": len(want)}
+
     def metadata(self) -> dict[str, Any]:
-        return {**super().metadata(), **self._pod_metadata(), **self.facts,
+        return {**super().metadata(), **self._pod_metadata(), **self.facts, "pod_events": self.events,
+                "pod_event_resolution_s": RESOLUTION["kubernetes"],
                 "cpus": self.env.shape.vcpus, "memory_mb": self.env.shape.memory_mb}
 
     def _destroy(self) -> None:
@@ -269,9 +303,10 @@ class PodsDriver(Driver):
         "machine": OptionSpec(str, "", "kube-play: inventory host podman runs on (default: this machine)"),
         "context": OptionSpec(str, "", "kubernetes: kubeconfig context (default: the current one)"),
         "namespace": OptionSpec(str, "default", "kubernetes: namespace of the pods"),
-        "image": OptionSpec(str, "", "image reference; {hash} = the guest image's hash (kubernetes: required, "
-                                     "e.g. registry.example.org/bench/virtbench-guest:{hash}; kube-play: the "
-                                     "local guest image)"),
+        "image": OptionSpec(str, "", "image reference; {hash} = the guest image's hash (kubernetes: e.g. "
+                                     "registry.example.org/bench/virtbench-guest:{hash}; default on a `virtbench "
+                                     "testbed k8s` cluster: its registry, pushed there; kube-play: the local "
+                                     "guest image)"),
         "pvc": OptionSpec(str, "", "size of a PersistentVolumeClaim for the pods' scratch directory (e.g. 2Gi)"),
         "storage_class": OptionSpec(str, "", "kubernetes: storage class of the claim (default: the cluster's)"),
         "nfs_share": OptionSpec(str, "", "an existing NFS export SERVER:/EXPORT mounted at /vb-nfs in every pod "
@@ -303,9 +338,6 @@ class PodsDriver(Driver):
             self._clusters[key] = Cluster(opts["context"], opts["namespace"])
         return self._clusters[key]
 
-    def _kubectl(self, opts: dict[str, Any]) -> list[str]:
-        return ["kubectl", *(["--context", opts["context"]] if opts["context"] else []), "-n", opts["namespace"]]
-
     # -- checks -----------------------------------------------------------------------------------
     def check(self) -> list[Problem]:
         return container.ContainerDriver(self.context).check()  # kube-play, the default, needs the same
@@ -322,24 +354,24 @@ class PodsDriver(Driver):
             return problems + [Problem(f"option {k} is for the kubernetes backend",
                                        "remove it or set backend = \"kubernetes\"")
                                for k in ("context", "storage_class") if opts[k]]
-        if not opts["image"]:
-            problems.append(Problem("the kubernetes backend needs option image: a registry reference the cluster "
-                                    "can pull", "push the guest image (see docs/architecture.md, Pods) and set "
-                                    "image = \"REGISTRY/virtbench-guest:{hash}\""))
         if opts["machine"]:
             problems.append(Problem("option machine is for the kube-play backend", "remove it"))
-        if not shutil.which("kubectl"):
-            problems.append(Problem("kubectl is not installed (the kubernetes backend runs commands in pods "
-                                    "with kubectl exec)", "install kubectl"))
         try:
             cluster = self._cluster(opts)
+            cluster.probe()
+            if not opts["image"] and not cluster.testbed():
+                problems.append(Problem(
+                    f"the kubernetes backend needs option image (a registry reference the cluster can pull): "
+                    f"{cluster.server} is not a virtbench testbed, whose registry it would use",
+                    "push the guest image (see docs/architecture.md, Pods) and set "
+                    "image = \"REGISTRY/virtbench-guest:{hash}\""))
             if opts["storage_class"] and not cluster.has_storage_class(opts["storage_class"]):
                 problems.append(Problem(f"the cluster has no storage class {opts['storage_class']}",
                                         "kubectl get storageclass lists those it has"))
         except UserError as exc:
             problems.append(Problem(exc.message, exc.hint or ""))
-        except Exception as exc:  # the API answered with an error, or did not answer
-            problems.append(Problem(f"the cluster did not answer: {exc}", "kubectl cluster-info says why"))
+        except Exception as exc:  # the API answered with an error
+            problems.append(Problem(f"the cluster answered with an error: {exc}", "kubectl cluster-info says why"))
         return problems
 
     # -- provisioning ------------------------------------------------------------------------------
@@ -376,10 +408,39 @@ class PodsDriver(Driver):
             "virtbench.pidstart": container._process_start(pid) or "",
             "virtbench.host": socket.gethostname()}.items()}
 
+    def _cluster_image(self, cluster, info: image.ImageInfo) -> str:
+        """No image option against a testbed cluster: its registry, the guest image pushed there once."""
+        from ..kubetestbed.cluster import push_guest
+
+        if cluster.testbed() is None:
+            raise UserError(f"option image is needed: {cluster.server} is not a virtbench testbed")
+        with _lock:
+            return push_guest(info, log=lambda line: None)
+
+    def _sweep(self, cluster) -> None:
+        """Once per cluster: what a killed run of this machine left there goes, named in the run's notes."""
+        if getattr(cluster, "_swept", False):
+            return
+        cluster._swept = True
+        me = manifests.label_value(socket.gethostname())
+
+        def stale(labels: dict[str, str]) -> bool:
+            if labels.get("virtbench.host") != me or labels.get("virtbench.run") == manifests.label_value(
+                    self.context.run_id):
+                return False
+            pid, start = labels.get("virtbench.pid", ""), labels.get("virtbench.pidstart", "")
+            now = container._process_start(int(pid)) if pid.isdigit() else None
+            return now is None or bool(start and now != start)
+
+        self.stale_removed += [f"{name} on {cluster.server}" for name in cluster.sweep_stale(stale)]
+
     def provision(self, env: EnvSpec, count: int = 1, role: str = "main") -> list[Instance]:
         opts = self._opts(env)
         info = self._image()
-        ref = (opts["image"] or info.tag).replace("{hash}", info.hash)
+        if opts["backend"] == "kubernetes":
+            self._sweep(self._cluster(opts))
+        ref = (opts["image"] or (self._cluster_image(self._cluster(opts), info) if opts["backend"] == "kubernetes"
+                                 else info.tag)).replace("{hash}", info.hash)
         name = self._group_name(env, role)
         share, refusal = self._nfs(opts)
         docs = manifests.group(name, count, ref, self._labels(env, role), vcpus=env.shape.vcpus,
@@ -411,8 +472,8 @@ class PodsDriver(Driver):
                 for i, pod in enumerate(pods):
                     pname = pod["metadata"]["name"]
                     cluster.label_pod(pname, {"virtbench.pod": pname[-63:]})  # a Service can pick it
-                    inst = ClusterPod(pod, env, role, i, group, self, self._kubectl(opts),
-                                      info.hash if info.hash in ref else None, server)
+                    inst = ClusterPod(pod, env, role, i, group, self, info.hash if info.hash in ref else None,
+                                      server)
                     group.live.add(pname)
                     made.append(inst)
                     inst.start_observed(requested)

@@ -7,7 +7,11 @@ Objects go in as plain dicts (the generator's), and pods come back as the API's 
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from .. import paths
@@ -30,15 +34,52 @@ def _client():
     return client, config
 
 
+PROBE_TIMEOUT = 10.0
+
+
+def kubeconfig_path() -> Path:
+    """The kubeconfig the client loads: KUBECONFIG's first file, else ~/.kube/config."""
+    env = os.environ.get("KUBECONFIG", "")
+    first = next((p for p in env.split(os.pathsep) if p), "")
+    return Path(first).expanduser() if first else Path("~/.kube/config").expanduser()
+
+
+def explain_failure(exc: BaseException, server: str, kubeconfig: Path) -> UserError:
+    """One line for an API server that cannot be used: not answering, TLS refused, credentials refused."""
+    text = str(exc)
+    status = getattr(exc, "status", None)
+    if status in (401, 403):
+        return UserError(f"the API server {server} (kubeconfig {kubeconfig}) refused our credentials: "
+                         f"{status} {getattr(exc, 'reason', '')}".rstrip(),
+                         "the client certificate or token is wrong or expired: get a fresh kubeconfig "
+                         "(testbed: virtbench testbed k8s down, then up)")
+    low = text.lower()
+    if "certificate" in low or "ssl" in low:
+        why = "certificate has expired" if "expired" in low else \
+              "certificate verify failed" if "verify failed" in low else "TLS handshake failed"
+        return UserError(f"TLS with the API server {server} (kubeconfig {kubeconfig}) failed: {why}",
+                         "the kubeconfig's certificate-authority or client certificate does not match this "
+                         "server, or has expired: get a fresh kubeconfig")
+    why = "connection refused" if "refused" in low else "timed out" if "timed out" in low or "timeout" in low \
+        else text.splitlines()[-1][:160] if text else type(exc).__name__
+    return UserError(f"the API server {server} (kubeconfig {kubeconfig}) does not answer: {why}",
+                     "is the cluster up? (testbed: virtbench testbed k8s status)")
+
+
 class Cluster:
     def __init__(self, context: str = "", namespace: str = "default"):
         client, config = _client()
+        self.kubeconfig = kubeconfig_path()
         try:
             self.api = config.new_client_from_config(context=context or None)
         except Exception as exc:  # no kubeconfig, unknown context, unreadable file
-            raise UserError(f"cannot load the kubeconfig{f' context {context}' if context else ''}: {exc}",
+            raise UserError(f"cannot load the kubeconfig {self.kubeconfig}"
+                            f"{f' context {context}' if context else ''}: {exc}",
                             hint="set KUBECONFIG to your cluster's kubeconfig, or name its context") from None
+        self.server = self.api.configuration.host
         self.namespace = namespace
+        self._nodes: list[str] | None = None
+        self._version: str | None = None
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
         self.storage = client.StorageV1Api(self.api)
@@ -48,8 +89,46 @@ class Cluster:
         return self.api.sanitize_for_serialization(obj)
 
     def version(self) -> str:
-        from kubernetes import client
-        return client.VersionApi(self.api).get_code().git_version
+        if self._version is None:
+            from kubernetes import client
+            self._version = client.VersionApi(self.api).get_code(_request_timeout=PROBE_TIMEOUT).git_version
+        return self._version
+
+    def probe(self) -> str:
+        """The server version, or a UserError in one line naming the kubeconfig's server and why."""
+        try:
+            return self.version()
+        except Exception as exc:
+            raise explain_failure(exc, self.server, self.kubeconfig) from None
+
+    def node_names(self) -> list[str]:
+        """The cluster's nodes (recorded with every pod), Ready or not."""
+        if self._nodes is None:
+            self._nodes = sorted(n.metadata.name for n in self.core.list_node(_request_timeout=PROBE_TIMEOUT).items)
+        return self._nodes
+
+    def testbed(self) -> dict[str, Any] | None:
+        """What `virtbench testbed k8s up` wrote beside the kubeconfig (its registry), if it did."""
+        path = self.kubeconfig.parent / "registry.json"
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads(path.read_text())
+        return None
+
+    def sweep_stale(self, is_stale) -> list[str]:
+        """Delete virtbench's objects whose creating process is gone (`is_stale(labels)`): a killed
+        run's Deployments, Services, claims and volumes. Returns what went, as "Kind/name"."""
+        removed = []
+        found = [("Service", o) for o in self.core.list_namespaced_service(self.namespace, label_selector="virtbench=1").items]
+        found += [("Deployment", o) for o in self.apps.list_namespaced_deployment(self.namespace,
+                                                                                 label_selector="virtbench=1").items]
+        found += [("PersistentVolumeClaim", o) for o in self.core.list_namespaced_persistent_volume_claim(
+            self.namespace, label_selector="virtbench=1").items]
+        found += [("PersistentVolume", o) for o in self.core.list_persistent_volume(label_selector="virtbench=1").items]
+        for kind, obj in found:
+            if is_stale(obj.metadata.labels or {}):
+                self.delete(kind, obj.metadata.name)
+                removed.append(f"{kind}/{obj.metadata.name} (run {(obj.metadata.labels or {}).get('virtbench.run')})")
+        return removed
 
     def has_storage_class(self, name: str) -> bool:
         try:
@@ -109,7 +188,16 @@ class Cluster:
                 raise NotReady(f"{len(ready)} of {count} pods of {group} Ready after {timeout:g} s; {name}: {why}")
             time.sleep(POLL)
 
-    def label_pod(self, pod: str, labels: dict[str, str]) -> None:
+    def ready_endpoints(self, service: str) -> set[str]:
+        """Pod names behind a Service that its EndpointSlices list as ready."""
+        from kubernetes import client
+
+        got = client.DiscoveryV1Api(self.api).list_namespaced_endpoint_slice(
+            self.namespace, label_selector=f"kubernetes.io/service-name={service}")
+        return {e.target_ref.name for sl in got.items for e in sl.endpoints or []
+                if e.target_ref and (e.conditions is None or e.conditions.ready is not False)}
+
+    def label_pod(self, pod: str, labels: dict[str, str | None]) -> None:
         self.core.patch_namespaced_pod(pod, self.namespace, {"metadata": {"labels": labels}})
 
     def scale(self, deployment: str, replicas: int, cheap: list[str] = ()) -> None:

@@ -140,6 +140,13 @@ def node_port_service(name: str, pod_label: str, port: int, labels: dict[str, st
                      "ports": [{"port": port, "targetPort": port, "protocol": "TCP"}]}}
 
 
+def cluster_ip_service(name: str, port: int, labels: dict[str, str]) -> dict[str, Any]:
+    """A ClusterIP Service over the pods labelled `virtbench.svc: <name>` (kube-proxy balances)."""
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": dict(labels)},
+            "spec": {"type": "ClusterIP", "selector": {"virtbench.svc": name},
+                     "ports": [{"port": port, "targetPort": port, "protocol": "TCP"}]}}
+
+
 def group(name: str, replicas: int, image: str, labels: dict[str, str], *, vcpus: int | None = None,
           memory_mb: int | None = None, claim_size: str = "", storage_class: str = "",
           nfs: tuple[str, str] | None = None, namespace: str = "") -> list[dict[str, Any]]:

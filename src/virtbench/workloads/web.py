@@ -233,7 +233,9 @@ class Web(Workload):
         Param("replicas", int, 1, "server instances (nginx each); more than 1 needs the balancer", min=1, max=1024),
         Param("workers", int, 1, "nginx worker processes per server", min=1, max=256),
         Param("balancer", str, "nginx", "nginx: a reverse proxy in its own instance in front of the servers; "
-                                        "none: wrk talks to the single server", choices=("nginx", "none")),
+                                        "none: wrk talks to the single server; service: the platform's own "
+                                        "(a Kubernetes ClusterIP Service, kube-proxy balancing; pods with "
+                                        "backend = \"kubernetes\" only)", choices=("nginx", "none", "service")),
         Param("lb_workers", _positive_or_auto, 0, "balancer worker processes (0: one per CPU it sees)"),
         Param("file_size", int, 600, "bytes of the static file", min=1, max=1 << 30),
         Param("connections", int, 100, "wrk keep-alive connections", min=1, max=100000),
@@ -341,6 +343,15 @@ class Web(Workload):
             for inst, port in backends:
                 _wait_ready(*ctx.applied.route(*_endpoint(inst, port)), params["file_size"])
             target = ctx.applied.route(*_endpoint(*backends[0]))
+            if params["balancer"] == "service":
+                # The platform's balancer in front of the servers, wrk outside it (study 004's Service).
+                service = getattr(servers[0], "service_endpoint", None)
+                if service is None:
+                    raise WorkloadFailed(f"balancer = \"service\" needs a platform with Services ({servers[0].env.driver} "
+                                         f"has none): use pods with backend = \"kubernetes\", or balancer = \"nginx\"")
+                address, port, report["balancer"] = service(servers, PORT)
+                target = ctx.applied.route(address, port)
+                _wait_ready(*target, params["file_size"])
             if lb is not None:
                 port = _free_port() if _is_loopback(lb) else PORT
                 listen = f"127.0.0.1:{port}" if _is_loopback(lb) else str(port)
@@ -402,6 +413,7 @@ class Web(Workload):
             raise ValueError("wrk completed no request")
         wall = client["wall_s"] or w["seconds"]
         meta = {"latency_model": LATENCY_MODEL, "wrk_requests": w["requests"], "wrk_seconds": w["seconds"],
+                **({"service": report["balancer"]} if report.get("balancer") else {}),
                 "wrk_threads": client["threads"], "errors_detail": w["errors_detail"], "parsed_from": w["source"]}
         out = [
             Sample("requests_per_second", w["rps"], "req/s", True, meta),
