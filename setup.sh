@@ -19,6 +19,7 @@ APT_PACKAGES=(
   qemu-system-x86 openssh-client openssh-server kmod
   nfs-ganesha nfs-ganesha-vfs rpcbind socat nfs-common
   liblapack-dev
+  containerd containernetworking-plugins iptables curl
 )
 
 missing=()
@@ -48,6 +49,22 @@ if ! cmp -s requirements.lock .venv/.requirements.lock; then
 fi
 .venv/bin/pip install -q --disable-pip-version-check --no-deps -e . >/dev/null
 
+# Go builds the Kubernetes testbed (testbed/k8s, `virtbench testbed k8s up`); Debian 12's is too old.
+# /usr/local/go when it is there, else the toolchain module from the Go module proxy, unpacked once
+# into the user's cache (where virtbench looks for it).
+GO_TOOLCHAIN=go1.26.8
+go_dir="${XDG_CACHE_HOME:-$HOME/.cache}/virtbench/go/toolchain-$GO_TOOLCHAIN"
+if [ ! -x /usr/local/go/bin/go ] && [ ! -x "$go_dir/bin/go" ]; then
+  echo "==> Go $GO_TOOLCHAIN from proxy.golang.org (golang.org/toolchain) into $go_dir"
+  tmp=$(mktemp -d)
+  curl -fsSL -o "$tmp/go.zip" "https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-$GO_TOOLCHAIN.linux-amd64.zip"
+  python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$tmp/go.zip" "$tmp/x"
+  mkdir -p "$(dirname "$go_dir")"
+  mv "$tmp/x/golang.org/toolchain@v0.0.1-$GO_TOOLCHAIN.linux-amd64" "$go_dir"
+  chmod +x "$go_dir"/bin/* "$go_dir"/pkg/tool/*/*
+  rm -rf "$tmp"
+fi
+
 echo "==> make -C native"
 make -s -C native
 
@@ -58,6 +75,8 @@ case "$job" in
     .venv/bin/virtbench run suites/quick.toml ;;
   test)
     .venv/bin/virtbench image build
+    # the live Kubernetes tests' cluster: built once per pin into the user's cache (minutes cold)
+    .venv/bin/virtbench testbed k8s build
     # pytest exits 5 when it collected nothing: that is a failure here too.
     .venv/bin/python -m pytest -q -ra ;;
   *) echo "setup.sh: unknown job '$job' (use: quick, test, or nothing)" >&2; exit 2 ;;

@@ -1,9 +1,8 @@
 """Pods driver, pure parts: manifest generation and pod phases on recorded objects (tests/data/pods,
-see its README for where each came from); the kubernetes-client path against a real cluster only
-when KUBECONFIG names one."""
+see its README for where each came from). The kubernetes backend against a real cluster (the
+testbed's) is in test_k8s_testbed.py."""
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -105,41 +104,6 @@ def test_timestamp_formats():
         phases.timestamp("yesterday")
 
 
-def _cluster_reachable():
-    if not os.environ.get("KUBECONFIG"):
-        return "KUBECONFIG is not set: no Kubernetes cluster to test the kubernetes backend against"
-    try:
-        from virtbench.pods.cluster import Cluster
-        Cluster().version()
-    except Exception as exc:
-        return f"the cluster of KUBECONFIG did not answer: {exc}"
-    return ""
-
-
-@pytest.mark.skipif(bool(_cluster_reachable()), reason=_cluster_reachable() or "cluster reachable")
-def test_kubernetes_backend_on_a_real_cluster(guest_image, tmp_path):
-    """Needs the guest image pushed where the cluster can pull it: VIRTBENCH_POD_IMAGE (with {hash})."""
-    from virtbench.drivers.base import DriverContext
-    from virtbench.drivers.pods import PodsDriver
-    from virtbench.model import EnvSpec, Shape
-
-    ref = os.environ.get("VIRTBENCH_POD_IMAGE")
-    if not ref:
-        pytest.skip("VIRTBENCH_POD_IMAGE (a registry reference with {hash}) is not set")
-    d = PodsDriver(DriverContext("k8stest0001", tmp_path, guest_image))
-    env = EnvSpec("pods", "pods", Shape("t", vcpus=1, memory_mb=256), {"backend": "kubernetes", "image": ref})
-    assert d.check_env(env) == []
-    insts = d.provision(env, 2, "server")
-    try:
-        for inst in insts:
-            assert inst.exec(["true"]).ok and inst.address
-            meta = inst.metadata()
-            assert meta["backend"] == "kubernetes" and {"created", "scheduled", "ready"} <= set(meta["pod_phases"])
-    finally:
-        for inst in insts:
-            inst.teardown()
-
-
 def test_kubernetes_environment_checked_before_the_run(monkeypatch, tmp_path):
     from virtbench.drivers.base import DriverContext
     from virtbench.drivers.pods import PodsDriver
@@ -148,7 +112,7 @@ def test_kubernetes_environment_checked_before_the_run(monkeypatch, tmp_path):
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     d = PodsDriver(DriverContext("u", tmp_path))
     what = " | ".join(p.what for p in d.check_env(EnvSpec("k", "pods", Shape("native"), {"backend": "kubernetes"})))
-    assert "needs option image" in what and "cannot load the kubeconfig" in what
+    assert f"cannot load the kubeconfig {tmp_path / 'missing'}" in what
     play = EnvSpec("p", "pods", Shape("native"), {"storage_class": "fast"})
     assert [p.what for p in d.check_env(play)] == ["option storage_class is for the kubernetes backend"]
 

@@ -4,9 +4,9 @@ Backends (option `backend`, recorded in every result): `kube-play` (default) run
 `podman kube play` on this machine or an inventory host (option `machine`); `kubernetes` sends the
 same manifests to a cluster through the official client and the user's kubeconfig (options
 `context`, `namespace`, `image`: a registry reference, `{hash}` standing for the guest image's
-hash). Commands in a pod run through `podman exec` (kube-play, the container driver's code) or
-`kubectl exec` (kubernetes: it closes stdin reliably on every server version, which the client's
-websocket stream only does with the v5 protocol, and returns the command's exit status).
+hash; on a `virtbench testbed k8s` cluster none is needed: the guest image goes to its registry).
+Commands in a pod run through `podman exec` (kube-play, the container driver's code) or the API
+server's exec (kubernetes: the pod is a Machine, machines/kubepod.py).
 
 Option `pvc` (a size, e.g. "2Gi") gives every pod of a group a PersistentVolumeClaim mounted at
 /vb-pvc (a podman named volume under kube-play; `storage_class` picks the cluster's class) and puts
@@ -192,6 +192,7 @@ class ClusterPod(_PodMixin, Instance):
                       "image_id": statuses[0].get("imageID") if statuses else None, "image_hash": image_hash,
                       "namespace": cluster.namespace, "server_version": server,
                       "cluster_nodes": cluster.node_names(), "kubeconfig_server": cluster.server,
+                      "cluster_testbed": (cluster.testbed() or {}).get("testbed"),
                       "exec_via": "api-server exec (websocket v5.channel.k8s.io)"}
         self.events: list[dict[str, Any]] = []
         self._ports: dict[int, tuple[str, int]] = {}

@@ -26,7 +26,7 @@ from .. import paths
 from ..errors import UserError
 from . import KUBERNETES_VERSION
 
-GO_CANDIDATES = ("/usr/local/go/bin/go", "go")
+GO_TOOLCHAIN = "go1.26.8"  # what setup.sh fetches when /usr/local/go is not there
 # module directory -> the binaries its cmd/ holds
 MODULES = {
     "cluster": ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"),
@@ -46,12 +46,13 @@ def cache_dir() -> Path:
 
 
 def go_binary() -> str:
-    for cand in GO_CANDIDATES:
+    """/usr/local/go, else setup.sh's toolchain in the cache, else `go` on PATH (1.24 or newer)."""
+    for cand in ("/usr/local/go/bin/go", str(cache_dir() / "go" / f"toolchain-{GO_TOOLCHAIN}" / "bin" / "go"), "go"):
         found = shutil.which(cand)
         if found:
             return found
     raise UserError("the Kubernetes testbed is built from source and needs Go (1.24 or newer): none found",
-                    "install Go from https://go.dev/dl into /usr/local/go, or put `go` on PATH")
+                    "run `bash setup.sh` (it fetches Go from the Go module proxy), or install Go into /usr/local/go")
 
 
 def go_version(go: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import click
 
@@ -44,6 +45,16 @@ def up(nodes, version, no_push) -> None:
     _say(f"cluster {lay.name} up: {nodes} node(s) Ready, Kubernetes {KUBERNETES_VERSION}, in {took:.0f} s "
          f"(after the build); registry 127.0.0.1:5000; remove with: virtbench testbed k8s down")
     click.echo(f"export KUBECONFIG={lay.kubeconfig}")
+
+
+@k8s.command("build")
+def build_cmd() -> None:
+    """Build the cluster's binaries (once per pin, into the user's cache); up does it when needed."""
+    from . import build
+
+    t0 = time.monotonic()
+    where = build.ensure(log=_say)
+    _say(f"testbed binaries: {where} (took {time.monotonic() - t0:.0f} s; 0 s means cached)")
 
 
 @k8s.command("down")

@@ -107,7 +107,9 @@ def _environments(data: RunData) -> Table:
             shape_text += f" ({shape['vcpus']} vCPU, {shape.get('memory_mb')} MB)"
         driver = env.get("driver", "?")
         if (env.get("facts") or {}).get("backend"):  # pods: which backend ran them
-            driver += " (podman pods)" if env["facts"]["backend"] == "kube-play" else f" ({env['facts']['backend']})"
+            driver += " (podman pods)" if env["facts"]["backend"] == "kube-play" else \
+                f" ({_cluster_label(env['facts'])})" if env["facts"]["backend"] == "kubernetes" else \
+                f" ({env['facts']['backend']})"
         names.append(name + (" (baseline)" if name == data.baseline else ""))
         columns.append([driver, shape_text, *(_fact(env.get("facts") or {}, keys) for _, keys in FACT_COLUMNS),
                         env.get("problem") or ""])
@@ -116,6 +118,13 @@ def _environments(data: RunData) -> Table:
             if label != "problem" or any(col[i] for col in columns)]
     return Table("Environments", ["", *names], rows,
                  note="Facts were collected inside the first instance of each environment.")
+
+
+def _cluster_label(facts: dict) -> str:
+    """The kubernetes backend's environments: a Kubernetes cluster, named as what it was."""
+    nodes = facts.get("cluster_nodes") or []
+    what = "Kubernetes testbed on one machine" if facts.get("cluster_testbed") else "Kubernetes cluster"
+    return f"{what}, {facts.get('server_version') or 'version unknown'}, {len(nodes)} node(s)"
 
 
 def _cell_text(a: dict) -> str:
@@ -156,6 +165,12 @@ def warnings(data: RunData) -> list[str]:
             out.append(f"Environment {env['name']} ran as podman pods (podman kube play of the pods driver's "
                        "manifests), not on a Kubernetes cluster: no scheduler, kubelet or cluster network; its "
                        "figures are podman's pods on this machine.")
+        if facts.get("backend") == "kubernetes" and facts.get("cluster_testbed"):
+            out.append(f"Environment {env['name']} ran as pods of a Kubernetes testbed on one machine "
+                       f"({facts.get('server_version')}, nodes {', '.join(facts.get('cluster_nodes') or [])}): a "
+                       "real scheduler, kubelets, CNI network and kube-proxy, but every node shares this machine's "
+                       "kernel and CPUs; its figures measure Kubernetes' machinery and network path, not a "
+                       "cluster of machines.")
         if facts.get("error"):
             out.append(f"Facts of environment {env['name']} could not be collected: {facts['error']}")
     load = data.results.get("machine_load") or {}

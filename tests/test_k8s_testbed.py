@@ -1,0 +1,234 @@
+"""The Kubernetes testbed and the pods driver's kubernetes backend, live: a real 2-node cluster
+(`virtbench testbed k8s up`), built once per content hash into the user's cache, then pods,
+exec through the API server, Services, faults and a clean `down`. Nothing here is mocked.
+
+The first session on a machine builds the cluster's binaries (minutes of CPU at nice 19); later
+sessions and clean clones on the same machine reuse them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from virtbench.errors import UserError
+from virtbench.kubetestbed import cluster, configs, pki
+from virtbench.kubetestbed.configs import Layout
+
+ROOT = Path(__file__).resolve().parents[1]
+LAY = Layout()
+
+
+@pytest.fixture(scope="module")
+def k8s(guest_image):
+    """The testbed cluster, 2 nodes, for this module; removed at its end. One per machine: a second
+    session waits for the first."""
+    lock = open("/run/virtbench-k8s-testbed.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        cluster.down()  # whatever a killed session left
+        t0 = time.monotonic()
+        lay = cluster.up(2, log=lambda line: print(line, file=sys.stderr))
+        print(f"k8s testbed up in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+        old = os.environ.get("KUBECONFIG")
+        os.environ["KUBECONFIG"] = str(lay.kubeconfig)
+        try:
+            yield lay
+        finally:
+            if old is None:
+                os.environ.pop("KUBECONFIG", None)
+            else:
+                os.environ["KUBECONFIG"] = old
+            cluster.down()
+    finally:
+        lock.close()
+
+
+def _driver(tmp_path, image, run_id="k8stest"):
+    from virtbench.drivers.base import DriverContext
+    from virtbench.drivers.pods import PodsDriver
+
+    return PodsDriver(DriverContext(run_id, tmp_path, image))
+
+
+def _env(name="pods", shape=None, **opts):
+    from virtbench.model import EnvSpec, Shape
+
+    return EnvSpec(name, "pods", shape or Shape("native"), {"backend": "kubernetes", **opts})
+
+
+def _virtbench_pods(lay):
+    from virtbench.pods.cluster import Cluster
+
+    return [p["metadata"]["name"] for p in Cluster().core.list_namespaced_pod("default", label_selector="virtbench=1").to_dict()["items"]]
+
+
+def test_up_gives_two_ready_nodes_an_api_on_loopback_and_private_keys(k8s):
+    from virtbench.kubetestbed.status import describe
+
+    d = describe(k8s.kubeconfig)
+    assert d["server_version"] == "v1.34.4"
+    assert sorted(n["name"] for n in d["nodes"]) == ["vbk8s-n1", "vbk8s-n2"]
+    assert all(n["ready"] for n in d["nodes"])
+    assert {n["address"] for n in d["nodes"]} == {"10.232.0.1", "10.232.0.2"}
+    listening = subprocess.run(["ss", "-Htln"], capture_output=True, text=True).stdout.split("\n")
+    api = [line.split()[3] for line in listening if line.split() and line.split()[3].endswith(":6443")]
+    reg = [line.split()[3] for line in listening if line.split() and line.split()[3].endswith(":5000")]
+    assert api == ["127.0.0.1:6443"] and reg == ["127.0.0.1:5000"]
+    secret = [k8s.kubeconfig, *k8s.pki.glob("*.key"), *k8s.state.glob("n*/*.kubeconfig")]
+    assert len(secret) >= 10
+    for f in secret:
+        assert f.stat().st_mode & 0o077 == 0, f
+    assert json.loads(k8s.registry_file.read_text())["registry"] == "127.0.0.1:5000"
+
+
+def test_pod_exec_through_the_api_server(k8s, guest_image, tmp_path):
+    d = _driver(tmp_path, guest_image)
+    assert d.check_env(_env()) == []
+    (inst,) = d.provision(_env(), 1, "main")
+    try:
+        m = inst.pod_machine
+        assert m.run(["sh", "-c", "echo out; echo err >&2; exit 3"]).returncode == 3
+        res = m.run(["sh", "-c", "echo out; echo err >&2"])
+        assert res.ok and res.stdout == "out\n" and res.stderr == "err\n"
+        data = os.urandom(300_000)
+        assert m.run(["wc", "-c"], stdin=data).stdout.strip() == str(len(data))  # stdin closed: wc ends
+        src = tmp_path / "blob"
+        src.write_bytes(data)
+        m.put(src, "/tmp/blob", mode=0o600)
+        m.get("/tmp/blob", tmp_path / "back")
+        assert (tmp_path / "back").read_bytes() == data
+        slow = m.run(["sleep", "30"], timeout=1)
+        assert slow.timed_out and slow.seconds < 15
+        assert m.run(["pwd"], cwd="/tmp").stdout.strip() == "/tmp"
+        assert m.run(["sh", "-c", 'echo "$X"'], env={"X": "y z"}).stdout == "y z\n"
+        proc = m.spawn(["sleep", "300"], "/tmp/sleep.log")
+        assert proc.alive()
+        proc.stop(grace=1)
+        assert not proc.alive()
+        meta = inst.metadata()
+        assert meta["backend"] == "kubernetes" and meta["server_version"] == "v1.34.4"
+        assert meta["cluster_nodes"] == ["vbk8s-n1", "vbk8s-n2"] and meta["node"] in meta["cluster_nodes"]
+        assert {"created", "scheduled", "initialized", "containers_ready", "ready"} <= set(meta["pod_phases"])
+        assert meta["pod_phase_resolution_s"] == 1.0
+        assert "Scheduled" in {e["reason"] for e in meta["pod_events"]}
+        assert meta["image"].startswith("127.0.0.1:5000/virtbench/guest:")
+    finally:
+        inst.teardown()
+    deadline = time.monotonic() + 60
+    while _virtbench_pods(k8s) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _virtbench_pods(k8s) == []
+
+
+def test_unschedulable_pod_fails_with_the_schedulers_reason(k8s, guest_image, tmp_path):
+    from virtbench.model import Shape
+
+    d = _driver(tmp_path, guest_image)
+    env = _env(shape=Shape("huge", vcpus=64, memory_mb=256), ready_timeout=15)
+    t0 = time.monotonic()
+    with pytest.raises(UserError) as exc:
+        d.provision(env, 1, "main")
+    assert time.monotonic() - t0 < 60
+    assert "Insufficient cpu" in exc.value.message and "0 of 1 pods" in exc.value.message
+    from virtbench.pods.cluster import Cluster
+
+    assert Cluster().labelled("virtbench=1") == []  # the Deployment went with the failure
+
+
+def test_api_server_down_is_one_line_naming_the_server(k8s, tmp_path, monkeypatch):
+    from virtbench.pods.cluster import Cluster
+
+    kc = yaml.safe_load(k8s.kubeconfig.read_text())
+    kc["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:1"
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(kc))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    with pytest.raises(UserError) as exc:
+        Cluster().probe()
+    assert exc.value.message == (f"the API server https://127.0.0.1:1 (kubeconfig {path}) does not answer: "
+                                 "connection refused")
+
+
+def test_expired_client_certificate_and_wrong_ca_are_clear(k8s, tmp_path, monkeypatch):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    from virtbench.pods.cluster import Cluster
+
+    key = serialization.load_pem_private_key((k8s.pki / "ca.key").read_bytes(), None)
+    ca = pki.CA(key, x509.load_pem_x509_certificate((k8s.pki / "ca.crt").read_bytes()))
+    past = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)
+    crt, k = ca.issue("virtbench-admin", "system:masters", client=True, not_after=past)
+    expired = tmp_path / "expired"
+    expired.write_text(configs.kubeconfig(configs.API_SERVER, "x", (k8s.pki / "ca.crt").read_bytes(), crt, k, "x"))
+    monkeypatch.setenv("KUBECONFIG", str(expired))
+    with pytest.raises(UserError) as exc:
+        Cluster().probe()
+    assert "refused our credentials: 401 Unauthorized" in exc.value.message and "expired" in exc.value.hint
+
+    other = pki.CA.new("someone else")
+    crt, k = other.issue("virtbench-admin", "system:masters", client=True)
+    wrong = tmp_path / "wrong"
+    wrong.write_text(configs.kubeconfig(configs.API_SERVER, "x", other.cert.public_bytes(serialization.Encoding.PEM),
+                                        crt, k, "x"))
+    monkeypatch.setenv("KUBECONFIG", str(wrong))
+    with pytest.raises(UserError) as exc:
+        Cluster().probe()
+    assert exc.value.message.startswith(f"TLS with the API server {configs.API_SERVER} (kubeconfig {wrong}) failed: "
+                                        "certificate verify failed")
+
+
+def test_a_killed_runs_objects_are_swept_by_the_next_run(k8s, guest_image, tmp_path):
+    from virtbench.pods import manifests
+    from virtbench.pods.cluster import Cluster
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    d = _driver(tmp_path, guest_image, run_id="killedrun")
+    labels = {**d._labels(_env(), "main"), "virtbench.pid": str(dead.pid), "virtbench.pidstart": "1"}
+    docs = manifests.group("vb-killed-left", 1, "127.0.0.1:5000/virtbench/pause:3.10", labels)
+    Cluster().create(docs)
+    d2 = _driver(tmp_path, guest_image, run_id="nextrun")
+    (inst,) = d2.provision(_env(), 1, "main")
+    inst.teardown()
+    assert any(r.startswith("Deployment/vb-killed-left (run killedrun)") for r in d2.stale_removed), d2.stale_removed
+    assert Cluster().labelled("virtbench=1") == []
+
+
+def test_bar_web_suite_on_two_nodes(k8s, tmp_path):
+    """Issue 22's bar: host + pods (backend kubernetes, shape native), web at replicas 1 and 2,
+    `virtbench run SUITE --repeat 2 --json`; no pod of the run left afterwards."""
+    res = subprocess.run([sys.executable, "-m", "virtbench.cli", "run", str(ROOT / "suites" / "k8s-web.toml"),
+                          "--repeat", "2", "--json", "--db", str(tmp_path / "r.sqlite")],
+                         capture_output=True, text=True, timeout=1800, env={**os.environ, "KUBECONFIG": str(k8s.kubeconfig)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    data = json.loads(res.stdout)
+    export = subprocess.run([sys.executable, "-m", "virtbench.cli", "export", data["run_id"], "--format", "json",
+                             "--db", str(tmp_path / "r.sqlite")], capture_output=True, text=True, timeout=300)
+    assert export.returncode == 0, export.stderr
+    samples = [s for s in json.loads(export.stdout)["samples"] if s["environment"] == "pods"]
+    assert len({(json.dumps(s["params"], sort_keys=True), s["repetition"]) for s in samples}) == 8  # 4 cells x 2
+    for s in samples:
+        meta = s["metadata"]
+        assert meta["backend"] == "kubernetes" and meta["server_version"] == "v1.34.4"
+        assert meta["cluster_nodes"] == ["vbk8s-n1", "vbk8s-n2"]
+    service = [s for s in samples if s["params"]["balancer"] == "service" and s["metric"] == "requests_per_second"]
+    assert {s["metadata"]["service"]["endpoints"] for s in service} == {1, 2}
+    assert _virtbench_pods(k8s) == []
+
+
+def test_down_removes_everything_and_is_idempotent(k8s):
+    cluster.down()
+    assert cluster.leftovers(LAY) == []
+    assert [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
+            if n.startswith(("vbk8s", "cni-"))] == []
+    assert cluster.down() == []
