@@ -129,6 +129,35 @@ def test_pod_exec_through_the_api_server(k8s, guest_image, tmp_path):
     assert _virtbench_pods(k8s) == []
 
 
+def test_claims_of_the_testbeds_storage_class_serve_pods_on_both_nodes(k8s, guest_image, tmp_path):
+    from virtbench.pods.cluster import Cluster
+
+    d = _driver(tmp_path, guest_image)
+    env = _env(pvc="64Mi")
+    assert json.loads(k8s.registry_file.read_text())["storage_class"] == configs.STORAGE_CLASS
+    insts = d.provision(env, 2, "main")
+    try:
+        assert {i.metadata()["node"] for i in insts} <= {"vbk8s-n1", "vbk8s-n2"}
+        a, b = insts
+        assert a.scratch_dir().startswith("/vb-pvc/")
+        assert a.exec(["sh", "-c", f"echo hello > {a.scratch_dir()}/f"]).ok
+        # one claim (ReadWriteMany) for the group: the other pod sees the file
+        assert b.exec(["cat", f"{a.scratch_dir()}/f"]).stdout == "hello\n"
+        claim = Cluster().core.read_namespaced_persistent_volume_claim(a.group.scratch_claim, "default")
+        assert claim.status.phase == "Bound" and claim.spec.storage_class_name == configs.STORAGE_CLASS
+        volume = claim.spec.volume_name
+    finally:
+        for i in insts:
+            i.teardown()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # reclaim policy Delete: the volume and its directory go
+        if volume not in {v.metadata.name for v in Cluster().core.list_persistent_volume().items}:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"volume {volume} was not deleted with its claim")
+
+
 def test_unschedulable_pod_fails_with_the_schedulers_reason(k8s, guest_image, tmp_path):
     from virtbench.model import Shape
 

@@ -98,11 +98,10 @@ def _wait(what: str, probe: Callable[[], bool], timeout: float, lay: Layout, pro
             pidfile = lay.state / "pids" / f"{name}.pid"
             if pidfile.is_file() and not _alive(int(pidfile.read_text())):
                 raise UserError(f"{name} exited while waiting for {what}:\n{_log_tail(lay, name)}",
-                                f"its log: {lay.state / 'logs' / (name + '.log')}; remove the rest with: "
-                                f"virtbench testbed k8s down")
+                                f"its log: {name}.log in the logs directory named above")
         if time.monotonic() - t0 > timeout:
-            raise UserError(f"{what} not reached in {timeout:.0f} s",
-                            f"logs in {lay.state / 'logs'}; remove with: virtbench testbed k8s down")
+            raise UserError(f"{what} not reached in {timeout:.0f} s", "the components' logs are in the logs "
+                            "directory named above")
         time.sleep(0.3)
 
 
@@ -227,9 +226,12 @@ def push_guest(info, log: Callable[[str], None] = print) -> str:
     from ..drivers import container
 
     ref = guest_ref(info.hash)
+    head = urllib.request.Request(
+        f"http://127.0.0.1:{configs.REGISTRY_PORT}/v2/virtbench/guest/manifests/{info.hash}", method="HEAD",
+        headers={"Accept": "application/vnd.oci.image.manifest.v1+json, "
+                           "application/vnd.docker.distribution.manifest.v2+json"})
     with contextlib.suppress(OSError):
-        urllib.request.urlopen(f"http://127.0.0.1:{configs.REGISTRY_PORT}/v2/virtbench/guest/manifests/{info.hash}",
-                               timeout=5)
+        urllib.request.urlopen(head, timeout=5)
         return ref  # 200: pushed before
     t0 = time.monotonic()
     container.ensure_image("podman", info)
@@ -328,14 +330,17 @@ def up(nodes: int = 2, name: str = "vbk8s", log: Callable[[str], None] = print, 
             _write_file(nd / "kubelet.yaml", configs.kubelet_yaml(lay, i))
             _write_file(nd / "kube-proxy.yaml", configs.kube_proxy_yaml(lay, i, nd / "kube-proxy.kubeconfig"))
             _spawn(lay, f"containerd-n{i}", ["containerd", "--config", str(nd / "containerd.toml")], netns=ns)
+            _wait(f"node {i}'s containerd socket", lambda: lay.containerd_sock(i).is_socket(),  # noqa: B023
+                  60, lay, [f"containerd-n{i}"])
             _spawn(lay, f"kubelet-n{i}", [bin_("kubelet"), *configs.kubelet_args(lay, i)], netns=ns)
             _spawn(lay, f"kube-proxy-n{i}", [bin_("kube-proxy"), f"--config={nd / 'kube-proxy.yaml'}"], netns=ns)
         took = _wait(f"{nodes} Ready node(s)", lambda: len(ready_nodes(lay)) == nodes, READY_TIMEOUT, lay,
                      [p for i in range(1, nodes + 1) for p in (f"containerd-n{i}", f"kubelet-n{i}")])
         log(f"{nodes} node(s) Ready ({took:.0f} s)")
+        _create_storage_class(lay)
         reg = {"registry": f"127.0.0.1:{configs.REGISTRY_PORT}", "guest_repository":
                f"127.0.0.1:{configs.REGISTRY_PORT}/virtbench/guest", "testbed": lay.name,
-               "storage_class": None}
+               "storage_class": configs.STORAGE_CLASS}
         lay.registry_file.write_text(json.dumps(reg, indent=2) + "\n")
         if push_image:
             from .. import image
@@ -347,13 +352,41 @@ def up(nodes: int = 2, name: str = "vbk8s", log: Callable[[str], None] = print, 
             else:
                 push_guest(info, log)
     except BaseException:
-        log("up failed: removing what it started")
+        kept = Path(tempfile.mkdtemp(prefix=f"{name}-up-logs-"))
+        with contextlib.suppress(OSError):
+            shutil.copytree(lay.state / "logs", kept, dirs_exist_ok=True)
+        log(f"up failed: removing what it started; the components' logs are kept in {kept}")
         with contextlib.suppress(Exception):
             down(name)
         raise
     (lay.state / "up.json").write_text(json.dumps({"seconds": round(time.monotonic() - t0, 1),
                                                    "version": KUBERNETES_VERSION, "nodes": nodes}))
     return lay
+
+
+def kubelet_pid(lay: Layout, i: int) -> int | None:
+    """Node i's kubelet, if it runs (fault tests kill it)."""
+    pidfile = lay.state / "pids" / f"kubelet-n{i}.pid"
+    pid = int(pidfile.read_text()) if pidfile.is_file() else None
+    return pid if pid and _alive(pid) else None
+
+
+def start_kubelet(lay: Layout, i: int) -> None:
+    """(Re)start node i's kubelet with its configuration, as up does (after a fault test killed it)."""
+    bindir = build.built_dir()
+    if bindir is None:
+        raise UserError("the testbed's binaries are not built", "virtbench testbed k8s build")
+    _spawn(lay, f"kubelet-n{i}", [str(bindir / "kubelet"), *configs.kubelet_args(lay, i)], netns=lay.netns(i))
+
+
+def _create_storage_class(lay: Layout) -> None:
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(str(lay.kubeconfig))
+    try:
+        client.StorageV1Api(api).create_storage_class(configs.storage_class())
+    finally:
+        api.close()
 
 
 def ready_nodes(lay: Layout) -> list[str]:
@@ -469,6 +502,16 @@ def down(name: str = "vbk8s", log: Callable[[str], None] = print) -> list[str]:
     cni_results = Path("/var/lib/cni/results")
     for f in cni_results.glob(f"{lay.name}-n*-pods-*") if cni_results.is_dir() else []:
         f.unlink(missing_ok=True)
+    for d in configs.HOSTPATH_PV_DIR.glob("*") if configs.HOSTPATH_PV_DIR.is_dir() else []:
+        shutil.rmtree(d, ignore_errors=True)  # volumes of claims the cluster had no time to delete
+        removed.append(f"volume directory {d}")
+    with contextlib.suppress(OSError):
+        configs.HOSTPATH_PV_DIR.rmdir()
+    links = Path("/var/log/containers")  # the kubelet's fixed symlinks to its containers' logs
+    for link in links.iterdir() if links.is_dir() else []:
+        with contextlib.suppress(OSError):
+            if link.is_symlink() and os.readlink(link).startswith(str(lay.state) + "/"):
+                link.unlink()
     if lay.state.exists():
         shutil.rmtree(lay.state, ignore_errors=True)
         removed.append(f"directory {lay.state}")

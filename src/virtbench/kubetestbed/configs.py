@@ -28,6 +28,16 @@ REGISTRY_PORT = 5000
 RELAYED_PORTS = (API_PORT, REGISTRY_PORT)
 PAUSE_REF = f"127.0.0.1:{REGISTRY_PORT}/virtbench/pause:3.10"
 API_SERVER = f"https://127.0.0.1:{API_PORT}"
+STORAGE_CLASS = "vbk8s-hostpath"
+HOSTPATH_PV_DIR = Path("/tmp/hostpath_pv")  # fixed by the upstream provisioner
+
+
+def storage_class() -> dict:
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": STORAGE_CLASS,
+                         "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            "provisioner": "kubernetes.io/host-path", "reclaimPolicy": "Delete",
+            "volumeBindingMode": "Immediate"}
 
 
 @dataclass(frozen=True)
@@ -164,6 +174,7 @@ def kubelet_yaml(lay: Layout, i: int) -> str:
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
         "maxPods": 110, "podPidsLimit": -1,
+        "podLogsDir": str(lay.node_dir(i) / "pod-logs"),  # not /var/log/pods: down removes it with the rest
     }
     return yaml.safe_dump(cfg, sort_keys=False)
 
@@ -218,7 +229,11 @@ def controller_manager_args(lay: Layout) -> list[str]:
             f"--service-account-private-key-file={p / 'sa.key'}", f"--root-ca-file={p / 'ca.crt'}",
             f"--cluster-signing-cert-file={p / 'ca.crt'}", f"--cluster-signing-key-file={p / 'ca.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--allocate-node-cidrs=false",
-            f"--cert-dir={lay.state / 'controller-manager-certs'}", "--profiling=false"]
+            f"--cert-dir={lay.state / 'controller-manager-certs'}", "--profiling=false",
+            # the testbed's storage class: directories under HOSTPATH_PV_DIR, made and deleted by the
+            # controller manager itself (every node shares this machine's filesystem, so a claim
+            # serves pods on any node)
+            "--enable-hostpath-provisioner=true"]
 
 
 def scheduler_args(lay: Layout) -> list[str]:
