@@ -71,7 +71,9 @@ class Cluster:
         client, config = _client()
         self.kubeconfig = kubeconfig_path()
         try:
-            self.api = config.new_client_from_config(context=context or None)
+            # KUBECONFIG as it is now (the client reads it once, at import)
+            self.api = config.new_client_from_config(os.environ.get("KUBECONFIG") or str(self.kubeconfig),
+                                                     context=context or None)
         except Exception as exc:  # no kubeconfig, unknown context, unreadable file
             raise UserError(f"cannot load the kubeconfig {self.kubeconfig}"
                             f"{f' context {context}' if context else ''}: {exc}",
