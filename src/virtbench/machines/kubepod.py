@@ -28,9 +28,6 @@ class KubePodMachine(Machine):
     def __init__(self, api: Any, namespace: str, pod: str, container: str, address: str | None = None):
         super().__init__(f"{namespace}/{pod}", address)
         self.api, self.namespace, self.pod, self.container = api, namespace, pod, container
-        from kubernetes import client
-
-        self.core = client.CoreV1Api(api)
 
     def _command(self, argv: Sequence[str], timeout: float | None, env: Mapping[str, str] | None,
                  cwd: str | None) -> list[str]:
@@ -48,17 +45,24 @@ class KubePodMachine(Machine):
         from kubernetes.client.exceptions import ApiException
         from kubernetes.stream import stream
 
+        from kubernetes import client
+
         argv = [str(a) for a in argv]
         started = time.time()
+        # A client of its own per command: stream() swaps the client's request function for the
+        # websocket's while it connects, which breaks any other call on a shared client meanwhile.
+        own = client.ApiClient(self.api.configuration)
         try:
-            ws = stream(self.core.connect_get_namespaced_pod_exec, self.pod, self.namespace,
+            ws = stream(client.CoreV1Api(own).connect_get_namespaced_pod_exec, self.pod, self.namespace,
                         command=self._command(argv, timeout, env, cwd), container=self.container,
                         stdin=stdin is not None, stdout=True, stderr=True, tty=False,
                         _preload_content=False, binary=True)
         except ApiException as exc:  # the pod is gone, or not running, or the server refused
+            own.close()
             return ExecResult(argv, 126, "", f"exec in {self.name} refused: {exc.status} {exc.reason}: "
                               f"{_status_message(exc)}", started, time.time())
         except Exception as exc:  # the websocket did not open (API server down, TLS)
+            own.close()
             return ExecResult(argv, 255, "", f"exec in {self.name} failed: {exc}", started, time.time())
         out, err = bytearray(), bytearray()
         deadline = None if timeout is None else time.monotonic() + timeout + EXEC_SLACK
@@ -83,6 +87,7 @@ class KubePodMachine(Machine):
             code = 255
         finally:
             ws.close()
+            own.close()
         ended = time.time()
         # the in-pod timeout's own exit statuses
         timed_out = timed_out or (timeout is not None and ended - started >= timeout and code in (124, 137))
