@@ -182,3 +182,21 @@ def test_some_repetitions_failed_are_said_once_with_the_whole_reason(tmp_path):
     assert md.count("failed repetition(s) of system") == 1 and "out of cheese" in md
     table = md[md.index("**Result warnings**"):md.index("> Methods")]
     assert "only 2 samples" in table and "failed repetition" not in table
+
+
+def test_show_of_an_interrupted_run_says_which_cells_were_not_reached(tmp_path):
+    from virtbench import suite
+    from virtbench.model import Sample
+
+    store = Store(tmp_path / "r.sqlite")
+    m = suite.adhoc("system", {"test": "dhrystone,pipe", "copies": "1", "duration": "0.1"}, ["host"], repeat=2)
+    rid = store.create_run(m.to_spec(), suite_name=m.name, suite_path=None, baseline="host", command="test")
+    first = m.cells[0]
+    store.record_attempt(rid, first, "host", 0, warmup=False, status="ok", started=1.0, ended=2.0,
+                         samples_=[Sample(first["params"]["test"], 1.0e6, "lps", True, {})])
+    store.set_status(rid, "interrupted")
+    res = vb("show", rid, "--db", str(tmp_path / "r.sqlite"))
+    assert res.returncode == 0, res.stderr
+    (line,) = [ln for ln in res.stdout.splitlines() if "not reached" in ln]
+    assert "test=pipe" in line and f"virtbench run --resume {rid}" in line
+    assert "1 of 2 cells have no results" in res.stdout.splitlines()[0]

@@ -232,7 +232,10 @@ def failed_cells(console: Console, data: dict[str, Any]) -> None:
         cond = " ".join(f"{k}={v}" for k, v in (e.get("condition") or {}).items())
         what = " ".join(x for x in (e["workload"], params, cond) if x)
         tries = f" ({e['failures']} failed)" if e.get("failures") else ""
-        console.print(f"  [red]-[/red] {what} @ {e['environment']}{tries}: {e['reason']}", highlight=False)
+        reason = e["reason"]
+        if not e.get("attempts") and not e.get("failures") and data.get("status") != "completed":
+            reason = f"not reached: the run is {data.get('status')} (virtbench run --resume {data.get('run_id')})"
+        console.print(f"  [red]-[/red] {what} @ {e['environment']}{tries}: {reason}", highlight=False)
 
 
 def runs_table(console: Console, runs: list[dict[str, Any]]) -> None:
