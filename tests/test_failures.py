@@ -200,3 +200,5 @@ def test_show_of_an_interrupted_run_says_which_cells_were_not_reached(tmp_path):
     (line,) = [ln for ln in res.stdout.splitlines() if "not reached" in ln]
     assert "test=pipe" in line and f"virtbench run --resume {rid}" in line
     assert "1 of 2 cells have no results" in res.stdout.splitlines()[0]
+    res = vb("run", "--resume", rid, "--retry-failed", "--db", str(tmp_path / "r.sqlite"))
+    assert res.returncode == 2 and "was interrupted: finish it first" in res.stderr and "plan:" not in res.stderr

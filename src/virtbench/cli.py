@@ -246,7 +246,8 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
     elif suite or workload or inventory:
         raise UserError("--resume continues a stored run; do not also give a suite, --workload "
                         "or --inventory (the run keeps the inventory it started with)")
-    elif retry_failed and (retry := _retry_plan(store, resume_id)).cells:  # none: resume() says so
+    elif (retry_failed and store.run(resume_id)["status"] in ("completed", "failed")
+          and (retry := _retry_plan(store, resume_id)).cells):  # otherwise resume() says why not
         plan = retry
         _confirm_plan(plan, yes)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

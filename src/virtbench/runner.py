@@ -123,6 +123,9 @@ class Runner:
             if run["status"] == "running":
                 raise UserError(f"run {run['id']} is still running (or was killed without a trace)",
                                 "wait for it to end; a killed run: virtbench run --resume RUN_ID")
+            if run["status"] == "interrupted":  # its unfinished cells would stay unfinished
+                raise UserError(f"run {run['id']} was interrupted: finish it first",
+                                f"virtbench run --resume {run['id']}, then --retry-failed for what still failed")
             failed = outcomes.failed_keys(outcomes.cell_outcomes(self.store, self.run_id))
             if not failed:
                 raise UserError(f"run {run['id']} has no failed cells: every cell has results (or was skipped)",
