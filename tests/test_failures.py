@@ -134,8 +134,9 @@ def test_retry_after_the_host_is_fixed_completes_the_run(ghost, tmp_path):
     res = vb("run", str(_suite(tmp_path)), "-i", str(ghost), "--repeat", "2", "--db", db, "--json")
     assert res.returncode == outcomes.EXIT_SOME_FAILED, res.stderr
     rid = json.loads(res.stdout)["run_id"]
-    testbed.down("vbfr", force=True)
-    fixed = testbed.up(1, tmp_path / "tb.yml", prefix="vbfr", subnet="10.225.0.0/24")
+    prefix = f"vbfr{os.getpid() % 100000}"  # per process: concurrent sessions never share it
+    testbed.down(prefix, force=True)
+    fixed = testbed.up(1, tmp_path / "tb.yml", prefix=prefix, subnet=None)
     try:
         ghost.write_text(fixed.read_text())  # the run keeps its inventory's path
         res = vb("run", "--resume", rid, "--retry-failed", "--db", db, "--json")
@@ -145,7 +146,7 @@ def test_retry_after_the_host_is_fixed_completes_the_run(ghost, tmp_path):
         pipe = [r for r in json.loads(res.stdout)["results"] if r["metric"] == "pipe" and r["environment"] == "ssh"]
         assert pipe[0]["n"] == 2 and pipe[0]["failures"] == 2  # the earlier failures stay as data
     finally:
-        testbed.down("vbfr", force=True)
+        testbed.down(prefix, force=True)
 
 
 def test_some_repetitions_failed_are_said_once_with_the_whole_reason(tmp_path):

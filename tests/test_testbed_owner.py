@@ -2,7 +2,9 @@
 runs registered while they use a testbed, `down` refusing under a live run, default names and
 subnets that do not collide, and `down` returning only once its processes are reaped."""
 
+import ipaddress
 import json
+import os
 import subprocess
 import sys
 import time
@@ -15,7 +17,8 @@ from virtbench.machines import testbed
 
 pytestmark = pytest.mark.slow
 
-PREFIX, SUBNET = "vbto", "10.223.0.0/24"
+# Per process, so two test sessions on one machine (two developers) never take down each other's testbed.
+PREFIX = f"vbto{os.getpid() % 100000}"
 
 
 def vb(*args, timeout=300):
@@ -28,18 +31,23 @@ def bed(tmp_path):
     if blocking := [p for p in testbed.check() if p.startswith("not root") or "refuses network" in p]:
         pytest.skip("; ".join(blocking))
     testbed.down(PREFIX, force=True)
-    # `up` in a process of its own, as a user runs it: its sshds outlive it, reparented
-    res = vb("testbed", "up", "1", "--inventory", str(tmp_path / "inv.yml"), "--name", PREFIX, "--subnet", SUBNET)
+    # `up` in a process of its own, as a user runs it: its sshds outlive it, reparented; the subnet
+    # is the first free one (the default)
+    res = vb("testbed", "up", "1", "--inventory", str(tmp_path / "inv.yml"), "--name", PREFIX)
     assert res.returncode == 0, res.stderr
     yield tmp_path / "inv.yml"
     testbed.down(PREFIX, force=True)
 
 
 def test_default_name_has_the_user_and_the_subnet_is_free(bed):
+    import yaml
+
     assert testbed.default_name() == "tb" + "".join(c for c in testbed.user().lower() if c.isalnum())[:8]
-    assert testbed.free_subnet() != SUBNET  # 10.223.0.0/24 is taken by the fixture's bridge
+    taken = yaml.safe_load(bed.read_text())["all"]["children"]["testbed"]["hosts"]
+    (addr,) = [h["ansible_host"] for h in taken.values()]
     net = testbed.free_subnet()
     assert net.startswith("10.214.") and net.endswith(".0/24")
+    assert ipaddress.ip_address(addr) not in ipaddress.ip_network(net)  # the fixture's subnet is taken
 
 
 def test_owner_is_recorded_and_up_on_a_taken_name_says_whose(bed, tmp_path):
