@@ -28,7 +28,7 @@ from pathlib import Path
 from .. import hostdirs, sizes
 from ..errors import ConditionUnavailable
 from ..hostdirs import PREFIX
-from ..machines import Machine, local
+from ..machines import Machine, local, owners
 
 _lock = threading.RLock()
 _stale_checked = False
@@ -273,8 +273,8 @@ human = sizes.human
 # -- leftovers of killed runs on this machine --------------------------------------------------------
 
 def _owner_alive(pid: int, start: str) -> bool:
-    now = hostdirs.start_ticks(pid)
-    return now is not None and (start in ("", "0") or now == start)
+    """The owner in a name (`<pid>-<start ticks>`) still runs (machines/owners.py's rule)."""
+    return not owners.owner_dead({"pid": pid, "pidstart": start}, here=True)
 
 
 def cleanup_stale() -> list[str]:

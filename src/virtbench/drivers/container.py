@@ -22,7 +22,7 @@ from .. import engine as engine_mod
 from ..engine import CLI_TIMEOUT, Engine, ensure_image, mark_imported, pick_engine, probe, remove, tail
 from ..errors import ConditionUnavailable, MissingTool, UserError
 from ..hostdirs import start_ticks
-from ..machines import Machine, local, ship
+from ..machines import Machine, local, owners, ship
 from ..model import EnvSpec, ExecResult
 from .base import Driver, DriverContext, Instance, OptionSpec, Problem, ScratchSpace, Traits
 
@@ -323,8 +323,7 @@ class ContainerDriver(Driver):
             if labels.get("virtbench.host", socket.gethostname()) != socket.gethostname():
                 continue  # the pid label is only meaningful on the machine that runs virtbench
             pid, start = labels.get("virtbench.pid", ""), labels.get("virtbench.pidstart", "")
-            now = start_ticks(int(pid)) if pid.isdigit() else None
-            if now is None or (start and now != start):
+            if not pid.isdigit() or owners.owner_dead({"pid": int(pid), "pidstart": start}, here=True):
                 with contextlib.suppress(UserError):
                     remove(machine, cli, cmd, name)
                     removed.append(name)

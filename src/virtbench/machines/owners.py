@@ -37,16 +37,22 @@ def controller() -> dict[str, Any]:
     return {"host": socket.gethostname(), "boot": boot, "pid": os.getpid(), "pidstart": process_start(os.getpid())}
 
 
-def owner_dead(owner: dict[str, Any]) -> bool:
-    """True when the process that made a directory is gone. Only its own controller can tell: a
-    directory made from another host (or naming no owner) is never judged dead here."""
+def owner_dead(owner: dict[str, Any], here: bool = False) -> bool:
+    """True when the process that made something is gone: the one owner rule for every leftover
+    (owner files, the vm driver's run directories, container labels, the names of condition
+    directories and namespaces). Only its own controller can tell: what was made from another host
+    (or names no owner) is never judged dead here. `here`: a record kept on this machine, which
+    older records name without a host. A pidstart of None, "" or "0" means unknown: then the pid's
+    existence decides."""
     me = controller()
-    if owner.get("host") != me["host"] or not isinstance(owner.get("pid"), int):
+    host = owner.get("host") or (me["host"] if here else None)
+    if host != me["host"] or not isinstance(owner.get("pid"), int):
         return False
     if owner.get("boot") and me["boot"] and owner["boot"] != me["boot"]:
         return True  # this controller rebooted since
     now = process_start(owner["pid"])
-    return now is None or (owner.get("pidstart") is not None and now != owner["pidstart"])
+    start = owner.get("pidstart")
+    return now is None or (start not in (None, "", "0") and now != str(start))
 
 
 def claim(machine: Machine, path: str, run_id: str) -> None:

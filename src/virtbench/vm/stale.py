@@ -1,7 +1,7 @@
 """Run directories of the vm driver on this machine, and what killed runs left behind.
 
-Each driver's run directory holds `owner.json` (pid and its start time); a directory whose owner is
-gone is removed, after killing the QEMU its instances' pidfiles still name.
+Each driver's run directory holds `owner.json` (the owner record of machines/owners.py); a directory
+whose owner is gone is removed, after killing the QEMU its instances' pidfiles still name.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ import shutil
 import time
 from pathlib import Path
 
+from ..hostdirs import start_ticks
+from ..machines import owners
 
-def process_start(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return None
+
+process_start = start_ticks  # drivers/vm.py and tests read it from here
 
 
 def make_run_dir(root: Path, run_id: str) -> Path:
@@ -27,9 +26,7 @@ def make_run_dir(root: Path, run_id: str) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     d = root / secrets.token_hex(4)
     d.mkdir()
-    pid = os.getpid()
-    (d / "owner.json").write_text(json.dumps({"pid": pid, "pidstart": process_start(pid), "run_id": run_id,
-                                              "at": time.time()}))
+    (d / "owner.json").write_text(json.dumps({**owners.controller(), "run_id": run_id, "at": time.time()}))
     return d
 
 
@@ -46,9 +43,7 @@ def cleanup(roots: list[Path], keep: Path | None = None) -> list[str]:
                 owner = json.loads((d / "owner.json").read_text())
             except (OSError, ValueError):
                 owner = {}
-            pid = owner.get("pid")
-            if isinstance(pid, int) and process_start(pid) is not None and \
-                    (owner.get("pidstart") in (None, process_start(pid))):
+            if isinstance(owner.get("pid"), int) and not owners.owner_dead(owner, here=True):
                 continue  # its owner still runs
             if not owner and time.time() - d.stat().st_mtime < 60:
                 continue  # being created right now
