@@ -79,7 +79,7 @@ def main() -> None:
     print(f"\nrun {summary['run_id']} ({summary['status']}): {summary['elapsed_s'] / 60:.1f} min of a "
           f"{summary['budget_s'] / 60:.0f} min budget; experiments {summary['experiments_s'] / 60:.1f} min against "
           f"{summary['planned_s'] / 60:.1f} min planned; median actual/estimate {summary['median_actual_over_estimate']}; "
-          f"load {summary['load_1m_before']} on {summary['cores']} cores before the run; verdicts {summary['counts']}")
+          f"load {summary['load_1m_before'] and round(summary['load_1m_before'], 2)} on {summary['cores']} cores before the run; verdicts {summary['counts']}")
     if a.json:
         Path(a.json).write_text(json.dumps({"summary": summary, "experiments": table}, indent=1))
 

@@ -64,6 +64,7 @@ def test_estimates_follow_what_was_measured(tmp_path):
     hist = rp.load_history(path)
     assert rp.estimate(exp.id, tier, hist, 0.05) == pytest.approx(305.0)
     assert rp.estimate(exp.id, tier, hist, 0.10) == pytest.approx(610.0)  # twice as busy now
+    assert rp.estimate(exp.id, tier, hist, 0.02) == pytest.approx(305.0)  # never assumed faster than measured
     other = next(e for e in rp.EXPERIMENTS if e.id == "004-fio").tiers[0]
     # another experiment: its prior times how the recorded ones compared with theirs
     assert rp.estimate("004-fio", other, hist, 0.05) == pytest.approx(other.estimate_s * 305.0 / tier.estimate_s)

@@ -273,10 +273,11 @@ def cpu_probe(work: int = 200_000, rounds: int = 5) -> float:
 
 
 def _slower(now: float | None, then: float | None) -> float:
-    """How much slower work runs now than when a time was recorded (1 when either is unknown)."""
+    """How much slower work runs now than when a time was recorded (1 when either is unknown). Never
+    below 1: the probe sees CPU contention only, and disk-bound experiments do not speed up with it."""
     if not now or not then:
         return 1.0
-    return max(0.5, min(4.0, now / then))
+    return max(1.0, min(4.0, now / then))
 
 
 def estimate(exp_id: str, tier: Tier, history: dict[str, list[dict[str, Any]]], probe: float | None) -> float:
