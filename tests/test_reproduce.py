@@ -112,7 +112,7 @@ class _Interrupt(rp.Events):
             raise KeyboardInterrupt
 
 
-def test_reproduce_runs_resumes_and_reports_scorecard_first(tmp_path, monkeypatch):
+def test_reproduce_runs_resumes_and_reports_scorecard_first(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(rp, "EXPERIMENTS", (_tiny("tiny-a", "dhrystone"), _tiny("tiny-b", "syscall")))
     monkeypatch.setattr(rp, "history_path", lambda: tmp_path / "times.json")
     store = Store(tmp_path / "r.sqlite")
@@ -141,6 +141,11 @@ def test_reproduce_runs_resumes_and_reports_scorecard_first(tmp_path, monkeypatc
     assert len(data["scorecard"]) >= 12 and all(v["reason"] for v in data["scorecard"]
                                                   if v["verdict"] == "not measured")
     assert [p["status"] for p in data["plan"]] == ["ok", "ok"]
+    from virtbench import cli_reproduce
+
+    cli_reproduce.show(store, run_id, True)  # `virtbench show RUN_ID --json` of a reproduce run
+    shown = json.loads(capsys.readouterr().out)
+    assert list(shown)[:3] == ["run_id", "status", "budget_s"] and shown["scorecard"] == data["scorecard"]
     doc = report_build.document(store, [run_id])
     assert doc.parts[0].sections[0].title.startswith("Do the studies' findings hold")
     assert [p.id for p in doc.parts[1:]] == [done["tiny-a"]["child"], done["tiny-b"]["child"]]

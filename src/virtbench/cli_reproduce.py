@@ -64,7 +64,7 @@ def scorecard_table(cards: list[dict]) -> Table:
 
 @click.command("reproduce")
 @click.argument("studies", nargs=-1, type=click.Choice(["000", "001", "002", "003", "004"]))
-@click.option("--budget", default="60m", show_default=True,
+@click.option("--budget", default="30m", show_default=True,
               help="time the whole reproduction may take: 30m, 1h, 1h30m ...; scales are fitted to it")
 @click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
               help="a Kubernetes cluster's kubeconfig: the pods experiments run there (backend kubernetes)")
