@@ -119,7 +119,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                                                     "ranks": [1, 2]},
                same=("ranks", "instances"),
                tiers=(Tier("class W, 1 and 2 instances (1/8 of 2..16), 3 repetitions", 3, 65),
-                      Tier("class W, 5 repetitions", 5, 95)),
+                      Tier("class W, 5 repetitions", 5, 95),
+                      Tier("class A (8x W's work: W's 1 s left MPI start-up noise), 5 repetitions", 5, 200,
+                           params={"class": "A"})),
                note="m1.small VMs as 1-vCPU containers (EP does no I/O and hardly communicates)"),
     Experiment("001-network", "001", "SP-MZ and the Bloss-like eigensolver on 1 and on 2 instances",
                "aist-mpi.toml", ("host", "container"), "", {"kernel": ["sp-mz", None], "threads": [1]},
@@ -525,41 +527,8 @@ class Reproducer:
         return self.run_id
 
     def _execute(self, spec: dict[str, Any], started: float) -> None:
-        by_id = {e.id: e for e in EXPERIMENTS}
-        steps = [p for p in spec["plan"] if p["tier"] is not None]
-        deadline = started + spec["budget_s"] - MIN_RESERVE_S / 2
-        done = experiments_done(self.store, self.run_id)
-        slowdown = 1.0  # actual / estimated of the experiments run so far: later estimates follow it
         try:
-            for i, p in enumerate(steps):
-                exp = by_id[p["id"]]
-                prev = done.get(exp.id, {})
-                if prev.get("status") in ("ok", "skipped"):
-                    continue
-                tier_i = p["tier"]
-                est = p["estimate_s"] * slowdown
-                left = deadline - self.clock()
-                while est > left and tier_i > 0:  # the budget is short: a smaller scale
-                    tier_i -= 1
-                    est = exp.tiers[tier_i].estimate_s * slowdown * (p["estimate_s"] / exp.tiers[p["tier"]].estimate_s)
-                step = Step(exp, tier_i, est, envs=tuple(p["environments"]))
-                if est > left:
-                    why = (f"left out at run time: {max(left, 0):.0f} s of the budget were left, it needs about "
-                           f"{est:.0f} s")
-                    self._record(exp, tier_i, "skipped", self.clock(), self.clock(), why, {"estimate_s": est})
-                    self.events.step(i, len(steps), step, f"skipped: {why}")
-                    continue
-                self.events.step(i, len(steps), step, f"about {est:.0f} s: {exp.tiers[tier_i].label}")
-                t0 = self.clock()
-                child, status, reason = self._run_child(exp, exp.tiers[tier_i], step.envs, spec, prev)
-                t1 = self.clock()
-                self._record(exp, tier_i, status, t0, t1, reason, {"child": child, "estimate_s": round(est, 1),
-                                                                  "actual_s": round(t1 - t0, 1),
-                                                                  "load_1m": _load()})
-                if status == "ok":
-                    record_history(exp.id, exp.tiers[tier_i], t1 - t0, _load(), cpu_probe())
-                    slowdown = max(1.0, (slowdown + (t1 - t0) / max(est / slowdown, 1.0)) / 2)
-                self.events.step(i, len(steps), step, f"{status} in {t1 - t0:.0f} s" + (f": {reason}" if reason else ""))
+            self._steps(spec, started + spec["budget_s"] - MIN_RESERVE_S / 2)
             self.store.set_status(self.run_id, "completed")
         except KeyboardInterrupt:
             self.store.set_status(self.run_id, "interrupted",
@@ -568,6 +537,50 @@ class Reproducer:
         except BaseException as exc:
             self.store.set_status(self.run_id, "failed", f"{type(exc).__name__}: {exc}")
             raise
+
+    def _steps(self, spec: dict[str, Any], deadline: float) -> None:
+        by_id = {e.id: e for e in EXPERIMENTS}
+        steps = [p for p in spec["plan"] if p["tier"] is not None]
+        done = experiments_done(self.store, self.run_id)
+        slowdown = 1.0  # actual / estimated of the experiments run so far: the estimates of the rest follow it
+        for i, p in enumerate(steps):
+            exp = by_id[p["id"]]
+            prev = done.get(exp.id, {})
+            if prev.get("status") in ("ok", "skipped"):
+                continue
+            history, probe = load_history(), cpu_probe()
+
+            def est_of(t: int) -> float:
+                return estimate(exp.id, exp.tiers[t], history, probe) * slowdown
+
+            left = deadline - self.clock()
+            later = sum(q["estimate_s"] for q in steps[i + 1:]
+                        if done.get(q["id"], {}).get("status") not in ("ok", "skipped")) * slowdown
+            tier_i = p["tier"]
+            # Ahead of the plan: a larger scale while the rest still fits; behind it: a smaller one.
+            while tier_i + 1 < len(exp.tiers) and est_of(tier_i + 1) + later <= left:
+                tier_i += 1
+            while est_of(tier_i) + later > left and tier_i > 0:
+                tier_i -= 1
+            est = est_of(tier_i)
+            step = Step(exp, tier_i, est, envs=tuple(p["environments"]))
+            if est > left:
+                why = (f"left out at run time: {max(left, 0):.0f} s of the budget were left, it needs about "
+                       f"{est:.0f} s")
+                self._record(exp, tier_i, "skipped", self.clock(), self.clock(), why, {"estimate_s": round(est, 1)})
+                self.events.step(i, len(steps), step, f"skipped: {why}")
+                continue
+            self.events.step(i, len(steps), step, f"about {est:.0f} s: {exp.tiers[tier_i].label}")
+            t0 = self.clock()
+            child, status, reason = self._run_child(exp, exp.tiers[tier_i], step.envs, spec, prev)
+            t1 = self.clock()
+            self._record(exp, tier_i, status, t0, t1, reason, {"child": child, "estimate_s": round(est, 1),
+                                                              "actual_s": round(t1 - t0, 1), "load_1m": _load()})
+            if status == "ok":
+                record_history(exp.id, exp.tiers[tier_i], t1 - t0, _load(), cpu_probe())
+                ratio = (t1 - t0) / max(est / slowdown, 1.0)
+                slowdown = min(3.0, max(0.5, (slowdown + ratio) / 2))
+            self.events.step(i, len(steps), step, f"{status} in {t1 - t0:.0f} s" + (f": {reason}" if reason else ""))
 
     def _run_child(self, exp: Experiment, tier: Tier, envs: tuple[str, ...], spec: dict[str, Any],
                    prev: dict[str, Any]) -> tuple[str | None, str, str | None]:
