@@ -151,3 +151,40 @@ def test_reproduce_runs_resumes_and_reports_scorecard_first(tmp_path, monkeypatc
     assert [p.id for p in doc.parts[1:]] == [done["tiny-a"]["child"], done["tiny-b"]["child"]]
     text = markdown.render(doc)
     assert text.index("Scorecard") < text.index(done["tiny-a"]["child"])
+
+
+def _two_tiers() -> rp.Experiment:
+    return rp.Experiment("tiny-t", "000", "tiny, two scales", "quick.toml", ("host",), "system", {"copies": ["1"]},
+                         tiers=(rp.Tier("dhrystone once", 1, 5, params={"duration": 0.05}, select={"test": ["dhrystone"]}),
+                                rp.Tier("dhrystone twice", 2, 400, params={"duration": 0.05},
+                                        select={"test": ["dhrystone"]})))
+
+
+@pytest.mark.parametrize("budget, expected", [(3600, 1), (300, 0)])
+def test_run_time_goes_up_a_scale_only_when_it_still_fits(tmp_path, monkeypatch, budget, expected):
+    exp = _two_tiers()
+    monkeypatch.setattr(rp, "EXPERIMENTS", (exp,))
+    monkeypatch.setattr(rp, "history_path", lambda: tmp_path / "times.json")
+    store = Store(tmp_path / "r.sqlite")
+    steps = [rp.Step(exp, 0, 5.0, envs=("host",))]  # planned at the smallest scale
+    spec = rp.spec_for(steps, budget, dict(TCG), None, None, "")
+    rep = rp.Reproducer(store)
+    rep.run_id = store.create_run(spec, suite_name="reproduce", suite_path=None, baseline="host", command="test")
+    rep._execute(spec, rep.clock())
+    done = rp.experiments_done(store, rep.run_id)["tiny-t"]
+    assert done["status"] == "ok" and done["tier"] == expected  # 400 s fits an hour, not 5 minutes
+
+
+def test_run_time_skips_what_no_longer_fits_and_says_so(tmp_path, monkeypatch):
+    exp = _two_tiers()
+    monkeypatch.setattr(rp, "EXPERIMENTS", (exp,))
+    monkeypatch.setattr(rp, "history_path", lambda: tmp_path / "times.json")
+    rp.record_history(exp.id, exp.tiers[0], 500.0, None, None, tmp_path / "times.json")  # measured: 500 s
+    store = Store(tmp_path / "r.sqlite")
+    spec = rp.spec_for([rp.Step(exp, 0, 5.0, envs=("host",))], 120, dict(TCG), None, None, "")
+    rep = rp.Reproducer(store)
+    rep.run_id = store.create_run(spec, suite_name="reproduce", suite_path=None, baseline="host", command="test")
+    rep._execute(spec, rep.clock())
+    done = rp.experiments_done(store, rep.run_id)["tiny-t"]
+    assert done["status"] == "skipped" and "left out at run time" in done["reason"] and "500 s" in done["reason"]
+    assert store.run(rep.run_id)["status"] == "completed"
