@@ -265,6 +265,36 @@ def test_bar_web_suite_on_two_nodes(k8s, tmp_path):
     assert _virtbench_pods(k8s) == []
 
 
+def test_mpi_across_two_pods_on_two_nodes(k8s, tmp_path):
+    """NPB CG class S, one rank per pod, the pods on different nodes, verified by NPB itself."""
+    suite = tmp_path / "mpi.toml"
+    suite.write_text("""
+[suite]
+name = "k8s-mpi"
+baseline = "pods"
+[environments.pods]
+driver = "pods"
+shape = "native"
+backend = "kubernetes"
+[[workloads]]
+name = "npb"
+params = { kernel = "cg", class = "S", ranks = 2, instances = 2 }
+""")
+    db = str(tmp_path / "r.sqlite")
+    res = subprocess.run([sys.executable, "-m", "virtbench.cli", "run", str(suite), "--repeat", "1", "--json", "--db", db],
+                         capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stderr[-3000:]
+    export = subprocess.run([sys.executable, "-m", "virtbench.cli", "export", json.loads(res.stdout)["run_id"],
+                             "--format", "json", "--db", db], capture_output=True, text=True, timeout=300)
+    (sample,) = [s for s in json.loads(export.stdout)["samples"] if s["metric"] == "mops"]
+    meta = sample["metadata"]
+    assert meta["verified"] is True and meta["backend"] == "kubernetes" and sample["value"] > 0
+    assert [p["ranks"] for p in meta["placement"]] == [[0], [1]]
+    nodes = {i["metadata"]["node"] for i in json.loads(export.stdout)["instances"]}
+    assert nodes == {"vbk8s-n1", "vbk8s-n2"}  # the scheduler spread them: traffic crossed the veth
+    assert _virtbench_pods(k8s) == []
+
+
 def test_down_removes_everything_and_is_idempotent(k8s):
     cluster.down()
     assert cluster.leftovers(LAY) == []

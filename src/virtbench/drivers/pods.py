@@ -449,6 +449,8 @@ class PodsDriver(Driver):
                                storage_class=opts["storage_class"] if opts["backend"] == "kubernetes" else "",
                                nfs=share if share and not refusal else None,
                                namespace=opts["namespace"] if opts["backend"] == "kubernetes" else "")
+        if opts["backend"] == "kubernetes":
+            manifests.spread_over_nodes(docs[-1])
         made: list[Instance] = []
         group = grown = None
         old: set[str] = set()

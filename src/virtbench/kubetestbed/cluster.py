@@ -223,7 +223,7 @@ def guest_ref(image_hash: str) -> str:
 
 def push_guest(info, log: Callable[[str], None] = print) -> str:
     """The guest image into the testbed's registry (unless it is there); returns its reference."""
-    from ..drivers import container
+    from ..engine import ensure_image
 
     ref = guest_ref(info.hash)
     head = urllib.request.Request(
@@ -234,7 +234,7 @@ def push_guest(info, log: Callable[[str], None] = print) -> str:
         urllib.request.urlopen(head, timeout=5)
         return ref  # 200: pushed before
     t0 = time.monotonic()
-    container.ensure_image("podman", info)
+    ensure_image("podman", info)
     _podman("push", "--tls-verify=false", info.tag, f"docker://{ref}")
     log(f"pushed the guest image to the testbed's registry as {ref} ({time.monotonic() - t0:.0f} s)")
     return ref

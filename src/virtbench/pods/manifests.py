@@ -140,6 +140,15 @@ def node_port_service(name: str, pod_label: str, port: int, labels: dict[str, st
                      "ports": [{"port": port, "targetPort": port, "protocol": "TCP"}]}}
 
 
+def spread_over_nodes(deployment: dict[str, Any]) -> None:
+    """A group's pods on as many nodes as can take them (an MPI cluster's ranks cross nodes, as a
+    study's pods did): a soft topology spread over hostnames, so a full node still takes a pod."""
+    group = deployment["metadata"]["labels"]["virtbench.group"]
+    deployment["spec"]["template"]["spec"]["topologySpreadConstraints"] = [{
+        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {"virtbench.group": group}}}]
+
+
 def cluster_ip_service(name: str, port: int, labels: dict[str, str]) -> dict[str, Any]:
     """A ClusterIP Service over the pods labelled `virtbench.svc: <name>` (kube-proxy balances)."""
     return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": dict(labels)},

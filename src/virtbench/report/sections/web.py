@@ -89,20 +89,31 @@ def _peak_table(data: RunData, peaks: list) -> Table:
                       "use; host CPU = the monitor's mean host CPU use over the repetition.")
 
 
+def _pods_label(data: RunData, env: str) -> str:
+    """What a pods environment ran on: a Kubernetes cluster (the testbed: one machine) or podman."""
+    facts = data.env(env).get("facts") or {}
+    if facts.get("backend") == "kubernetes":
+        return " (Kubernetes testbed on one machine)" if facts.get("cluster_testbed") else " (Kubernetes cluster)"
+    return " (podman pods)" if facts.get("backend") == "kube-play" else ""
+
+
 def _beside_study(data: RunData, peaks: list) -> list:
     pub = published.table(*STUDY)
     cells = []
     for row, kind in pub.kinds.items():
         by = "replicas" if kind == "container" else "workers"
         pv, pcpu, pcount = (pub.value(row, c) for c in pub.columns)
-        ours = [(b, w, r, cpu) for b, w, r, cpu in peaks if b == by and data.env(r["environment"])["driver"] == kind]
+        # the study's pods: our containers and our pods (of either backend), each labelled as what it was
+        drivers = ("container", "pods") if kind == "container" else (kind,)
+        ours = [(b, w, r, cpu) for b, w, r, cpu in peaks if b == by and data.env(r["environment"])["driver"] in drivers]
         if not ours:
             cells.append([pub.cite(), row, f"{pv:g}", f"{pcpu:g} %", f"{pcount:g}",
                           f"no {kind} environment with a {by} sweep in this run", "-", "-", "-", "-", "-"])
         for b, w, r, cpu in ours:
             s = published.scale_factor(r["median"], pv)
             cells.append([pub.cite(), row, f"{pv:g}", f"{pcpu:g} %", f"{pcount:g}",
-                          r["environment"] + (f" ({w})" if w else ""), str(r["params"][by]), fmt.value(r["median"]),
+                          r["environment"] + _pods_label(data, r["environment"]) + (f" ({w})" if w else ""),
+                          str(r["params"][by]), fmt.value(r["median"]),
                           _pct(cpu.get("server_cpu_util")), _pct(cpu.get("host.cpu_util_mean")), fmt.value(s)])
     pub_ratio = pub.value("1 VM, 8 workers", "requests/s") / pub.value("32 pods", "requests/s")
     return [Table(f"Published beside ours: {pub.cite()}",
