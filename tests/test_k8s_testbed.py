@@ -295,6 +295,70 @@ params = { kernel = "cg", class = "S", ranks = 2, instances = 2 }
     assert _virtbench_pods(k8s) == []
 
 
+def test_a_kubelet_killed_mid_run_fails_its_cells_with_the_reason_and_retry_completes(k8s, tmp_path):
+    """Kill the kubelet of the node running the run's pod while the run goes on: the pod's cells fail
+    with the reason (exec through a dead kubelet), the host's go on; with the kubelet back,
+    `--resume RUN --retry-failed` completes the run."""
+    from virtbench.pods.cluster import Cluster
+
+    suite = tmp_path / "k.toml"
+    suite.write_text("""
+[suite]
+name = "k8s-kubelet-fault"
+baseline = "host"
+[environments.host]
+driver = "host"
+[environments.pods]
+driver = "pods"
+shape = "native"
+backend = "kubernetes"
+[[workloads]]
+name = "system"
+params = { test = ["dhrystone", "pipe", "syscall", "context", "whetstone", "execl"], copies = "1", duration = 2.0 }
+""")
+    db = str(tmp_path / "r.sqlite")
+    run = subprocess.Popen([sys.executable, "-m", "virtbench.cli", "run", str(suite), "--repeat", "2", "--json",
+                            "--db", db], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = None
+    try:
+        deadline = time.monotonic() + 600
+        while killed is None and run.poll() is None and time.monotonic() < deadline:
+            for pod in Cluster().core.list_namespaced_pod("default", label_selector="virtbench=1").items:
+                ready = {c.type: c.status for c in pod.status.conditions or []}.get("Ready") == "True"
+                if ready and pod.spec.node_name:
+                    killed = int(pod.spec.node_name.rsplit("-n", 1)[1])
+                    os.kill(cluster.kubelet_pid(k8s, killed), 9)
+                    break
+            time.sleep(0.2)
+        out, err = run.communicate(timeout=1200)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        if killed is not None and cluster.kubelet_pid(k8s, killed) is None:
+            cluster.start_kubelet(k8s, killed)
+    assert killed is not None, "the run's pod never became Ready"
+    data = json.loads(out)
+    export = json.loads(subprocess.run([sys.executable, "-m", "virtbench.cli", "export", data["run_id"], "--format",
+                                        "json", "--db", db], capture_output=True, text=True, timeout=300).stdout)
+    failed = [a for a in export["attempts"] if a["status"] != "ok" and a["environment"] == "pods"]
+    assert failed, err[-2000:]
+    assert any("exec" in (a.get("error") or a.get("reason") or "") for a in failed), failed[0]
+    host_ok = {a["cell_key"] for a in export["attempts"] if a["environment"] == "host" and a["status"] == "ok"}
+    assert len(host_ok) == 6  # every host cell went on
+    deadline = time.monotonic() + 120
+    from virtbench.kubetestbed.status import describe
+    while not all(n["ready"] for n in describe(k8s.kubeconfig)["nodes"]) and time.monotonic() < deadline:
+        time.sleep(1)
+    retry = subprocess.run([sys.executable, "-m", "virtbench.cli", "run", "--resume", data["run_id"], "--retry-failed",
+                            "--json", "--db", db], capture_output=True, text=True, timeout=1200)
+    assert retry.returncode == 0, retry.stderr[-3000:]
+    after = json.loads(subprocess.run([sys.executable, "-m", "virtbench.cli", "export", data["run_id"], "--format",
+                                       "json", "--db", db], capture_output=True, text=True, timeout=300).stdout)
+    pods_cells = {s["cell_key"] for s in after["samples"] if s["environment"] == "pods"}
+    assert len(pods_cells) == 6 and after["run"]["status"] == "completed"
+    _gone_within(120)
+
+
 def test_down_removes_everything_and_is_idempotent(k8s):
     cluster.down()
     assert cluster.leftovers(LAY) == []
