@@ -81,7 +81,9 @@ class KubePodMachine(Machine):
                     break
             out += ws.read_stdout(timeout=0) or b""
             err += ws.read_stderr(timeout=0) or b""
-            code = 124 if timed_out else _exit_code(ws)
+            code, why = (124, "") if timed_out else _exit_status(ws)
+            if why:  # the command never ran: the API server's or kubelet's reason
+                err += f"exec in {self.name} failed: {why}".encode()
         except Exception as exc:  # connection lost mid-command (node or API server gone)
             err += f"\nexec stream to {self.name} broke: {exc}".encode()
             code = 255
@@ -127,22 +129,23 @@ class KubePodMachine(Machine):
             raise MachineUnreachable(self.name, res.describe_failure())
 
 
-def _exit_code(ws: Any) -> int:
-    """The exit status from the error channel: Success, or NonZeroExitCode with the code as a cause."""
+def _exit_status(ws: Any) -> tuple[int, str]:
+    """(exit status, why it never ran) from the error channel: Success, NonZeroExitCode with the code
+    as a cause, or a failure to start it (not found, kubelet unreachable: its message)."""
     import yaml
 
     raw = ws.read_channel(3)
     if isinstance(raw, bytes):
         raw = raw.decode(errors="replace")
     if not raw:
-        return 255  # the stream closed without a status: the connection was cut
+        return 255, "the stream closed without an exit status (connection cut)"
     status = yaml.safe_load(raw)
     if status.get("status") == "Success":
-        return 0
+        return 0, ""
     for cause in (status.get("details") or {}).get("causes") or []:
         if cause.get("reason") == "ExitCode":
-            return int(cause.get("message"))
-    return 126  # the command could not be started (not found, ...): the message says why
+            return int(cause.get("message")), ""
+    return 126, str(status.get("message") or raw).strip()
 
 
 def _status_message(exc: Any) -> str:
