@@ -515,6 +515,7 @@ def down(name: str = "vbk8s", log: Callable[[str], None] = print) -> list[str]:
     if lay.state.exists():
         shutil.rmtree(lay.state, ignore_errors=True)
         removed.append(f"directory {lay.state}")
-    with contextlib.suppress(OSError):
-        lay.root.rmdir()
+    for d in (lay.root, lay.root.parent):  # /var/lib/virtbench/k8s and /var/lib/virtbench, when empty
+        with contextlib.suppress(OSError):
+            d.rmdir()
     return removed
