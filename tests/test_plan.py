@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from virtbench import plan, render, suite
+from virtbench.drivers import traits_of
 from virtbench.runner import Events, Runner
 from virtbench.store import Store
 
@@ -24,7 +25,7 @@ def test_plan_counts_cells_environments_repetitions_and_time():
     # min 3 is raised to the 6 a verdict needs, as the runner does
     assert (p.cells, p.environments, p.runs, p.min_repetitions, p.max_repetitions) == (2, 2, 4, 6, 10)
     assert p.repetitions == (4 * 7, 4 * 11)
-    each = 2 * 0.5 + plan.OVERHEAD_SECONDS["host"] + plan.OVERHEAD_SECONDS["container"]  # per cell, both envs
+    each = 2 * 0.5 + traits_of("host").repetition_overhead_s + traits_of("container").repetition_overhead_s  # per cell, both envs
     assert p.seconds == pytest.approx((2 * 7 * each, 2 * 11 * each))
     assert p.text().startswith("plan: 2 cell(s) x 2 environment(s) (4 in all) x 6-10 repetitions (adaptive) "
                                "+ 1 warm-up = 28-44 runs; estimated")

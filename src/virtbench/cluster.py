@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import procs
 from .instances import Instance
-from .errors import MissingTool, WorkloadFailed
+from .errors import MissingTool, UserError, WorkloadFailed
+from .machines.ssh import make_keypair
 from .model import ExecResult
 
 SSH_PORT = 2222
@@ -378,11 +378,11 @@ def keypair() -> tuple[bytes, bytes]:
                 raise MissingTool("ssh-keygen", "openssh-client", "it makes the key MPI clusters log in with")
             tmp = Path(tempfile.mkdtemp(prefix="virtbench-ssh-"))
             try:
-                res = procs.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "virtbench-cluster",
-                                 "-f", str(tmp / "id")], timeout=60)
-                if not res.ok:
-                    raise WorkloadFailed(f"ssh-keygen failed: {res.describe_failure()}")
-                _keypair = ((tmp / "id").read_bytes(), (tmp / "id.pub").read_bytes())
+                try:
+                    pair = make_keypair(tmp, "virtbench-cluster", name="id")
+                except UserError as e:
+                    raise WorkloadFailed(str(e)) from e
+                _keypair = (pair.private.read_bytes(), Path(f"{pair.private}.pub").read_bytes())
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         return _keypair

@@ -72,6 +72,9 @@ class Traits:
     hypervisor_guest: bool = False
     # vb-monitor's --scope inside it; None: its series would repeat its machine's own (host).
     monitor_scope: str | None = "host"
+    # Seconds one repetition costs beyond the workload's own run (starting the command inside the
+    # instance, collecting its output): what a run's plan adds per repetition (plan.py).
+    repetition_overhead_s: float = 0.5
 
 
 def _no_registry(name: str) -> Traits:

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import stats, workloads
+from . import drivers, stats, workloads
 from .suite import Matrix, cell_environments
 
-# Per repetition on top of the workload's own seconds: starting its process, the monitor, storing;
-# by driver. Measured on the 2-core development machine under load 5-9 (system tests, duration 0.3):
-# a host attempt took 0.04 s more than its duration, a container one 0.94 s more (podman exec).
-# The rest are estimates of the same order (a command over ssh, a pod exec through the API).
-OVERHEAD_SECONDS = {"host": 0.1, "container": 1.0, "pods": 1.0, "vm": 0.5, "ssh": 0.5, "cloud": 0.5}
-DEFAULT_OVERHEAD = 0.5
+# Per repetition on top of the workload's own seconds (starting its process, the monitor, storing),
+# each driver declares `Traits.repetition_overhead_s`. Measured on the 2-core development machine under
+# load 5-9 (system tests, duration 0.3): a host attempt took 0.04 s more than its duration, a container
+# one 0.94 s more (podman exec). The rest are estimates of the same order (ssh, a pod exec via the API).
 ASK_ABOVE_SECONDS = 3600.0  # a run estimated longer asks before it starts (on a terminal)
 AUTO_WARMUP = (2, 5)  # warmup = "auto": two runs that agree at best, five at most (runner.WARMUP_MAX)
 
@@ -110,7 +108,7 @@ def make(matrix: Matrix, only: set[tuple[str, str]] | None = None) -> Plan:
             unknown[cell["workload"]] = unknown.get(cell["workload"], 0) + 1
             ceiling += len(envs) * (policy.timeout or wl.timeout(cell["params"])) * (high_reps + warm[1])
             continue
-        per = sum(each + OVERHEAD_SECONDS.get(driver[e], DEFAULT_OVERHEAD) for e in envs)
+        per = sum(each + drivers.traits_of(driver[e]).repetition_overhead_s for e in envs)
         seconds[0] += per * (low_reps + warm[0])
         seconds[1] += per * (high_reps + warm[1])
     return Plan(cells, len(envs_used), pairs, low_reps, high_reps, warm,

@@ -176,7 +176,7 @@ class ContainerInstance(Instance):
 
 class ContainerDriver(Driver):
     name = "container"
-    traits = Traits(shares_kernel=True, machine_cores=True, engine_container=True, bridge_port=True,
+    traits = Traits(repetition_overhead_s=1.0, shares_kernel=True, machine_cores=True, engine_container=True, bridge_port=True,
                     monitor_scope="cgroup")
     description = "a container from the guest image (podman, or docker)"
     needs_image = True

@@ -53,7 +53,7 @@ class HostInstance(Instance):
 
 class HostDriver(Driver):
     name = "host"
-    traits = Traits(host_process=True, is_machine=True, real_machine=True, shares_kernel=True, machine_cores=True,
+    traits = Traits(repetition_overhead_s=0.1, host_process=True, is_machine=True, real_machine=True, shares_kernel=True, machine_cores=True,
                     monitor_scope=None)
     description = "the local machine, no isolation (the usual baseline)"
     supports_shapes = False

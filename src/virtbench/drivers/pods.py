@@ -295,7 +295,7 @@ class ClusterPod(_PodMixin, Instance):
 
 class PodsDriver(Driver):
     name = "pods"
-    traits = Traits(shares_kernel=True, bridge_port=True, monitor_scope="cgroup")  # kube play; ClusterPod says otherwise
+    traits = Traits(repetition_overhead_s=1.0, shares_kernel=True, bridge_port=True, monitor_scope="cgroup")  # kube play; ClusterPod says otherwise
     description = "Kubernetes pods from the guest image: podman kube play here, or a cluster (backend)"
     needs_image = True
     options = {

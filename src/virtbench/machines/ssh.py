@@ -366,14 +366,28 @@ class KeyPair:
         return self.public_line.split()[1]
 
 
-def make_keypair(directory: Path, comment: str = "virtbench") -> KeyPair:
-    """A new ed25519 key pair without a passphrase in `directory` (a run's own key)."""
-    key = directory / "id_ed25519"
+def make_keypair(directory: Path, comment: str = "virtbench", name: str = "id_ed25519") -> KeyPair:
+    """A new ed25519 key pair without a passphrase in `directory` (a run's own key, or a host key)."""
+    key = directory / name
     res = _run([_ssh_binary("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)],
                timeout=60)
     if not res.ok:
         raise UserError(f"ssh-keygen failed: {res.describe_failure()}")
     return KeyPair(key, Path(f"{key}.pub").read_text().strip())
+
+
+def pinned_argv(destination: str, key_file: Path, known_hosts: Path, connect_timeout: int = 3) -> list[str]:
+    """A plain `ssh` to a host this controller made (a testbed host): one key, only the pinned host
+    keys, no user configuration, agent or master connection, never a prompt."""
+    return [_ssh_binary(), "-F", "/dev/null", "-i", str(key_file), "-o", "IdentitiesOnly=yes",
+            "-o", "IdentityAgent=none", "-o", f"UserKnownHostsFile={known_hosts}",
+            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+            "-o", f"ConnectTimeout={connect_timeout}", destination]
+
+
+def answers(destination: str, key_file: Path, known_hosts: Path, timeout: float = 10) -> ExecResult:
+    """Whether such a host runs `true` over ssh now (its result, with ssh's complaint when not)."""
+    return _run([*pinned_argv(destination, key_file, known_hosts), "true"], timeout=timeout)
 
 
 class GuestMachine(SshMachine):

@@ -34,6 +34,8 @@ from pathlib import Path
 
 from .. import procs
 from ..errors import UserError
+from ..model import ExecResult
+from . import ssh
 
 STATE_ROOT = Path("/var/lib/virtbench-testbed")
 HOST_DIR = "/var/lib/virtbench-host"  # each host's own data dir (virtbench_dir in the inventory)
@@ -360,17 +362,18 @@ Subsystem sftp internal-sftp
 
 
 def _keygen(path: Path, comment: str) -> str:
-    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
+    pair = ssh.make_keypair(path.parent, comment, name=path.name)
     path.chmod(0o600)
-    return " ".join(path.with_name(path.name + ".pub").read_text().split()[:2])
+    return " ".join(pair.public_line.split()[:2])
 
 
 def ssh_argv(state: Path, addr: str) -> list[str]:
     """ssh to a testbed host as root with the testbed's key and pinned host keys, nothing else."""
-    return ["ssh", "-F", "/dev/null", "-i", str(state / "id_ed25519"), "-o", "IdentitiesOnly=yes",
-            "-o", "IdentityAgent=none", "-o", f"UserKnownHostsFile={state / 'known_hosts'}",
-            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-            "-o", "ConnectTimeout=3", f"root@{addr}"]
+    return ssh.pinned_argv(f"root@{addr}", state / "id_ed25519", state / "known_hosts")
+
+
+def _answers(state: Path, addr: str) -> ExecResult:
+    return ssh.answers(f"root@{addr}", state / "id_ed25519", state / "known_hosts")
 
 
 def _tc(ns: str | None, dev: str, delay_ms: float | None, rate_mbit: float | None) -> None:
@@ -549,7 +552,7 @@ def _wait_all(state: Path, addrs: list[str], children: list[subprocess.Popen], t
     def wait(i: int) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            res = procs.run([*ssh_argv(state, addrs[i]), "true"], timeout=10)
+            res = _answers(state, addrs[i])
             if res.ok:
                 return
             rc = children[i].poll()
@@ -597,7 +600,7 @@ def status(prefix: str = "vbtb", probe: bool = True) -> dict:
     if kh.exists():
         for k, line in enumerate(kh.read_text().splitlines(), 1):
             addr = line.split()[0]
-            ok = procs.run([*ssh_argv(state, addr), "true"], timeout=10).ok if probe else None
+            ok = _answers(state, addr).ok if probe else None
             hosts.append({"name": host_name(prefix, k), "address": addr, "netns": f"{prefix}-{k}", "answers": ok})
     return {"name": prefix, "hosts": hosts, "leftovers": leftovers(prefix) if not hosts else [],
             "owner": owner(prefix), "runs": live_runs(prefix)}

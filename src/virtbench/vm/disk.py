@@ -31,6 +31,7 @@ from .. import paths
 from ..conditions.base import ConditionUnavailable
 from ..errors import MissingTool, UserError
 from ..machines import Machine, local
+from ..machines.ssh import make_keypair
 from . import guest, initrd
 
 MODES = ("copy", "overlay", "reflink")
@@ -262,7 +263,7 @@ def _build_boot(d: Path, stage: _Stage, log) -> BootFiles:
     key = d / "ssh_host_ed25519_key"
     if not key.exists():
         tmp = d / f"hostkey.partial-{os.getpid()}"
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "virtbench-guest", "-f", str(tmp)], "ssh-keygen")
+        make_keypair(d, "virtbench-guest", name=tmp.name)
         os.replace(f"{tmp}.pub", f"{key}.pub")
         os.replace(tmp, key)
     log("unpacking the guest image for the VM disk")
