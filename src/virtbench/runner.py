@@ -137,7 +137,12 @@ class Runner:
                 raise UserError(f"run {run['id']} already completed", "start a new run instead, or rerun its "
                                 f"failed cells with: virtbench run --resume {run['id']} --retry-failed")
             tallies, next_round = self._tallies_from_store()
-            what = "resumed"
+            # An environment that gave up (its host went away, say) gets a new chance: its cell runs
+            # again with all its environments in fresh rounds, as --retry-failed does, since a
+            # resumed cell's round limit may already be spent by the environments that went on.
+            gave_up = {cell for (cell, _), t in tallies.items() if t.stop_reason.startswith("gave up")}
+            self._fresh_rounds(tallies, next_round, gave_up)
+            what = "resumed" + (f"; {len(gave_up)} cell(s) whose environment gave up run again" if gave_up else "")
         self.store.add_event(self.run_id, "retry-failed" if retry_failed else "resumed", what)
         self.store.set_status(self.run_id, "running")
         self._execute(tallies, next_round)
@@ -148,19 +153,27 @@ class Runner:
         with all its environments in fresh lockstep rounds (none runs rounds alone), counted from 0
         for its stop rule and stored after the rounds it already has (self._round_offset)."""
         tallies, stored_rounds = self._tallies_from_store()
-        all_envs = [e.name for e in self.matrix.environments]
         retry_cells = {key for key, _ in failed}
+        self._fresh_rounds(tallies, stored_rounds, retry_cells)
+        all_envs = [e.name for e in self.matrix.environments]
         for cell in self.matrix.cells:
-            for env in cell_environments(cell, all_envs):
-                key = (cell["key"], env)
-                if cell["key"] in retry_cells:
-                    tallies[key] = Tally()
-                    self._round_offset[cell["key"]] = stored_rounds.get(cell["key"], 0)
-                else:
-                    tally = tallies.setdefault(key, Tally())
+            if cell["key"] not in retry_cells:
+                for env in cell_environments(cell, all_envs):
+                    tally = tallies.setdefault((cell["key"], env), Tally())
                     tally.warmed_up = tally.finished = True
                     tally.stop_reason = tally.stop_reason or "not retried"
         return tallies, {}
+
+    def _fresh_rounds(self, tallies: dict[tuple[str, str], Tally], next_round: dict[str, int],
+                      cell_keys: set[str]) -> None:
+        """These cells start over with every environment: counts from 0 for the stop rule, rounds
+        stored after the ones they have (self._round_offset), so new rounds never pair with old."""
+        all_envs = [e.name for e in self.matrix.environments]
+        for cell in self.matrix.cells:
+            if cell["key"] in cell_keys:
+                for env in cell_environments(cell, all_envs):
+                    tallies[(cell["key"], env)] = Tally()
+                self._round_offset[cell["key"]] = next_round.pop(cell["key"], 0)
 
     def _check_capacity(self) -> None:
         """Cells that cannot fit an environment (shape or machine) are refused before anything starts.
