@@ -427,13 +427,20 @@ def matrix_for(exp: Experiment, tier: Tier, envs: tuple[str, ...], *, kubeconfig
     names = {e for c in m.cells for e in suite_mod.cell_environments(c, [x.name for x in m.environments])}
     m.environments = [e for e in m.environments if e.name in names or e.name == m.baseline]
     if kubeconfig:
-        m.environments = [_kubernetes(e, pods_image) if e.driver == "pods" else e for e in m.environments]
+        m.environments = [_kubernetes(e, pods_image) if _has_backends(e.driver) else e for e in m.environments]
     p = m.policy
     p.min_repetitions = p.max_repetitions = tier.repeat
     if p.warmup == "auto" or (isinstance(p.warmup, int) and p.warmup > 1):
         p.warmup = 1
     m.name = f"{m.name} (reproduce {exp.id})"
     return m
+
+
+def _has_backends(driver: str) -> bool:
+    """A driver that can run its instances on a Kubernetes cluster declares a `backend` option."""
+    from . import drivers
+
+    return driver in drivers.REGISTRY and "backend" in drivers.driver_class(driver).options
 
 
 def _kubernetes(env: EnvSpec, image_ref: str) -> EnvSpec:
