@@ -326,7 +326,7 @@ params = { test = ["dhrystone", "pipe", "syscall", "context", "whetstone", "exec
         while killed is None and run.poll() is None and time.monotonic() < deadline:
             for pod in Cluster().core.list_namespaced_pod("default", label_selector="virtbench=1").items:
                 ready = {c.type: c.status for c in pod.status.conditions or []}.get("Ready") == "True"
-                if ready and pod.spec.node_name:
+                if ready and pod.spec.node_name and not pod.metadata.deletion_timestamp:
                     killed = int(pod.spec.node_name.rsplit("-n", 1)[1])
                     os.kill(cluster.kubelet_pid(k8s, killed), 9)
                     break

@@ -543,6 +543,9 @@ class PodsDriver(Driver):
             for svc in [s for names in group.services.values() for s in names]:
                 group.backend.delete("Service", svc)
             group.backend.delete("Deployment", group.name)
+            # The run ends with its pods gone, not still terminating, so the next run (or user) finds
+            # the cluster as it was; one still there after 90 s is the next run's sweep's.
+            group.backend.wait_pods_gone(group.name)
             for name in group.claims:
                 group.backend.delete("PersistentVolumeClaim", name)
             for name in group.volumes:

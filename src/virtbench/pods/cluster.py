@@ -160,6 +160,17 @@ class Cluster:
         got = self.core.list_namespaced_pod(self.namespace, label_selector=f"virtbench.group={group}")
         return [self.json(p) for p in got.items if not p.metadata.deletion_timestamp]
 
+    def wait_pods_gone(self, group: str, timeout: float = 90.0) -> list[str]:
+        """Until no pod of the group exists, terminating ones included (a Deployment's deletion only
+        starts theirs); the names still there at the timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = [p.metadata.name for p in self.core.list_namespaced_pod(
+                self.namespace, label_selector=f"virtbench.group={group}").items]
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.5)
+
     def pod(self, name: str) -> dict[str, Any] | None:
         try:
             return self.json(self.core.read_namespaced_pod(name, self.namespace))
