@@ -534,16 +534,8 @@ class Reproducer:
         return self.run_id
 
     def _execute(self, spec: dict[str, Any], started: float) -> None:
-        try:
+        with self.store.recording_status(self.run_id, f"virtbench reproduce --resume {self.run_id}"):
             self._steps(spec, started + spec["budget_s"] - MIN_RESERVE_S / 2)
-            self.store.set_status(self.run_id, "completed")
-        except KeyboardInterrupt:
-            self.store.set_status(self.run_id, "interrupted",
-                                  f"interrupted; resume with: virtbench reproduce --resume {self.run_id}")
-            raise
-        except BaseException as exc:
-            self.store.set_status(self.run_id, "failed", f"{type(exc).__name__}: {exc}")
-            raise
 
     def _steps(self, spec: dict[str, Any], deadline: float) -> None:
         by_id = {e.id: e for e in EXPERIMENTS}

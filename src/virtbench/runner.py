@@ -195,17 +195,10 @@ class Runner:
         states: dict[str, _EnvState] = {}
         self.machines = machines.pool_for(self.matrix.inventory)
         try:
-            with _sigterm_as_interrupt(), self._testbeds_used():
+            with self.store.recording_status(self.run_id, f"virtbench run --resume {self.run_id}"), \
+                    _sigterm_as_interrupt(), self._testbeds_used():
                 states = self._prepare_envs(workdir)
                 self._loop(states, tallies, next_round)
-            self.store.set_status(self.run_id, "completed")
-        except KeyboardInterrupt:
-            self.store.set_status(self.run_id, "interrupted",
-                                  f"interrupted; resume with: virtbench run --resume {self.run_id}")
-            raise
-        except BaseException as exc:
-            self.store.set_status(self.run_id, "failed", f"{type(exc).__name__}: {exc}")
-            raise
         finally:
             self._teardown(states)
             self.machines.close()

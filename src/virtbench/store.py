@@ -6,6 +6,7 @@ Every attempt and sample is committed the moment it exists, so a crash or Ctrl-C
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 import secrets
 import time
 from pathlib import Path
@@ -188,6 +189,20 @@ class Store:
                 suite_path=suite_path, spec_json=canonical(spec), baseline=baseline,
                 virtbench_version=__version__, command=command))
         return run_id
+
+    @contextmanager
+    def recording_status(self, run_id: str, resume_command: str):
+        """The run's status follows the block: completed when it ends, interrupted (with the command
+        that resumes it) on Ctrl-C or SIGTERM, failed with the error otherwise."""
+        try:
+            yield
+            self.set_status(run_id, "completed")
+        except KeyboardInterrupt:
+            self.set_status(run_id, "interrupted", f"interrupted; resume with: {resume_command}")
+            raise
+        except BaseException as exc:
+            self.set_status(run_id, "failed", f"{type(exc).__name__}: {exc}")
+            raise
 
     def set_status(self, run_id: str, status: str, note: str | None = None) -> None:
         values: dict[str, Any] = {"status": status, "note": note}
