@@ -24,11 +24,15 @@ def test_plan_counts_cells_environments_repetitions_and_time():
     p = plan.make(m)
     # min 3 is raised to the 6 a verdict needs, as the runner does
     assert (p.cells, p.environments, p.runs, p.min_repetitions, p.max_repetitions) == (2, 2, 4, 6, 10)
-    assert p.repetitions == (4 * 7, 4 * 11)
+    # a table of 2 comparisons is read at 97.5 %: the signed-rank interval reaches that from 7 rounds
+    # (1 - 2 / 2^7), so the ratio stop rule cannot stop these cells at 6
+    assert p.repetitions == (4 * 8, 4 * 11) and p.stop_floor == (7, 2)
     each = 2 * 0.5 + traits_of("host").repetition_overhead_s + traits_of("container").repetition_overhead_s  # per cell, both envs
-    assert p.seconds == pytest.approx((2 * 7 * each, 2 * 11 * each))
-    assert p.text().startswith("plan: 2 cell(s) x 2 environment(s) (4 in all) x 6-10 repetitions (adaptive) "
-                               "+ 1 warm-up = 28-44 runs; estimated")
+    assert p.seconds == pytest.approx((2 * 8 * each, 2 * 11 * each))
+    assert p.text().startswith("plan: 2 cell(s) x 2 environment(s) (4 in all) x 6-10 repetitions (adaptive; a "
+                               "table of 2 comparisons cannot stop before 7 rounds) + 1 warm-up = 32-44 runs; "
+                               "estimated")
+    assert "\n  system: 0.5 s per repetition, model" in p.text()
     fixed = suite.adhoc("system", {"test": "dhrystone", "duration": "2"}, ["host"], repeat=10000)
     p = plan.make(fixed)
     assert not p.adaptive and p.longest() > plan.ASK_ABOVE_SECONDS and "h " in p.text()

@@ -241,7 +241,7 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
                                      repeat=repeat, duration=duration, baseline=baseline)
         if inventory:
             matrix.inventory = _inventory_path(inventory)
-        plan = plan_mod.make(matrix)
+        plan = plan_mod.make(matrix, store=store)
         _confirm_plan(plan, yes)
     elif suite or workload or inventory:
         raise UserError("--resume continues a stored run; do not also give a suite, --workload "
@@ -281,7 +281,7 @@ def _retry_plan(store: Store, run_id: str):
     cells = {key for key, _ in outcomes.failed_keys(outcomes.cell_outcomes(store, run_id))}
     names = [e.name for e in matrix.environments]
     return plan_mod.make(matrix, only={(c["key"], e) for c in matrix.cells if c["key"] in cells
-                                       for e in cell_environments(c, names)})
+                                       for e in cell_environments(c, names)}, store=store)
 
 
 def _confirm_plan(plan, yes: bool) -> None:

@@ -1,13 +1,16 @@
 """The plan a run prints before its first repetition: cells x environments x repetitions and an
-estimate of the time, from the matrix alone (each workload's expected seconds per repetition, the
-warm-up and the adaptive minimum and maximum), not from the runner's loop.
+estimate of the time, from the matrix (each cell's seconds per repetition from estimates.py: this
+machine's earlier samples, else the workload's model; the warm-up and the adaptive minimum and
+maximum), not from the runner's loop. Each workload's line says where its estimate comes from.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
-from . import drivers, stats, workloads
+from . import drivers, estimates, stats, workloads
+from .analysis import FDR
 from .suite import Matrix, cell_environments
 
 # Per repetition on top of the workload's own seconds (starting its process, the monitor, storing),
@@ -31,6 +34,8 @@ class Plan:
     unknown: list[str] = field(default_factory=list)  # workloads without an estimate
     unknown_ceiling: float = 0.0  # what their timeouts allow, at most
     time_budget: float | None = None
+    sources: dict[str, "Source"] = field(default_factory=dict)  # workload -> where its estimates come from
+    stop_floor: tuple[int, int] = (0, 0)  # (rounds, comparisons): the largest table's earliest ratio stop
 
     @property
     def adaptive(self) -> bool:
@@ -44,8 +49,11 @@ class Plan:
         return self.seconds[1]
 
     def text(self) -> str:
-        reps = (f"{self.min_repetitions}-{self.max_repetitions} repetitions (adaptive)" if self.adaptive
-                else f"{self.min_repetitions} repetitions")
+        floor, m = self.stop_floor
+        reps = (f"{self.min_repetitions}-{self.max_repetitions} repetitions (adaptive"
+                + (f"; a table of {m} comparisons cannot stop before {floor} rounds" if floor > self.min_repetitions
+                   else "") + ")"
+                if self.adaptive else f"{self.min_repetitions} repetitions")
         warm = self.warmup[0] if self.warmup[0] == self.warmup[1] else f"{self.warmup[0]}-{self.warmup[1]}"
         head = (f"plan: {self.cells} cell(s) x {self.environments} environment(s) ({self.runs} in all) x {reps}"
                 + (f" + {warm} warm-up" if self.warmup[1] else "")
@@ -61,7 +69,46 @@ class Plan:
         if self.unknown:
             when += (f"; not counting {', '.join(self.unknown)}: no estimate per repetition (their timeouts "
                      f"allow up to {human(self.unknown_ceiling)})")
-        return f"{head}; {when}, plus starting instances"
+        return "\n".join([f"{head}; {when}, plus starting instances",
+                          *(f"  {w}: {src.text()}" for w, src in self.sources.items() if src.cells)])
+
+
+@dataclass
+class Source:
+    """One workload's per-repetition estimates in a plan: how many cells had history (and from how
+    many earlier samples), how many only the model, and the range of seconds."""
+    cells: int = 0
+    history_cells: int = 0
+    history_samples: int = 0
+    model_cells: int = 0
+    low: float = float("inf")
+    high: float = 0.0
+
+    def add(self, est: estimates.Estimate) -> None:
+        if est.seconds is None:
+            return
+        self.cells += 1
+        if est.source == "history":
+            self.history_cells += 1
+            self.history_samples += est.samples
+        else:
+            self.model_cells += 1
+        self.low, self.high = min(self.low, est.seconds), max(self.high, est.seconds)
+
+    def text(self) -> str:
+        each = _seconds(self.low) if _seconds(self.low) == _seconds(self.high) else \
+            f"{_seconds(self.low)}-{_seconds(self.high)}"
+        whence = []
+        if self.history_cells:
+            whence.append(f"from {self.history_samples} earlier sample{'s' if self.history_samples > 1 else ''}"
+                          + (f" ({self.history_cells} of {self.cells} cell/environment pairs)" if self.model_cells else ""))
+        if self.model_cells:
+            whence.append("model" + (f" ({self.model_cells} of {self.cells})" if self.history_cells else ""))
+        return f"{each} s per repetition, {'; '.join(whence)}"
+
+
+def _seconds(x: float) -> str:
+    return f"{x:.2g}" if x < 10 else f"{x:.0f}"
 
 
 def _range(a: int, b: int) -> str:
@@ -85,8 +132,35 @@ def verdict_minimum(min_reps: int, max_reps: int) -> int:
     return max(min_reps, min(stats.min_repetitions(), max_reps))
 
 
-def make(matrix: Matrix, only: set[tuple[str, str]] | None = None) -> Plan:
-    """The plan of `matrix`; `only`: just these (cell key, environment) pairs (a retry)."""
+def family_size(matrix: Matrix, cell: dict) -> int:
+    """Comparisons per metric in the table `cell` belongs to (analysis._family: cells of one workload,
+    parameters except the indexed test's, condition), one per non-baseline environment: the stop
+    rule reads a ratio at 1 - FDR / that (times the metrics) as the table will."""
+    wl = workloads.get(cell["workload"])
+
+    def family(c: dict) -> str:
+        params = {k: v for k, v in c["params"].items() if k != wl.index_param}
+        return json.dumps([c["workload"], params, c["condition"]], sort_keys=True, default=str)
+
+    names = [e.name for e in matrix.environments]
+    return sum(len([e for e in cell_environments(c, names) if e != matrix.baseline])
+               for c in matrix.cells if family(c) == family(cell)) or 1
+
+
+def earliest_stop(matrix: Matrix, cell: dict, minimum: int, maximum: int) -> tuple[int, int]:
+    """(The first round at which the ratio stop rule can stop `cell`, its table's comparisons): its
+    minimum, or more where the table's level needs more rounds than that (stats.rounds_for_level;
+    one metric assumed, so a lower bound), at most the maximum."""
+    envs = cell_environments(cell, [e.name for e in matrix.environments])
+    if minimum >= maximum or matrix.policy.ci_target is None or matrix.baseline not in envs or len(envs) < 2:
+        return minimum, 0
+    m = family_size(matrix, cell)
+    return min(maximum, max(minimum, stats.rounds_for_level(1.0 - FDR / m))), m
+
+
+def make(matrix: Matrix, only: set[tuple[str, str]] | None = None, store=None) -> Plan:
+    """The plan of `matrix`; `only`: just these (cell key, environment) pairs (a retry); `store`: where
+    earlier samples are (without it, only the workloads' models)."""
     policy = matrix.policy
     names = [e.name for e in matrix.environments]
     driver = {e.name: e.driver for e in matrix.environments}
@@ -95,6 +169,9 @@ def make(matrix: Matrix, only: set[tuple[str, str]] | None = None) -> Plan:
     warm = AUTO_WARMUP if policy.warmup == "auto" else (int(policy.warmup), int(policy.warmup))
     pairs, cells, envs_used, unknown = 0, 0, set(), {}
     seconds, ceiling = [0.0, 0.0], 0.0
+    history = estimates.History(store, {c["workload"] for c in matrix.cells})
+    sources: dict[str, Source] = {}
+    floor, reps_low = (low_reps, 0), 0
     for cell in matrix.cells:
         envs = [e for e in cell_environments(cell, names) if only is None or (cell["key"], e) in only]
         if not envs:
@@ -103,14 +180,22 @@ def make(matrix: Matrix, only: set[tuple[str, str]] | None = None) -> Plan:
         pairs += len(envs)
         envs_used.update(envs)
         wl = workloads.get(cell["workload"])
-        each = wl.expected_seconds(cell["params"])
-        if each is None:
-            unknown[cell["workload"]] = unknown.get(cell["workload"], 0) + 1
-            ceiling += len(envs) * (policy.timeout or wl.timeout(cell["params"])) * (high_reps + warm[1])
-            continue
-        per = sum(each + drivers.traits_of(driver[e]).repetition_overhead_s for e in envs)
-        seconds[0] += per * (low_reps + warm[0])
+        per = 0.0
+        reps_low += len(envs) * (earliest_stop(matrix, cell, low_reps, high_reps)[0] + warm[0])
+        for e in envs:
+            est = estimates.per_repetition(cell, driver[e], history)
+            sources.setdefault(cell["workload"], Source()).add(est)
+            if est.seconds is None:
+                unknown[cell["workload"]] = unknown.get(cell["workload"], 0) + 1
+                ceiling += (policy.timeout or wl.timeout(cell["params"])) * (high_reps + warm[1])
+                continue
+            # a measured wall time already holds the driver's start of the command; a model does not
+            per += est.seconds + (drivers.traits_of(driver[e]).repetition_overhead_s if est.source == "model" else 0)
+        first, m = earliest_stop(matrix, cell, low_reps, high_reps)
+        floor = max(floor, (first, m))
+        seconds[0] += per * (first + warm[0])
         seconds[1] += per * (high_reps + warm[1])
     return Plan(cells, len(envs_used), pairs, low_reps, high_reps, warm,
-                (pairs * (low_reps + warm[0]), pairs * (high_reps + warm[1])), (seconds[0], seconds[1]),
-                [f"{w} ({n} cell{'s' if n > 1 else ''})" for w, n in unknown.items()], ceiling, policy.time_budget)
+                (reps_low, pairs * (high_reps + warm[1])), (seconds[0], seconds[1]),
+                [f"{w} ({n} cell/environment pair{'s' if n > 1 else ''})" for w, n in unknown.items()], ceiling,
+                policy.time_budget, sources, floor)

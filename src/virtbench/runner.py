@@ -398,17 +398,11 @@ class Runner:
         return True
 
     def _family_size(self, cell: dict) -> int:
-        """Comparisons per metric in the table this cell belongs to (analysis._family: cells of one
-        workload, parameters except the indexed test's, condition), one per non-baseline environment."""
-        wl = workloads.get(cell["workload"])
+        """Comparisons per metric in the table this cell belongs to (plan.family_size: the plan's
+        earliest stop counts the same)."""
+        from .plan import family_size
 
-        def family(c: dict) -> str:
-            params = {k: v for k, v in c["params"].items() if k != wl.index_param}
-            return json.dumps([c["workload"], params, c["condition"]], sort_keys=True, default=str)
-
-        all_envs = [e.name for e in self.matrix.environments]
-        return sum(len([e for e in cell_environments(c, all_envs) if e != self.matrix.baseline])
-                   for c in self.matrix.cells if family(c) == family(cell)) or 1
+        return family_size(self.matrix, cell)
 
     def _attempt(self, state: _EnvState, wl: workloads.Workload, cell: dict, tally: Tally, timeout: float,
                  *, warmup: bool, round_: int = -1) -> list:

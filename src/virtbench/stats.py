@@ -335,6 +335,17 @@ def _signed_rank_p(d: np.ndarray) -> float:
     return float(_sps.wilcoxon(d, alternative="two-sided", method="approx").pvalue)
 
 
+def rounds_for_level(confidence: float) -> int:
+    """Fewest rounds whose exact signed-rank interval can reach ``confidence`` at all: its widest
+    interval, [min, max] of the Walsh averages, has level 1 - 2 / 2^n (8 rounds for a table of 6
+    comparisons read at 1 - 0.05 / 6, 10 for 24). Below that a ratio's interval cannot meet a
+    ci_target at that level however quiet the machine."""
+    n = 1
+    while 1.0 - 2.0 * 0.5 ** n < confidence - 1e-12:
+        n += 1
+    return n
+
+
 def min_repetitions(confidence: float = 0.95, alpha: float = 0.05) -> int:
     """Repetitions per environment a verdict needs: enough for the median's order-statistic CI to
     reach ``confidence`` and for the exact Mann-Whitney and signed-rank tests to reach p <= ``alpha``

@@ -113,8 +113,9 @@ class Workload(ABC):
         return 600.0
 
     def expected_seconds(self, params: dict[str, Any]) -> float | None:
-        """Roughly how long one repetition runs, for the plan a run prints before it starts; None when
-        unknown. Default: its `duration` or `runtime` parameter."""
+        """The model of how long one repetition runs, for the plan a run prints before it starts
+        (estimates.py prefers this machine's earlier samples); None when unknown. Default: its
+        `duration` or `runtime` parameter; workloads that run to completion model their problem size."""
         for key in ("duration", "runtime"):
             value = params.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:

@@ -20,7 +20,7 @@ from typing import Any
 from ..drivers.base import Instance
 from ..model import Sample
 from .base import MetricSpec, Param, RunContext, Workload
-from .diskutil import TargetDir, run_checked
+from .diskutil import TargetDir, model_seconds, run_checked
 
 # CSV columns (bonnie++ 1.98 format) -> index.
 FIELDS = (
@@ -142,6 +142,13 @@ class Bonnie(Workload):
     def timeout(self, params: dict[str, Any]) -> float:
         # 5 passes over the file at >= 2 MB/s, plus the small-file tests
         return 300 + 5 * self._size_mb(params) * (1 << 20) / 2e6 + params["files"] * 60
+
+    def expected_seconds(self, params: dict[str, Any]) -> float | None:
+        # the plan's model: about 5 passes over the file (per-character ones slower, 3 without them) and
+        # the small-file tests (1024 x files created, stat'ed, deleted; about 2 s per 1024 here)
+        size = self._size_mb(params) << 20
+        passes = 3 if params["fast"] else 6
+        return 1.0 + passes * model_seconds(size, (params["chunk_kb"] or 8) << 10) + 2.0 * params["files"]
 
     def execute(self, instances: dict[str, list[Instance]], params: dict[str, Any], ctx: RunContext) -> str:
         inst = instances["main"][0]

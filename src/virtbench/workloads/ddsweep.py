@@ -14,7 +14,7 @@ from ..drivers.base import Instance
 from ..errors import WorkloadFailed
 from ..model import Sample
 from .base import MetricSpec, Param, RunContext, Workload
-from .diskutil import TargetDir, parse_dd, scaled
+from .diskutil import TargetDir, model_seconds, parse_dd, scaled
 
 # `sh -c SCRIPT sh DIR BS COUNT MODE`: arguments arrive as positional parameters, never spliced in.
 # direct: O_DIRECT both ways. buffered: the write includes an fsync (conv=fsync, like iozone -e) and
@@ -75,6 +75,10 @@ class _DdBase(Workload):
 
     def timeout(self, params: dict[str, Any]) -> float:
         return 120 + 2 * self._size(params) / 2e6  # both passes at >= 2 MB/s
+
+    def expected_seconds(self, params: dict[str, Any]) -> float | None:
+        # the plan's model: the write pass (with its sync) and the read pass at the local disk's rate
+        return 0.5 + 2 * model_seconds(self._size(params), self._block(params))
 
     def execute(self, instances: dict[str, list[Instance]], params: dict[str, Any], ctx: RunContext) -> str:
         inst = instances["main"][0]

@@ -28,6 +28,12 @@ MB = mpijob.MB
 CLASSES = {"S": (48, 4, 8, 32), "W": (96, 8, 4, 32), "A": (128, 8, 8, 32), "B": (256, 16, 16, 32)}
 # Seconds one repetition may take, by class, on one core of a slow, loaded machine (x ranks' share).
 CLASS_SECONDS = {"S": 60, "W": 300, "A": 900, "B": 7200}
+# The plan's model of one repetition (estimates.py; this machine's history replaces it after one run):
+# millions of operations of the class's 32 points (vb-eigen's mops x time_s, single rank: S and W
+# measured here; A and B from W by grid^3 x block, the CG solves' cost), at NPB CG's speed on one quiet
+# core here (the solves are CG iterations; docs/npb-performance.md), half again for set-up.
+MODEL_MOP = {"S": 3460, "W": 42700, "A": 101000, "B": 1620000}
+MODEL_MOPS = 3470
 MAX_ALLREDUCE = 64 * 1024**3  # vb-eigen's limit
 
 
@@ -112,6 +118,10 @@ class Eigen(Workload):
 
     def timeout(self, params: dict[str, Any]) -> float:
         return mpijob.scaled_timeout(params, CLASS_SECONDS[params["class"]] * points(params) / 32)
+
+    def expected_seconds(self, params: dict[str, Any]) -> float | None:
+        mop = MODEL_MOP[params["class"]] * points(params) / 32
+        return mpijob.model_seconds(params, 1.5 * mop / MODEL_MOPS)
 
     def execute(self, instances, params: dict[str, Any], ctx: RunContext) -> str:
         cl = mpijob.get_cluster(instances, params)

@@ -15,7 +15,7 @@ from ..drivers.base import Instance
 from ..errors import WorkloadFailed
 from ..model import Sample
 from .base import MetricSpec, Param, RunContext, Workload
-from .diskutil import TargetDir, parse_size, run_checked, scaled, size_param
+from .diskutil import TargetDir, model_seconds, parse_size, run_checked, scaled, size_param
 
 MODES = {  # mode -> (fio rw, direction read/write in the JSON)
     "write": ("write", "write"), "read": ("read", "read"), "rewrite": ("write", "write"),
@@ -84,6 +84,13 @@ class Fio(Workload):
         # one pass at >= 2 MB/s per job (remote storage behind 50 ms of delay), plus start-up
         passes = 2 if params["rw"] in ("rewrite", "read", "randread") else 1
         return 120 + params["runtime"] + passes * params["numjobs"] * self._size(params) / 2e6
+
+    def expected_seconds(self, params: dict[str, Any]) -> float | None:
+        # the plan's model: time-based, or the passes over each job's file at the local disk's rate
+        if params["runtime"]:
+            return params["runtime"] + 1.0
+        passes = 2 if params["rw"] in ("rewrite", "read", "randread") else 1
+        return 1.0 + passes * params["numjobs"] * model_seconds(self._size(params), parse_size(params["bs"]))
 
     def fio_args(self, params: dict[str, Any], where: str, is_device: bool) -> list[str]:
         rw, _ = MODES[params["rw"]]

@@ -141,6 +141,12 @@ class HPA(Workload):
         work = params["transactions"] / 1e6 * (params["avg_size"] / 10) ** 2 / max(params["support"] / 0.007, 0.05)
         return 60 * work * max(1.0, params["ranks"] / mpijob.machine_cores()) + 120
 
+    def expected_seconds(self, params: dict[str, Any]) -> float | None:
+        # the plan's model: the timeout's work unit (transactions, their size, the support) at about
+        # 8 s per unit on one core (measured: 100k transactions, 1 rank, on the host: 1.3-2.3 s, load 9)
+        work = params["transactions"] / 1e6 * (params["avg_size"] / 10) ** 2 / max(params["support"] / 0.007, 0.05)
+        return mpijob.model_seconds({**params, "threads": 1}, 8.0 * work)
+
     def execute(self, instances, params: dict[str, Any], ctx: RunContext) -> str:
         cl = mpijob.get_cluster(instances, params)
         placement = cl.placement(params["ranks"])

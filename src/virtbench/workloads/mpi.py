@@ -116,6 +116,14 @@ class MPIBench(Workload):
         per_size = params["time_budget"] * 3 if not params["iterations"] else 1.0
         return n * (per_size + 0.5) + big * 12 + 120
 
+    def expected_seconds(self, params: dict[str, Any]) -> float | None:
+        # the plan's model: each size takes about twice its time budget (calibration probe, warm-up,
+        # the measured calls) plus 0.1 s, or its fixed count; the largest messages move at ~1 GB/s
+        # (measured: pingpong, 22 sizes to 1 MiB, time_budget 0.1: 8.3-11.2 s a repetition, load 9)
+        szs = sizes(params["op"], params["min_bytes"], params["max_bytes"])
+        per_size = 2 * params["time_budget"] if not params["iterations"] else 0.05
+        return mpijob.MODEL_START_S + len(szs) * (per_size + 0.1) + sum(szs) * 4 / 1e9
+
     def execute(self, instances, params: dict[str, Any], ctx: RunContext) -> str:
         cl = mpijob.get_cluster(instances, params)
         argv = [cl.launcher.bin("vb-mpibench"), params["op"], "--min-bytes", str(params["min_bytes"]),

@@ -199,6 +199,18 @@ def warn_unverified(rec: dict[str, Any], meta: dict[str, Any], consequence: str)
     meta["warnings"] = [f"verification FAILED ({what}): {consequence}", *meta["warnings"]]
 
 
+# The plan's model of an MPI job (estimates.py; history replaces it after one run): mpirun's start
+# and the harness around one repetition. A singleton vb-npb took 0.5-1.1 s beyond its timed section
+# here, a 2-rank vb-mpibench under mpirun about 1.5 s.
+MODEL_START_S = 1.5
+
+
+def model_seconds(params: dict[str, Any], one_core_s: float) -> float:
+    """One repetition: `one_core_s` of work on one core, shared over the ranks x threads the machine
+    can run at once (oversubscribed ranks take turns), plus the start."""
+    return MODEL_START_S + one_core_s / max(1, min(params["ranks"] * params["threads"], machine_cores()))
+
+
 def scaled_timeout(params: dict[str, Any], seconds: float) -> float:
     """Seconds a repetition may take: `seconds` on one core of a slow machine, stretched when ranks
     x threads exceed the cores and shrunk (at most 4x) by the square root of the cores used."""

@@ -36,6 +36,22 @@ MZ_ZONES = {"S": 4, "W": 16, "A": 16, "B": 64}
 MZ_POINTS = {"S": 3456, "W": 32768, "A": 262144, "B": 1074944}
 # Seconds one repetition may take, by class, on one core of a slow, loaded machine (x ranks' share).
 CLASS_SECONDS = {"S": 30, "W": 120, "A": 900, "B": 3600}
+# The plan's model of one repetition (estimates.py; this machine's history replaces it after one run).
+# Work: millions of operations, by vb-npb's own counts (mops x time_s of single-rank runs of classes S
+# and W here, and of A for EP, CG, MG, FT, IS; the other A and all B from the nearest measured class by
+# the ratio of grid points x iterations, or for LU its operation-count polynomial).
+MODEL_MOP = {
+    "ep": (33.6, 67.1, 537, 2150), "cg": (66.7, 421, 1500, 54800), "mg": (7.6, 487, 3890, 19500),
+    "ft": (177, 373, 7140, 103000), "is": (0.66, 10.5, 84, 336), "lu": (102, 18100, 119000, 499000),
+    "sp": (96.7, 14200, 79700, 323000), "bt": (228, 7720, 146000, 593000), "sp-mz": (163, 7290, 58300, 239000),
+    "bt-mz": (382, 14400, 115000, 471000), "lu-mz": (46.5, 11600, 77700, 318000),
+}
+# Speed: Mop/s of one quiet core of the 2-core development machine, class A, 1 rank
+# (docs/npb-performance.md; FT, IS and the multi-zone codes relative to CG, SP, BT and LU in the runs
+# above). Set-up outside the timed section (data, verification) adds about half again.
+MODEL_MOPS = {"ep": 306, "cg": 3470, "mg": 4700, "ft": 4000, "is": 250, "lu": 11800, "sp": 4630, "bt": 8520,
+              "sp-mz": 7140, "bt-mz": 13300, "lu-mz": 16500}
+MODEL_SETUP = 1.5
 
 
 def _pow2(n: int) -> bool:
@@ -144,6 +160,11 @@ class NPB(Workload):
 
     def timeout(self, params: dict[str, Any]) -> float:
         return mpijob.scaled_timeout(params, CLASS_SECONDS[params["class"]])
+
+    def expected_seconds(self, params: dict[str, Any]) -> float | None:
+        kernel = params["kernel"]
+        mop = MODEL_MOP[kernel][CLASSES.index(params["class"])]
+        return mpijob.model_seconds(params, MODEL_SETUP * mop / MODEL_MOPS[kernel])
 
     def execute(self, instances, params: dict[str, Any], ctx: RunContext) -> str:
         cl = mpijob.get_cluster(instances, params)
