@@ -147,10 +147,11 @@ def backend(target: Target) -> str:
     if target.endpoint not in _backends:
         found = target.endpoint_host
         try:
-            url = target.endpoint.rstrip("/") + "/moto-api/data.json"
+            # moto's configuration: a small JSON object (its state dump, data.json, takes seconds to
+            # make once EC2 holds its images, and a busy machine then mistook moto for a cloud)
+            url = target.endpoint.rstrip("/") + "/moto-api/config"
             with urllib.request.urlopen(url, timeout=3) as resp:  # noqa: S310 - the user's endpoint
-                # moto's dump of its state: a JSON object (large once EC2 holds its images)
-                if resp.status == 200 and resp.read(1) == b"{":
+                if 200 <= resp.status < 300 and resp.read(1) == b"{":
                     found = "moto"
         except Exception:  # noqa: BLE001 - not moto
             pass
