@@ -19,10 +19,15 @@ def _concrete(values: dict, fill: dict) -> dict:
     return {k: (fill.get(k, 1) if v in ("max", "min", "best") else v) for k, v in values.items()}
 
 
+def _exp(s: dict) -> str:
+    """The experiment a synthetic group comes from: the selector's last (its own platforms')."""
+    return s["experiment"][-1]
+
+
 def _group(s: dict, values: list[float], *, fill: dict | None = None, accel: str | None = None) -> Group:
     kind = s["kind"][0]
     meta = {"accelerator": accel or "kvm"} if kind == "vm" else {}
-    return Group(s["experiment"], s["workload"], _concrete(s["params"], fill or {}),
+    return Group(_exp(s), s["workload"], _concrete(s["params"], fill or {}),
                  _concrete(s["condition"], fill or {}), kind, kind, s["metric"], "u",
                  s["metric"] not in LOWER_IS_BETTER, list(values), meta)
 
@@ -66,7 +71,7 @@ def synthetic(claim, holds: bool, *, accel: str = "kvm") -> list[Group]:
         per = (lambda x: 20 + 50 * x) if holds else (lambda x: 60.0)
         return [_group(s, [per(x) + d for d in (-0.5, 0.0, 0.5)], accel=accel)
                 for x in (1, 2, 4)] and [
-            Group(s["experiment"], s["workload"], {**_concrete(s["params"], {}), "image_size": f"{x}G"},
+            Group(_exp(s), s["workload"], {**_concrete(s["params"], {}), "image_size": f"{x}G"},
                   {}, "vm", "vm", s["metric"], "s", False, [per(x) + d for d in (-0.5, 0.0, 0.5)],
                   {"accelerator": accel}) for x in (1, 2, 4)]
     if claim.check == "efficiency":
@@ -83,7 +88,7 @@ def synthetic(claim, holds: bool, *, accel: str = "kvm") -> list[Group]:
     if claim.check == "peak":
         curve = {1: 100, 2: 150, 4: 200, 8: 180} if holds else {1: 100, 2: 150, 4: 200, 8: 260}
         return [_group(a["select"], [v, v * 1.01], fill={}, accel=accel) for v in curve.values()] and [
-            Group(a["select"]["experiment"], "web", {"workers": 1, "replicas": x}, {}, "pods", "pods",
+            Group(_exp(a["select"]), "web", {"workers": 1, "replicas": x}, {}, "pods", "pods",
                   a["select"]["metric"], "req/s", True, [v, v * 1.01]) for x, v in curve.items()]
     if claim.check == "penalty":
         out = []
@@ -180,3 +185,29 @@ def test_scorecard_covers_all_five_studies_with_at_least_12_findings():
     assert [c.study for c in for_studies(["002"])] == ["002"] * len(for_studies(["002"]))
     cards = score.scorecard(Evidence([], {"accelerator": "tcg"}))
     assert all(v.verdict == NOT_MEASURED and v.reason for v in cards)
+
+
+def test_machines_of_their_own_are_taken_first_and_a_local_ec2_stand_in_never():
+    """EP measured in 1-vCPU containers and on SSH hosts: the hosts' figures are scored (the study's
+    instances were machines of their own); a cloud's from moto count for nothing, and say so."""
+    c = by_id("000-npb-ep-scaling")
+    a = c.args
+
+    def ep(kind, env, t1, t2, meta=None):
+        return [Group("000-npb-ep", "npb", {"kernel": "ep", "instances": n}, {}, env, kind, "time", "s", False,
+                      [t * f for f in (0.99, 1.0, 1.01)], dict(meta or {})) for n, t in ((1, t1), (2, t2))]
+
+    containers = ep("container", "c-small", 10.0, 10.0)  # efficiency 0.5: differs
+    hosts = ep("ssh", "hosts", 10.0, 5.0)                # efficiency 1.0: holds
+    v = score.score(c, Evidence(containers + hosts, KVM))
+    assert v.verdict == HOLDS and v.environments == ["hosts"]
+    assert score.score(c, Evidence(containers, KVM)).environments == ["c-small"]  # without hosts: as before
+    moto = ep("cloud", "cloud", 10.0, 5.0, {"backend": "moto+testbed"})
+    v = score.score(c, Evidence(containers + moto, KVM))
+    assert v.verdict == DIFFERS and v.environments == ["c-small"]  # the stand-in's figures were not taken
+    v = score.score(c, Evidence(moto, KVM))
+    assert v.verdict == NOT_MEASURED and "moto" in v.reason and "moto+testbed" in v.reason
+    real = ep("cloud", "cloud", 10.0, 5.0, {"backend": "ec2.us-east-1.amazonaws.com"})
+    v = score.score(c, Evidence(containers + hosts + real, KVM))
+    assert v.verdict == HOLDS and v.environments == ["cloud"]  # a real cloud first
+    assert a["one"]["prefer"] == ("cloud", "ssh")

@@ -14,6 +14,7 @@ from virtbench.store import Store
 
 TCG = {"accelerator": "tcg", "cluster": False, "nfs": False, "cores": 2, "probe_s": None}
 KVM = {**TCG, "accelerator": "kvm", "cluster": True, "nfs": True}
+CLOUD = {"endpoint": "http://127.0.0.1:1", "image": "ami-1"}
 
 
 def _total(steps):
@@ -74,8 +75,8 @@ def test_every_experiment_builds_from_its_suite_file():
     for exp in rp.EXPERIMENTS:
         for tier in exp.tiers:
             if exp.boot:
-                g = rp.boot_grid(exp, tier)
-                assert g.image_modes == ["copy"] and g.repeat == tier.repeat
+                g = rp.boot_grid(exp, tier, CLOUD)
+                assert g.image_modes == (["overlay"] if g.driver == "cloud" else ["copy"]) and g.repeat == tier.repeat
                 continue
             m = rp.matrix_for(exp, tier, rp._envs_for(exp, KVM))
             assert m.cells and m.policy.min_repetitions == m.policy.max_repetitions == tier.repeat
@@ -87,6 +88,70 @@ def test_bonnie_delay_experiment_keeps_the_suites_scales():
     m = rp.matrix_for(exp, exp.tiers[0], ("host",))
     got = sorted((c["condition"].get("storage"), c["condition"].get("delay_ms"), c["params"]["scale"]) for c in m.cells)
     assert got == [("iscsi", 0.0, 0.125), ("iscsi", 10.0, 0.03125), ("local", None, 0.5)]
+
+
+# -- SSH hosts of an inventory and a cloud as platforms of the plan ---------------------------------
+
+INV = """all:
+  children:
+    testbed:
+      hosts:
+        h1: {ansible_host: 10.9.0.11, virtbench_testbed: tb}
+        h2: {ansible_host: 10.9.0.12, virtbench_testbed: tb}
+"""
+
+
+def test_inventory_hosts_join_the_experiments_whose_instances_are_machines(tmp_path):
+    steps = {s.exp.id: s for s in rp.plan(4 * 3600, {**TCG, "hosts": ["h1", "h2"]}, history={})}
+    for eid in ("000-npb-ep", "001-network"):
+        assert rp.REMOTE_ENV in steps[eid].envs and "SSH hosts h1, h2" in steps[eid].platforms
+    assert rp.REMOTE_ENV not in steps["003-hpa"].envs and not steps["003-hpa"].platforms
+    without = {s.exp.id: s for s in rp.plan(4 * 3600, TCG, history={})}
+    assert rp.REMOTE_ENV not in without["000-npb-ep"].envs
+    assert "give --inventory" in without["000-npb-ep"].platforms
+    one = {s.exp.id: s for s in rp.plan(4 * 3600, {**TCG, "hosts": ["h1"]}, history={})}
+    assert "needs 2 hosts" in one["000-npb-ep"].platforms and rp.REMOTE_ENV not in one["000-npb-ep"].envs
+    # the hosts' share of the time is in the estimate (EP ran on c-small alone: twice the cells), and
+    # their times are recorded apart
+    assert without["000-npb-ep"].envs == ("c-small",)
+    assert steps["000-npb-ep"].estimate_s == pytest.approx(without["000-npb-ep"].estimate_s * 2)
+    assert rp.timing_key(steps["000-npb-ep"].exp, steps["000-npb-ep"].envs)[0] == "000-npb-ep+hosts"
+
+    inv = tmp_path / "inv.yml"
+    inv.write_text(INV)
+    assert rp.inventory_hosts(str(inv), "testbed") == ["h1", "h2"]
+    with pytest.raises(UserError):
+        rp.inventory_hosts(str(inv), "nosuchgroup")
+    exp = steps["000-npb-ep"].exp
+    m = rp.matrix_for(exp, exp.tiers[0], steps["000-npb-ep"].envs, inventory=str(inv), hosts="testbed")
+    hosts_env = next(e for e in m.environments if e.name == rp.REMOTE_ENV)
+    assert (hosts_env.driver, hosts_env.options, m.inventory) == ("ssh", {"hosts": "testbed"}, str(inv))
+    assert sorted(c["params"]["instances"] for c in m.cells if rp.REMOTE_ENV in c["environments"]) == [1, 2]
+    with pytest.raises(UserError, match="inventory"):
+        rp.matrix_for(exp, exp.tiers[0], steps["000-npb-ep"].envs)
+
+
+def test_cloud_settings_bring_the_cloud_boot_grid_and_cloud_instances(tmp_path):
+    why = {s.exp.id: s.why for s in rp.plan(4 * 3600, TCG, history={}) if s.tier is None}
+    assert why["000-boot-cloud"].startswith("needs a cloud's settings")
+    facts = {**TCG, "cloud": {"backend": "moto+testbed", "region": "us-east-1", "emulated": True}}
+    steps = {s.exp.id: s for s in rp.plan(4 * 3600, facts, history={})}
+    boot = steps["000-boot-cloud"]
+    assert boot.tier is not None and boot.envs == ("cloud",)
+    assert "moto+testbed" in boot.platforms and "not a cloud" in boot.platforms
+    assert rp.CLOUD_ENV in steps["000-npb-ep"].envs and "cloud = instances of moto+testbed" in steps["000-npb-ep"].platforms
+    g = rp.boot_grid(boot.exp, boot.exp.tiers[0], {**CLOUD, "images": "2G=ami-2,5G=ami-5", "image": ""})
+    assert (g.driver, g.image_sizes, g.concurrency, g.image_modes) == ("cloud", ["2G", "5G"], [1, 4], ["overlay"])
+    assert g.options["endpoint"] == CLOUD["endpoint"] and g.options["ssh_user"] == "admin"  # the suite's own
+    assert rp.boot_grid(boot.exp, boot.exp.tiers[0], CLOUD).image_sizes == ["auto"]  # one image
+    exp = steps["000-npb-ep"].exp
+    m = rp.matrix_for(exp, exp.tiers[0], steps["000-npb-ep"].envs, cloud=CLOUD)
+    cloud_env = next(e for e in m.environments if e.name == rp.CLOUD_ENV)
+    assert cloud_env.shape.name == "m1.small" and cloud_env.options["image"] == "ami-1"
+    assert rp.cloud_options(["endpoint=http://127.0.0.1:5000", "image=ami-3", "max_instances=2"])["max_instances"] == 2
+    for bad in (["endpoint"], ["nosuch=1", "image=x"], ["endpoint=http://x"]):
+        with pytest.raises(UserError):
+            rp.cloud_options(bad)
 
 
 def test_parse_budget():

@@ -36,7 +36,8 @@ def _plan_table(plan: list[dict], left_out: dict[str, str], done: dict | None = 
         t.add_column("actual", justify="right")
         t.add_column("status")
     for p in plan:
-        row = [p["id"], p["study"], ", ".join(p["environments"]),
+        where = ", ".join(p["environments"]) + (f" ({p['platforms']})" if p.get("platforms") else "")
+        row = [p["id"], p["study"], where,
                p["scale"] or f"left out: {p['left_out']}",
                f"{p['estimate_s']:.0f} s" if p["estimate_s"] is not None else "-"]
         if done is not None:
@@ -68,6 +69,16 @@ def scorecard_table(cards: list[dict]) -> Table:
               help="time the whole reproduction may take: 30m, 1h, 1h30m ...; scales are fitted to it")
 @click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
               help="a Kubernetes cluster's kubeconfig: the pods experiments run there (backend kubernetes)")
+@click.option("--inventory", "-i", "inventory", type=click.Path(dir_okay=False),
+              help="Ansible-style inventory (YAML or INI) of SSH hosts: the experiments whose instances are "
+                   "separate machines in the study (NPB EP, SP-MZ and the eigensolver over 1 and 2 instances) "
+                   "also run there, one instance per host")
+@click.option("--hosts", "hosts", default="all", show_default=True,
+              help="which of the inventory's hosts: a group, a host or a comma list")
+@click.option("--cloud", "cloud", multiple=True, metavar="KEY=VALUE",
+              help="a cloud through its EC2 API (the cloud driver's options, as `virtbench boot -o`: endpoint, "
+                   "region, image or images=SIZE=ID,..., ssh_user, key_name, key_file, security_group ...): study "
+                   "000's cloud boot grid runs there, and its instances join NPB EP, SP-MZ and the eigensolver")
 @click.option("--pods-image", default="localhost/virtbench-guest:{hash}", show_default=True,
               help="the guest image as the cluster's nodes know it ({hash}: the image's hash)")
 @click.option("--plan", "plan_only", is_flag=True, help="print the plan (what runs where, at what scale, "
@@ -75,12 +86,12 @@ def scorecard_table(cards: list[dict]) -> Table:
 @click.option("--resume", "resume_id", metavar="RUN_ID", help="continue an interrupted reproduce run")
 @click.option("--db", help=DB_HELP)
 @click.option("--json", "as_json", is_flag=True, help="print the scorecard and the plan as one JSON object")
-def reproduce(studies, budget, kubeconfig, pods_image, plan_only, resume_id, db, as_json) -> None:
+def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, plan_only, resume_id, db, as_json) -> None:
     """Run the five studies' experiments (or those of the STUDIES named: 000 ... 004) on the platforms
     this machine reaches, within --budget, and score each study's published findings against the
     results: holds, differs, or not measured (with why)."""
-    from .cli import _emit_json, _ensure_kernels, err, out
-    from .reproduce import Reproducer, machine_facts, parse_budget, plan, left_out_always, spec_for
+    from .cli import _emit_json, _ensure_kernels, _inventory_path, err, out
+    from .reproduce import Reproducer, cloud_options, machine_facts, parse_budget, plan, left_out_always, spec_for
 
     store = Store(db or paths.default_db())
     budget_s = parse_budget(budget)
@@ -89,14 +100,17 @@ def reproduce(studies, budget, kubeconfig, pods_image, plan_only, resume_id, db,
     events = _PrintEvents(err)
     rep = Reproducer(store, events=events, command=command)
     if resume_id:
-        if studies or kubeconfig or plan_only:
+        if studies or kubeconfig or inventory or cloud or plan_only:
             raise UserError("--resume continues a stored reproduce run with its own plan; give no STUDIES, "
-                            "--kubeconfig or --plan")
+                            "--kubeconfig, --inventory, --cloud or --plan")
     else:
-        err.print("checking this machine (QEMU's accelerator, NFS client, cluster) ...", highlight=False)
-        facts = machine_facts(kubeconfig)
+        err.print("checking this machine (QEMU's accelerator, NFS client, cluster, hosts, cloud) ...", highlight=False)
+        inventory = _inventory_path(inventory) if inventory else None
+        cloud = cloud_options(cloud) if cloud else None
+        facts = machine_facts(kubeconfig, inventory, hosts, cloud)
         steps = plan(budget_s, facts, studies=chosen)
-        spec = spec_for(steps, budget_s, facts, chosen, kubeconfig, pods_image)
+        spec = spec_for(steps, budget_s, facts, chosen, kubeconfig, pods_image, inventory=inventory, hosts=hosts,
+                        cloud=cloud)
         err.print(_plan_table(spec["plan"], spec["left_out"]))
         total = sum(p["estimate_s"] or 0 for p in spec["plan"])
         err.print(f"estimated {total / 60:.1f} min of a {budget_s / 60:.0f} min budget; accelerator "
@@ -109,7 +123,8 @@ def reproduce(studies, budget, kubeconfig, pods_image, plan_only, resume_id, db,
     _ensure_kernels()
     try:
         run_id = rep.resume(resume_id) if resume_id else rep.start(budget_s, chosen, facts, kubeconfig=kubeconfig,
-                                                                    pods_image=pods_image)
+                                                                    pods_image=pods_image, inventory=inventory,
+                                                                    hosts=hosts, cloud=cloud)
     except KeyboardInterrupt:
         rid = rep.run_id or resume_id
         err.print(f"\ninterrupted; everything was torn down. Resume with: virtbench reproduce --resume {rid}"

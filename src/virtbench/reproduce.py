@@ -3,9 +3,9 @@
 The plan is data over the shipped suite files: each experiment names a suite, the environments and
 cells of it that bear on the studies' findings, and a few *tiers* (scales) from the smallest useful
 one up to the suite's own, each with an estimate. The planner keeps what this machine can reach
-(KVM or only TCG, a cluster, a kernel NFS client), drops what the budget cannot hold (last in
-priority first), then raises experiments to larger tiers while the budget allows. Every choice is
-said in the plan ("scaled", "left out: why").
+(KVM or only TCG, a cluster, a kernel NFS client, SSH hosts of an inventory, a cloud), drops what
+the budget cannot hold (last in priority first), then raises experiments to larger tiers while the
+budget allows. Every choice is said in the plan ("scaled", "left out: why").
 
 One reproduce run is a run in the store (spec kind "reproduce") whose attempts are its experiments:
 each names the child run (an ordinary workload or boot run) that holds the measurements, with the
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import paths, workloads
+from . import paths, shapes, workloads
 from . import suite as suite_mod
 from .errors import UserError
 from .model import EnvSpec
@@ -71,8 +71,14 @@ class Experiment:
     needs: tuple[str, ...] = ()         # kvm, cluster, nfs (see studies/claims.py)
     kvm_envs: tuple[str, ...] = ()      # environments added where KVM works (VMs under TCG count for nothing)
     boot: bool = False                  # a boot grid (`virtbench boot`) rather than a workload suite
+                                        # (envs: its driver, the vm one when not given)
     same: tuple[str, ...] = ()          # params that must be equal in a kept cell (ranks = instances)
     note: str = ""                      # what differs from the study, beyond the suite's own comments
+    # Instances on separate machines are the study's own layout: with --inventory the inventory's SSH
+    # hosts (environment `hosts`, one instance per host) and with --cloud the cloud's instances
+    # (environment `cloud`, the study's m1.small) also run every cell this environment runs.
+    remote_like: str = ""
+    remote_hosts: int = 0               # hosts the largest cell needs (one instance per host)
 
 
 def _iscsi(*delays: float, **extra: Any) -> tuple[dict[str, Any], ...]:
@@ -117,7 +123,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment("000-npb-ep", "000", "NPB EP on 1 and 2 one-vCPU instances",
                "nii-npb.toml", ("c-small",), "npb", {"kernel": ["ep"], "class": ["W"], "instances": [1, 2],
                                                     "ranks": [1, 2]},
-               same=("ranks", "instances"),
+               same=("ranks", "instances"), remote_like="c-small", remote_hosts=2,
                tiers=(Tier("class W, 1 and 2 instances (1/8 of 2..16), 3 repetitions", 3, 65),
                       Tier("class W, 5 repetitions", 5, 95),
                       Tier("class A (8x W's work: W's 1 s left MPI start-up noise), 5 repetitions", 5, 200,
@@ -125,13 +131,14 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                note="m1.small VMs as 1-vCPU containers (EP does no I/O and hardly communicates)"),
     Experiment("001-network", "001", "SP-MZ and the Bloss-like eigensolver on 1 and on 2 instances",
                "aist-mpi.toml", ("host", "container"), "", {"kernel": ["sp-mz", None], "threads": [1]},
-               same=("ranks", "instances"),
+               same=("ranks", "instances"), remote_like="container", remote_hosts=2,
                tiers=(Tier("class S, 1 rank on 1 instance and 2 ranks on 2, 3 repetitions", 3, 150,
                            select={"class": ["S"]}),
                       Tier("class W, 1 rank on 1 instance and 2 ranks on 2, 3 repetitions", 3, 670,
                            select={"class": ["W"]})),
                kvm_envs=("vm",),
-               note="the virtual network is the podman bridge between containers"),
+               note="the virtual network is the podman bridge between containers (and, with --inventory, the "
+                    "network between the inventory's hosts)"),
     Experiment("000-boot-size", "000", "VM boot time against image size (copy mode, 1 instance)",
                "nii-boot.toml", boot=True,
                tiers=(Tier("5, 10, 20 GB x 0.1 (raised to the smallest image), 2 repetitions", 2, 240,
@@ -147,6 +154,14 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                            boot={"sizes_gb": [2], "scale": 0.2, "concurrency": [1, 4, 8]})),
                note="all copies go to this machine's one disk: 4 at once here against the study's 8 over 4 "
                     "nodes (2 per node's disk); 8 only at the larger scale"),
+    Experiment("000-boot-cloud", "000", "Cloud instance boot time at 1 and 4 started at once, per image (EC2 API)",
+               "nii-boot-cloud.toml", ("cloud",), boot=True, needs=("cloud",),
+               tiers=(Tier("the images given (images = SIZE=ID,... or one image), 1 and 4 at once, 2 repetitions",
+                           2, 300, boot={"concurrency": [1, 4]}),
+                      Tier("the images given, 1, 4 and 8 at once (the study's), 3 repetitions", 3, 900,
+                           boot={"concurrency": [1, 4, 8]})),
+               note="the study's own platform: instances of the --cloud settings' cloud, timed from the API call "
+                    "to running (polled every 0.1 s); the cloud makes each disk from its image"),
     # Only where KVM works: the studies' hardware-virtualization findings.
     Experiment("000-unixbench", "000", "UnixBench-style index, bare host vs a VM with all its cores",
                "quick.toml", ("host", "vm"), "system", {"copies": ["vcpus"]},
@@ -186,8 +201,6 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                note="the pods environment uses the Kubernetes backend of --kubeconfig"),
 )
 LEFT_OUT_ALWAYS = {
-    "000-boot-cloud": "the cloud boot grid (suites/nii-boot-cloud.toml) needs a cloud's settings: run it with "
-                      "virtbench boot --suite suites/nii-boot-cloud.toml",
     "000-functional": "study 000's functional check of euca2ools commands is about one cloud's API, not a "
                       "measurement",
 }
@@ -195,12 +208,62 @@ LEFT_OUT_ALWAYS = {
 
 # -- facts of this machine --------------------------------------------------------------------------
 
-def machine_facts(kubeconfig: str | None) -> dict[str, Any]:
-    """What decides which experiments can run: the accelerator QEMU has, a cluster, an NFS client."""
+def machine_facts(kubeconfig: str | None, inventory: str | None = None, hosts: str = "all",
+                  cloud: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What decides which experiments can run: the accelerator QEMU has, a cluster, an NFS client,
+    the inventory's hosts (by name; whether they answer is found when they are used, as in `run`),
+    the cloud of the --cloud settings (what answers its API)."""
     facts: dict[str, Any] = {"cores": os.cpu_count() or 1, "load_1m": _load(), "probe_s": cpu_probe(),
-                             "cluster": bool(kubeconfig), "nfs": _has_nfs_client()}
+                             "cluster": bool(kubeconfig), "nfs": _has_nfs_client(),
+                             "hosts": inventory_hosts(inventory, hosts) if inventory else [],
+                             "cloud": cloud_facts(cloud, inventory) if cloud else None}
     facts["accelerator"], facts["accelerator_detail"] = _accelerator()
     return facts
+
+
+def cloud_options(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """--cloud KEY=VALUE ... -> the cloud driver's options (checked: a mistake stops the command now)."""
+    from .boot import _coerce_options
+
+    raw = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--cloud {pair!r} is not KEY=VALUE",
+                            "e.g. --cloud endpoint=https://ec2.example.org:8773/ --cloud image=ami-...")
+        raw[key.strip()] = value.strip()
+    opts = _coerce_options("cloud", raw)
+    if not opts.get("image") and not opts.get("images"):
+        raise UserError("--cloud needs an image: image=ID, or images=SIZE=ID,... (one image per size)",
+                        "an image id of the region (ami-..., emi-...)")
+    return opts
+
+
+def cloud_facts(opts: dict[str, Any], inventory: str | None = None) -> dict[str, Any]:
+    """What answers the cloud's API (moto's server is named "moto": it starts no machine) and whether
+    SSH goes to stand-in hosts, as the cloud driver labels every result."""
+    from .cloud import api
+    from .machines import inventory as inventory_mod
+
+    target = api.Target.from_options(opts)
+    backend = api.backend(target)
+    if opts.get("ssh_override"):
+        if not inventory:
+            raise UserError("--cloud ssh_override needs --inventory (the hosts SSH reaches instead)")
+        specs = inventory_mod.load(inventory).select(opts["ssh_override"])
+        backend += "+testbed" if specs and all(h.vars.get("virtbench_testbed") for h in specs) else "+ssh_override"
+    return {"backend": backend, "region": target.region, "endpoint": target.endpoint_host,
+            "emulated": backend.startswith("moto")}
+
+
+def inventory_hosts(inventory: str, pattern: str = "all") -> list[str]:
+    """The names of the inventory's hosts that `pattern` selects (a mistake stops the command now)."""
+    from .machines import inventory as inventory_mod
+
+    specs = inventory_mod.load(inventory).select(pattern)
+    if not specs:
+        raise UserError(f"--hosts {pattern!r} selects no host of {inventory}", "name a group or hosts of it")
+    return [h.name for h in specs]
 
 
 def _load() -> float | None:
@@ -251,11 +314,11 @@ def load_history(path: Path | None = None) -> dict[str, list[dict[str, Any]]]:
 
 
 def record_history(exp_id: str, tier: Tier, actual_s: float, load: float | None, probe: float | None,
-                   path: Path | None = None) -> None:
+                   path: Path | None = None, prior_scale: float = 1.0) -> None:
     path = path or history_path()
     data = load_history(path)
     key = f"{exp_id}|{tier.label}"
-    data[key] = (data.get(key, []) + [{"seconds": round(actual_s, 1), "prior": tier.estimate_s,
+    data[key] = (data.get(key, []) + [{"seconds": round(actual_s, 1), "prior": tier.estimate_s * prior_scale,
                                        "load_1m": load, "probe_s": probe, "at": time.time()}])[-HISTORY_KEEP:]
     tmp = path.with_name(path.name + f".{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=1))
@@ -283,17 +346,32 @@ def _slower(now: float | None, then: float | None) -> float:
     return max(1.0, min(4.0, now / then))
 
 
-def estimate(exp_id: str, tier: Tier, history: dict[str, list[dict[str, Any]]], probe: float | None) -> float:
+def estimate(exp_id: str, tier: Tier, history: dict[str, list[dict[str, Any]]], probe: float | None,
+             prior_scale: float = 1.0) -> float:
     """Seconds this tier should take now: the median of its own recorded times if any, else its prior
-    corrected by how the other recorded experiments compared with their priors; each recorded time is
-    scaled by the CPU probe now against the probe when it was recorded."""
+    (times `prior_scale`) corrected by how the other recorded experiments compared with their priors;
+    each recorded time is scaled by the CPU probe now against the probe when it was recorded."""
     own = history.get(f"{exp_id}|{tier.label}", [])
     if own:
         return statistics.median(r["seconds"] * _slower(probe, r.get("probe_s")) for r in own)
     ratios = [r["seconds"] / r["prior"] * _slower(probe, r.get("probe_s"))
               for recs in history.values() for r in recs if r.get("prior")]
     factor = statistics.median(ratios) if ratios else 1.0
-    return tier.estimate_s * factor
+    return tier.estimate_s * prior_scale * factor
+
+
+def timing_key(exp: Experiment, envs: tuple[str, ...]) -> tuple[str, float]:
+    """The history key of an experiment on these environments, and the factor on its priors: the
+    priors are for this machine's own platforms; each platform beyond it (SSH hosts, a cloud) adds
+    its share of the cells' time, and its times are recorded apart."""
+    extra = [e for e in envs if e in PLATFORM_ENVS and e not in exp.envs]
+    base = max(1, len(envs) - len(extra))
+    return exp.id + "".join(f"+{e}" for e in extra), (base + len(extra)) / base
+
+
+def estimate_step(exp: Experiment, tier: Tier, envs: tuple[str, ...], history: dict, probe: float | None) -> float:
+    key, scale = timing_key(exp, envs)
+    return estimate(key, tier, history, probe, scale)
 
 
 # -- the plan ------------------------------------------------------------------------------------------
@@ -305,6 +383,7 @@ class Step:
     estimate_s: float = 0.0
     why: str = ""               # left out: why; else what was scaled
     envs: tuple[str, ...] = ()
+    platforms: str = ""         # where beyond this machine it runs (SSH hosts, a cloud), or why not
 
     def as_dict(self) -> dict[str, Any]:
         t = self.exp.tiers[self.tier] if self.tier is not None else None
@@ -312,7 +391,7 @@ class Step:
                 "kind": "boot" if self.exp.boot else "run", "environments": list(self.envs),
                 "tier": self.tier, "tiers": len(self.exp.tiers), "scale": t.label if t else None,
                 "estimate_s": round(self.estimate_s, 1) if t else None, "left_out": None if t else self.why,
-                "note": self.exp.note}
+                "platforms": self.platforms, "note": self.exp.note}
 
 
 def plan(budget_s: float, facts: dict[str, Any], *, studies: list[str] | None = None,
@@ -324,12 +403,12 @@ def plan(budget_s: float, facts: dict[str, Any], *, studies: list[str] | None = 
     for exp in EXPERIMENTS:
         if studies and exp.study not in studies:
             continue
-        step = Step(exp, 0, envs=_envs_for(exp, facts))
+        step = Step(exp, 0, envs=_envs_for(exp, facts), platforms=_platform_note(exp, facts))
         missing = _missing(exp, facts)
         if missing:
             step.tier, step.why = None, missing
         else:
-            step.estimate_s = estimate(exp.id, exp.tiers[0], history, probe)
+            step.estimate_s = estimate_step(exp, exp.tiers[0], step.envs, history, probe)
         steps.append(step)
     room = budget_s - max(budget_s * RESERVE, MIN_RESERVE_S)
 
@@ -351,7 +430,7 @@ def plan(budget_s: float, facts: dict[str, Any], *, studies: list[str] | None = 
         for s in steps:
             if s.tier is None or s.tier + 1 >= len(s.exp.tiers):
                 continue
-            nxt = estimate(s.exp.id, s.exp.tiers[s.tier + 1], history, probe)
+            nxt = estimate_step(s.exp, s.exp.tiers[s.tier + 1], s.envs, history, probe)
             if used() - s.estimate_s + nxt <= room:
                 s.tier, s.estimate_s, raised = s.tier + 1, nxt, True
     return steps
@@ -367,13 +446,50 @@ def _missing(exp: Experiment, facts: dict[str, Any]) -> str | None:
             return "no cluster: give --kubeconfig of a Kubernetes cluster"
         if need == "nfs" and not facts.get("nfs"):
             return "no kernel NFS client here: the host and pod NFS ways cannot mount the export"
+        if need == "cloud" and not facts.get("cloud"):
+            return "needs a cloud's settings: give --cloud KEY=VALUE (endpoint, image or images, ...)"
     return None
+
+
+REMOTE_ENV = "hosts"  # the environment of the inventory's SSH hosts in a reproduce run
+CLOUD_ENV = "cloud"   # the environment of the --cloud settings' instances
+PLATFORM_ENVS = (REMOTE_ENV, CLOUD_ENV)
+CLOUD_SHAPE = "m1.small"  # the studies' instance type (EC2 and Eucalyptus name it; shape_map maps it elsewhere)
 
 
 def _envs_for(exp: Experiment, facts: dict[str, Any]) -> tuple[str, ...]:
     if exp.boot:
-        return ("vm",)
-    return exp.envs + (exp.kvm_envs if facts.get("accelerator") == "kvm" else ())
+        return exp.envs or ("vm",)
+    envs = exp.envs + (exp.kvm_envs if facts.get("accelerator") == "kvm" else ())
+    if exp.remote_like and _remote_missing(exp, facts) is None:
+        envs += (REMOTE_ENV,)
+    if exp.remote_like and facts.get("cloud"):
+        envs += (CLOUD_ENV,)
+    return envs
+
+
+def _remote_missing(exp: Experiment, facts: dict[str, Any]) -> str | None:
+    """Why an experiment that would also run on SSH hosts does not (None: it does)."""
+    hosts = facts.get("hosts") or []
+    if not hosts:
+        return "not on SSH hosts: give --inventory FILE (one instance per host, as the study's separate machines)"
+    if len(hosts) < exp.remote_hosts:
+        return (f"not on SSH hosts: it needs {exp.remote_hosts} hosts (one instance each), the inventory gives "
+                f"{len(hosts)} ({', '.join(hosts)})")
+    return None
+
+
+def _platform_note(exp: Experiment, facts: dict[str, Any]) -> str:
+    """Where the experiment runs beyond this machine, or why not: said in the plan."""
+    cloud = facts.get("cloud")
+    on_cloud = (f"{CLOUD_ENV} = instances of {cloud['backend']} ({cloud['region']})"
+                + (": a local EC2-compatible server, not a cloud" if cloud.get("emulated") else "")) if cloud else ""
+    if exp.boot and CLOUD_ENV in exp.envs:
+        return on_cloud
+    if not exp.remote_like:
+        return ""
+    hosts = _remote_missing(exp, facts) or f"{REMOTE_ENV} = SSH hosts {', '.join(facts['hosts'])}"
+    return "; ".join(x for x in (hosts, on_cloud or "not on a cloud: give --cloud settings") if x)
 
 
 def left_out_always(studies: list[str] | None) -> dict[str, str]:
@@ -387,9 +503,17 @@ def _allowed(value: Any, allowed: list) -> bool:
 
 
 def matrix_for(exp: Experiment, tier: Tier, envs: tuple[str, ...], *, kubeconfig: str | None = None,
-               pods_image: str = "") -> suite_mod.Matrix:
-    """The suite's matrix narrowed to this experiment's cells at this tier's scale."""
-    m = suite_mod.load(paths.suites_dir() / exp.suite, envs=list(envs))
+               pods_image: str = "", inventory: str | None = None, hosts: str = "all",
+               cloud: dict[str, Any] | None = None) -> suite_mod.Matrix:
+    """The suite's matrix narrowed to this experiment's cells at this tier's scale; with REMOTE_ENV
+    (CLOUD_ENV) in `envs`, the inventory's SSH hosts (the cloud's instances) also run the cells of the
+    experiment's `remote_like`."""
+    extra = [e for e in envs if e in PLATFORM_ENVS]
+    if REMOTE_ENV in extra and not inventory:
+        raise UserError(f"experiment {exp.id}: SSH hosts without an inventory", "give --inventory FILE")
+    if CLOUD_ENV in extra and not cloud:
+        raise UserError(f"experiment {exp.id}: a cloud without its settings", "give --cloud KEY=VALUE ...")
+    m = suite_mod.load(paths.suites_dir() / exp.suite, envs=[e for e in envs if e not in PLATFORM_ENVS])
     where = {**exp.where, **tier.select}
     cells: dict[str, dict] = {}
     for c in m.cells:
@@ -413,6 +537,14 @@ def matrix_for(exp: Experiment, tier: Tier, envs: tuple[str, ...], *, kubeconfig
             new = suite_mod.cell(c["workload"], params, cond)
             if "environments" in c:
                 new["environments"] = c["environments"]
+                if extra and exp.remote_like in c["environments"]:
+                    if params.get("total_vcpus"):
+                        # A fixed core count arranged as instances x vCPUs is this machine's scaling of the
+                        # study's nodes; machines of their own run the cell with the cores they have.
+                        own = suite_mod.cell(c["workload"], {**params, "total_vcpus": 0}, cond)
+                        cells.setdefault(own["key"], {**own, "environments": list(extra)})
+                    else:
+                        new["environments"] = new["environments"] + extra
             prev = cells.setdefault(new["key"], new)
             if prev is not new:  # two suite entries became one cell: it runs where either ran
                 if "environments" in prev and "environments" in new:
@@ -424,6 +556,12 @@ def matrix_for(exp: Experiment, tier: Tier, envs: tuple[str, ...], *, kubeconfig
         raise UserError(f"experiment {exp.id}: no cell of {exp.suite} matches its selection",
                         "the suite file changed; update EXPERIMENTS in reproduce.py")
     m.cells = list(cells.values())
+    if REMOTE_ENV in extra:
+        m.environments.append(EnvSpec(REMOTE_ENV, "ssh", shapes.resolve("native"), {"hosts": hosts}))
+    if CLOUD_ENV in extra:
+        m.environments.append(EnvSpec(CLOUD_ENV, "cloud", shapes.resolve(CLOUD_SHAPE), _cloud_env_options(cloud)))
+    if inventory:  # SSH hosts, and the stand-in hosts of a cloud's ssh_override
+        m.inventory = inventory
     names = {e for c in m.cells for e in suite_mod.cell_environments(c, [x.name for x in m.environments])}
     m.environments = [e for e in m.environments if e.name in names or e.name == m.baseline]
     if kubeconfig:
@@ -456,14 +594,33 @@ def _coerce_condition(cond: dict[str, Any]) -> dict[str, Any]:
     return {k: conditions.get(k).coerce(v) for k, v in cond.items()}
 
 
-def boot_grid(exp: Experiment, tier: Tier):
+def _cloud_env_options(cloud: dict[str, Any]) -> dict[str, Any]:
+    from . import drivers
+
+    opts = {k: o.default for k, o in drivers.driver_class("cloud").options.items()}
+    opts.update({k: v for k, v in cloud.items() if k != "images"})
+    return opts
+
+
+def boot_grid(exp: Experiment, tier: Tier, cloud: dict[str, Any] | None = None):
     from . import boot as boot_mod
 
     g = boot_mod.load_suite(paths.suites_dir() / exp.suite)
-    g.image_modes = ["copy"]
     g.concurrency = list(tier.boot["concurrency"])
-    g.image_sizes, g.size_notes = boot_mod._scaled_sizes(g, tier.boot["sizes_gb"], tier.boot["scale"])
     g.repeat = tier.repeat
+    if g.driver == "cloud":
+        if not cloud:
+            raise UserError(f"experiment {exp.id}: a cloud without its settings", "give --cloud KEY=VALUE ...")
+        # The suite's options (region, ssh_user, cost guard) under the --cloud settings; its image
+        # placeholders give way to the images given: one per size, or the one image.
+        g.options = {**{k: v for k, v in g.options.items() if k != "images"}, **cloud}
+        sizes = [k.strip() for k in str(cloud.get("images") or "").split(",") if "=" in k]
+        g.image_sizes = [k.split("=", 1)[0].strip() for k in sizes] or ["auto"]
+        g.size_notes = {}
+        g.name = f"{g.name} (reproduce {exp.id})"
+        return g
+    g.image_modes = ["copy"]
+    g.image_sizes, g.size_notes = boot_mod._scaled_sizes(g, tier.boot["sizes_gb"], tier.boot["scale"])
     g.name = f"{g.name} (reproduce {exp.id})"
     return g
 
@@ -479,11 +636,13 @@ class Events:
 
 
 def spec_for(steps: list[Step], budget_s: float, facts: dict[str, Any], studies: list[str] | None,
-             kubeconfig: str | None, pods_image: str) -> dict[str, Any]:
+             kubeconfig: str | None, pods_image: str, *, inventory: str | None = None,
+             hosts: str = "all", cloud: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"kind": "reproduce", "name": "reproduce", "path": None, "baseline": "host", "environments": [],
             "cells": [], "policy": {}, "budget_s": budget_s, "studies": studies or list(STUDY_IDS),
             "facts": facts, "plan": [s.as_dict() for s in steps], "left_out": left_out_always(studies),
-            "kubeconfig": kubeconfig, "pods_image": pods_image}
+            "kubeconfig": kubeconfig, "pods_image": pods_image, "inventory": inventory, "hosts": hosts,
+            "cloud": cloud}
 
 
 def experiments_done(store: Store, run_id: str) -> dict[str, dict[str, Any]]:
@@ -511,9 +670,11 @@ class Reproducer:
         self.run_id: str | None = None
 
     def start(self, budget_s: float, studies: list[str] | None, facts: dict[str, Any], *,
-              kubeconfig: str | None = None, pods_image: str = "") -> str:
+              kubeconfig: str | None = None, pods_image: str = "", inventory: str | None = None,
+              hosts: str = "all", cloud: dict[str, Any] | None = None) -> str:
         steps = plan(budget_s, facts, studies=studies)
-        spec = spec_for(steps, budget_s, facts, studies, kubeconfig, pods_image)
+        spec = spec_for(steps, budget_s, facts, studies, kubeconfig, pods_image, inventory=inventory, hosts=hosts,
+                        cloud=cloud)
         self.run_id = self.store.create_run(spec, suite_name="reproduce", suite_path=None, baseline="host",
                                             command=self.command)
         self._execute(spec, self.clock())
@@ -548,9 +709,10 @@ class Reproducer:
             if prev.get("status") in ("ok", "skipped"):
                 continue
             history, probe = load_history(), cpu_probe()
+            envs = tuple(p["environments"])
 
             def est_of(t: int) -> float:
-                return estimate(exp.id, exp.tiers[t], history, probe) * slowdown
+                return estimate_step(exp, exp.tiers[t], envs, history, probe) * slowdown
 
             left = deadline - self.clock()
             later = sum(q["estimate_s"] for q in steps[i + 1:]
@@ -562,7 +724,7 @@ class Reproducer:
             while est_of(tier_i) + later > left and tier_i > 0:
                 tier_i -= 1
             est = est_of(tier_i)
-            step = Step(exp, tier_i, est, envs=tuple(p["environments"]))
+            step = Step(exp, tier_i, est, envs=envs)
             if est > left:
                 why = (f"left out at run time: {max(left, 0):.0f} s of the budget were left, it needs about "
                        f"{est:.0f} s")
@@ -576,7 +738,8 @@ class Reproducer:
             self._record(exp, tier_i, status, t0, t1, reason, {"child": child, "estimate_s": round(est, 1),
                                                               "actual_s": round(t1 - t0, 1), "load_1m": _load()})
             if status == "ok":
-                record_history(exp.id, exp.tiers[tier_i], t1 - t0, _load(), cpu_probe())
+                key, prior_scale = timing_key(exp, envs)
+                record_history(key, exp.tiers[tier_i], t1 - t0, _load(), cpu_probe(), prior_scale=prior_scale)
                 ratio = (t1 - t0) / max(est / slowdown, 1.0)
                 slowdown = min(3.0, max(0.5, (slowdown + ratio) / 2))
             self.events.step(i, len(steps), step, f"{status} in {t1 - t0:.0f} s" + (f": {reason}" if reason else ""))
@@ -591,7 +754,8 @@ class Reproducer:
         runner = None
         try:
             if exp.boot:
-                runner = BootRunner(self.store, boot_grid(exp, tier), command=command, timeout=BOOT_TIMEOUT)
+                runner = BootRunner(self.store, boot_grid(exp, tier, spec.get("cloud")), command=command,
+                                    timeout=BOOT_TIMEOUT, inventory=spec.get("inventory"))
                 return runner.run(), "ok", None
             kube = spec.get("kubeconfig")
             if kube:
@@ -600,7 +764,9 @@ class Reproducer:
             if child_prev and self.store.run(child_prev)["status"] != "completed":
                 runner = Runner(self.store, None, events=self.events.runner_events(), command=command)
                 return runner.resume(child_prev), "ok", None
-            matrix = matrix_for(exp, tier, envs, kubeconfig=kube, pods_image=spec.get("pods_image", ""))
+            matrix = matrix_for(exp, tier, envs, kubeconfig=kube, pods_image=spec.get("pods_image", ""),
+                                inventory=spec.get("inventory"), hosts=spec.get("hosts") or "all",
+                                cloud=spec.get("cloud"))
             runner = Runner(self.store, matrix, events=self.events.runner_events(), command=command)
             return runner.start(), "ok", None
         except KeyboardInterrupt:

@@ -57,8 +57,9 @@ def child_groups(store: Store, experiment: str, child_id: str) -> list[Group]:
                                            s["environment"], kinds.get(s["environment"], s["environment"]),
                                            s["metric"], s["unit"], bool(s["higher_is_better"]), []),
                             "reps": []}
-            if meta.get("accelerator"):
-                g["group"].meta["accelerator"] = meta["accelerator"]
+            for k in ("accelerator", "backend"):  # emulation (TCG, a local EC2 stand-in) is never scored
+                if meta.get(k):
+                    g["group"].meta[k] = meta[k]
         g["group"].values.append(float(s["value"]))
         g["reps"].append(meta.get("repetition", s["repetition"]))
     groups = [g["group"] for g in acc.values()]

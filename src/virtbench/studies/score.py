@@ -26,6 +26,8 @@ REASONS = {
                "playing a cluster does not count)",
     "nfs": "no kernel NFS client on this host: bare metal and pods cannot mount the export",
 }
+EMULATED_CLOUD = ("the cloud's results come from moto, a local EC2-compatible server that starts no machine "
+                  "(backend {backend}): they count neither for nor against a finding")
 # Conditions that mean "none" when a cell does not name them.
 _ZERO_CONDITIONS = ("delay_ms", "rate_mbit")
 
@@ -102,15 +104,28 @@ def _same(a: Any, b: Any) -> bool:
 _SPECIAL = ("max", "min", "best")
 
 
-def select(ev: Evidence, s: dict[str, Any], *, exclude_tcg: bool = False) -> list[Group]:
+def _experiments(s: dict[str, Any]) -> tuple[str, ...]:
+    e = s["experiment"]
+    return (e,) if isinstance(e, str) else tuple(e)
+
+
+def emulated_cloud(g: Group) -> bool:
+    """A result of a local EC2 stand-in (moto): its instances are no machines of a cloud."""
+    return str(g.meta.get("backend") or "").startswith("moto")
+
+
+def select(ev: Evidence, s: dict[str, Any], *, exclude_tcg: bool = False, emulated: bool = False) -> list[Group]:
     """Groups matching a selector (claims.sel). A param or condition value "max"/"min" keeps the groups
-    with the largest/smallest value of that key; "best" the one whose median is best."""
+    with the largest/smallest value of that key; "best" the one whose median is best. Results of an
+    emulated cloud (moto) are never taken (`emulated` True: only for saying so)."""
     out = []
     for g in ev.groups:
-        if (g.experiment != s["experiment"] or g.workload != s["workload"] or g.metric != s["metric"]
+        if (g.experiment not in _experiments(s) or g.workload != s["workload"] or g.metric != s["metric"]
                 or g.kind not in s["kind"] or not g.values):
             continue
         if exclude_tcg and g.meta.get("accelerator") == "tcg":
+            continue
+        if emulated_cloud(g) and not emulated:
             continue
         ok = True
         for where, wanted in (("params", s["params"]), ("condition", s["condition"])):
@@ -123,6 +138,10 @@ def select(ev: Evidence, s: dict[str, Any], *, exclude_tcg: bool = False) -> lis
                 ok = ok and _same(hv, v)
         if ok:
             out.append(g)
+    for kind in s.get("prefer", ()):
+        if any(g.kind == kind for g in out):
+            out = [g for g in out if g.kind == kind]
+            break
     for where, wanted in (("params", s["params"]), ("condition", s["condition"])):
         for k, v in wanted.items():
             if v in ("max", "min") and out:
@@ -139,9 +158,13 @@ def select(ev: Evidence, s: dict[str, Any], *, exclude_tcg: bool = False) -> lis
 def one(ev: Evidence, s: dict[str, Any], *, exclude_tcg: bool = False) -> Group:
     found = select(ev, s, exclude_tcg=exclude_tcg)
     if not found:
-        why = ev.notes.get(s["experiment"])
+        fake = [g for g in select(ev, s, exclude_tcg=exclude_tcg, emulated=True) if emulated_cloud(g)]
+        if fake:
+            raise _NoData(EMULATED_CLOUD.format(backend=fake[0].meta["backend"]))
+        exps = _experiments(s)
+        why = "; ".join(ev.notes[e] for e in exps if e in ev.notes)
         what = f"{s['workload']} {s['metric']} on {'/'.join(s['kind'])}"
-        raise _NoData(f"no results for {what}" + (f": {why}" if why else f" (experiment {s['experiment']})"))
+        raise _NoData(f"no results for {what}" + (f": {why}" if why else f" (experiment {', '.join(exps)})"))
     return max(found, key=lambda g: len(g.values))  # several environments of one kind: the fullest
 
 
@@ -197,6 +220,8 @@ def _label(g: Group) -> str:
     extra = [f"{k}={v}" for k, v in g.condition.items() if k != "storage"]
     if "storage" in g.condition:
         extra.insert(0, str(g.condition["storage"]))
+    if g.meta.get("backend"):  # a cloud: what answered its API
+        extra.append(str(g.meta["backend"]))
     return g.env + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -288,6 +313,7 @@ def _rule_penalty(c: Claim, ev: Evidence, tcg: bool):
         for kind in ("host", *a["kind"]):
             for inst in (1, 2):
                 s = {**base, "kind": (kind,) if kind == "host" else tuple(a["kind"]),
+                     "prefer": () if kind == "host" else tuple(a.get("prefer", ())),
                      "params": {**a[name]["params"], "instances": inst}}
                 g = one(ev, s, exclude_tcg=tcg)
                 med[(kind == "host", inst)] = g.median
