@@ -108,7 +108,7 @@ def test_inventory_hosts_join_the_experiments_whose_instances_are_machines(tmp_p
     assert rp.REMOTE_ENV not in steps["003-hpa"].envs and not steps["003-hpa"].platforms
     without = {s.exp.id: s for s in rp.plan(4 * 3600, TCG, history={})}
     assert rp.REMOTE_ENV not in without["000-npb-ep"].envs
-    assert "give --inventory" in without["000-npb-ep"].platforms
+    assert "not on SSH hosts: no --inventory" in without["000-npb-ep"].platforms
     one = {s.exp.id: s for s in rp.plan(4 * 3600, {**TCG, "hosts": ["h1"]}, history={})}
     assert "needs 2 hosts" in one["000-npb-ep"].platforms and rp.REMOTE_ENV not in one["000-npb-ep"].envs
     # the hosts' share of the time is in the estimate (EP ran on c-small alone: twice the cells), and

@@ -472,7 +472,7 @@ def _remote_missing(exp: Experiment, facts: dict[str, Any]) -> str | None:
     """Why an experiment that would also run on SSH hosts does not (None: it does)."""
     hosts = facts.get("hosts") or []
     if not hosts:
-        return "not on SSH hosts: give --inventory FILE (one instance per host, as the study's separate machines)"
+        return "not on SSH hosts: no --inventory"
     if len(hosts) < exp.remote_hosts:
         return (f"not on SSH hosts: it needs {exp.remote_hosts} hosts (one instance each), the inventory gives "
                 f"{len(hosts)} ({', '.join(hosts)})")
@@ -489,7 +489,7 @@ def _platform_note(exp: Experiment, facts: dict[str, Any]) -> str:
     if not exp.remote_like:
         return ""
     hosts = _remote_missing(exp, facts) or f"{REMOTE_ENV} = SSH hosts {', '.join(facts['hosts'])}"
-    return "; ".join(x for x in (hosts, on_cloud or "not on a cloud: give --cloud settings") if x)
+    return "; ".join(x for x in (hosts, on_cloud or "not on a cloud: no --cloud") if x)
 
 
 def left_out_always(studies: list[str] | None) -> dict[str, str]:
