@@ -27,8 +27,23 @@ rows). Detected = significant with ratio < 1. This is a replay, not 20 live runs
 measured noise of a round but not the order of rounds in time (drift within a run is not
 replayed). The same replay without the slowdown is printed too (flags it should not raise).
 
+The noise floor, per mode and test: each environment's per-repetition coefficient of variation,
+the sd of the rounds' log ratios (b / a), the correlation of a and b within a round (of their logs:
+what pairing can cancel), and the smallest ratio CI half-width the stop rule can reach at 20 rounds
+given that sd (the median, over 2000 normal samples of 20 log ratios with that sd, of the exact
+signed-rank interval at the table's level) beside the measured half-width. With a round sd of s the
+floor is about s / 1.5 at 20 rounds and 99.2 %: a 2 % half-width needs s <= 3 %.
+
+`--floor` measures the same outside virtbench: --procs processes of `vb-system TEST --duration 0.3`
+back to back per test, taken in pairs as rounds (labels a and b alternate which runs first, as the
+runner rotates), and a register-only reference loop (a tiny C program built in a temporary
+directory: integer arithmetic in registers, no memory traffic, timed the same way) that shows what
+is left when neither cache nor memory is involved. It records the machine's steal time and other
+programs' CPU (cpugiven) over each test's processes.
+
     python bench/aa_busy.py [--runs 3] [--modes busy,quiet] [--driver host] [--replay 20]
                             [--load 50] [--json FILE]
+    python bench/aa_busy.py --floor [--procs 40] [--json FILE]
 """
 
 from __future__ import annotations
@@ -51,7 +66,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from virtbench import analysis, monitor, stats  # noqa: E402
+from virtbench import analysis, cpugiven, monitor, stats  # noqa: E402
 from virtbench.store import Store  # noqa: E402
 
 TESTS = ["dhrystone", "whetstone", "pipe", "syscall", "execl", "spawn"]
@@ -205,6 +220,121 @@ def replay(pool: dict[str, list[tuple[float, float]]], factor: float, runs: int,
     return out
 
 
+LEVEL = 1.0 - 0.05 / len(TESTS)  # the table's level with nothing significant (Runner._targets_met)
+
+
+def floor_halfwidth(sd: float, n: int = MAX_N, level: float = LEVEL, sims: int = 2000, seed: int = 5) -> float:
+    """The median ratio CI half-width of the exact signed-rank interval at `level` on n normal log
+    ratios of sd `sd`: the narrowest the stop rule can get at its maximum rounds with that noise."""
+    if not math.isfinite(sd):
+        return math.nan
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(sims):
+        est, lo, hi, reached, _ = stats.walsh_ci(rng.normal(0.0, sd, n), level)
+        out.append((math.exp(hi) - math.exp(lo)) / 2 / math.exp(est) if reached >= level - 1e-12 else math.inf)
+    return float(np.median(out))
+
+
+def noise(pairs: list[tuple[float, float]]) -> dict:
+    """Per test: each side's per-repetition CV, the rounds' log-ratio sd, the within-round correlation
+    of the two sides (logs), and the floor half-width at MAX_N rounds for that sd."""
+    a = np.array([p[0] for p in pairs], dtype=float)
+    b = np.array([p[1] for p in pairs], dtype=float)
+    if a.size < 3:
+        return {"n": int(a.size)}
+    d = np.log(b / a)
+    sd = float(np.std(d, ddof=1))
+    la, lb = np.log(a), np.log(b)
+    corr = float(np.corrcoef(la, lb)[0, 1]) if np.std(la) > 0 and np.std(lb) > 0 else math.nan
+    return {"n": int(a.size), "cv_a": float(np.std(a, ddof=1) / np.mean(a)), "cv_b": float(np.std(b, ddof=1) / np.mean(b)),
+            "sd_log_ratio": sd, "corr": corr, "floor_halfwidth": floor_halfwidth(sd)}
+
+
+def print_noise(title: str, table: dict[str, dict], measured: dict[str, float] | None = None) -> None:
+    print(f"{title}: per test, CV per repetition of a / b, sd of the rounds' log ratios, correlation of a and b "
+          f"within a round, the floor half-width at {MAX_N} rounds ({LEVEL * 100:.1f} %)"
+          + (", the measured half-width (median over runs)" if measured else ""))
+    for test, f in table.items():
+        if "sd_log_ratio" not in f:
+            print(f"  {test:13} too few rounds ({f['n']})")
+            continue
+        print(f"  {test:13} cv {f['cv_a'] * 100:5.2f} / {f['cv_b'] * 100:5.2f} %  sd {f['sd_log_ratio'] * 100:5.2f} %  "
+              f"corr {f['corr']:+.2f}  floor {f['floor_halfwidth'] * 100:5.2f} %"
+              + (f"  measured {measured[test] * 100:5.2f} %" if measured and test in measured else "")
+              + f"  ({f['n']} rounds)")
+
+
+# -- the floor outside virtbench --------------------------------------------------------------------
+
+REGISTER_LOOP = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+/* Integer arithmetic in registers only (no loads or stores in the loop), timed like vb-system:
+   iterations in batches until the duration has passed; prints iterations per second. */
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+int main(int argc, char **argv) {
+    double dur = argc > 1 ? atof(argv[1]) : 0.3, t0 = now(), t;
+    uint64_t x = 88172645463325252ULL, n = 0;
+    do {
+        for (int i = 0; i < 65536; i++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; __asm__ volatile("" : "+r"(x)); }
+        n += 65536;
+    } while ((t = now()) - t0 < dur);
+    printf("%.3f %llu\n", n / (t - t0), (unsigned long long)(x & 1));
+    return 0;
+}
+"""
+
+
+def build_register_loop(work: Path) -> Path:
+    src, exe = work / "regloop.c", work / "regloop"
+    src.write_text(REGISTER_LOOP)
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise SystemExit("--floor needs a C compiler (cc) for the register-only reference loop")
+    subprocess.run([cc, "-O2", "-o", str(exe), str(src)], check=True)
+    return exe
+
+
+def _rate(argv: list[str]) -> float:
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+    if out.startswith("{"):
+        return float(json.loads(out)["rate"])
+    return float(out.split()[0])
+
+
+def floor_mode(procs: int, work: Path) -> dict:
+    """Back-to-back processes outside virtbench, per test, in pairs; with steal and others' CPU."""
+    system = ROOT / "native" / "build" / "bin" / "vb-system"
+    if not system.exists():
+        raise SystemExit(f"{system} is missing: make -C native")
+    loop = build_register_loop(work)
+    commands = {t: [str(system), t, "--duration", str(DURATION), "--copies", "1", "--dir", str(work)] for t in TESTS}
+    commands["register loop"] = [str(loop), str(DURATION)]
+    out: dict = {"procs": procs, "load_before": os.getloadavg()[0], "tests": {}}
+    for test, argv in commands.items():
+        before = cpugiven.snapshot()
+        pairs = []
+        for i in range(procs // 2):
+            first, second = _rate(argv), _rate(argv)
+            pairs.append((first, second) if i % 2 == 0 else (second, first))  # a runs first in even rounds
+        given = cpugiven.between(before, cpugiven.snapshot()) or {}
+        out["tests"][test] = {**noise(pairs), "others_cores": given.get("others_cores"), "steal": given.get("steal"),
+                              "psi_some": given.get("psi_some"), "pairs": pairs}
+    out["load_after"] = os.getloadavg()[0]
+    return out
+
+
+def print_floor(f: dict) -> None:
+    print_noise(f"floor outside virtbench ({f['procs']} processes per test, back to back, load average "
+                f"{f['load_before']:.1f} before, {f['load_after']:.1f} after)", f["tests"])
+    for test, t in f["tests"].items():
+        print(f"  {test:13} over its processes: other programs {t['others_cores']} cores, steal "
+              f"{(t['steal'] or 0) * 100:.2f} %, CPU pressure {t['psi_some']}")
+
+
 def _fmt_load(f: dict) -> str:
     ml = f.get("machine_load") or {}
     others = ml.get("others_cores_median")
@@ -221,7 +351,20 @@ def main() -> int:
     ap.add_argument("--replay", type=int, default=20)
     ap.add_argument("--load", type=int, default=50, help="stress-ng --cpu-load percent of one core (busy mode)")
     ap.add_argument("--json")
+    ap.add_argument("--floor", action="store_true", help="only the noise floor outside virtbench: back-to-back "
+                    "processes of each test and a register-only loop")
+    ap.add_argument("--procs", type=int, default=40, help="processes per test in --floor (pairs = rounds)")
     args = ap.parse_args()
+    if args.floor:
+        work = Path(tempfile.mkdtemp(prefix="vb-floor-"))
+        try:
+            f = floor_mode(args.procs, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print_floor(f)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"floor": f}, indent=1, default=str))
+        return 0
     if "busy" in args.modes and not shutil.which("stress-ng"):
         raise SystemExit("stress-ng is not installed: apt-get install stress-ng (or run --modes quiet)")
     work = Path(tempfile.mkdtemp(prefix="vb-aa-"))
@@ -257,8 +400,11 @@ def main() -> int:
                 "replay_aa_flagged_rows": sum(r["flagged"] for r in same),
                 "replay_5pct_median_rounds": statistics.median(n for r in slowed for n in r["rounds"]),
             }
+            measured = {t: statistics.median(f["halfwidths"][t] for f in runs if t in f["halfwidths"])
+                        for t in TESTS if any(t in f["halfwidths"] for f in runs)}
+            floor = {t: noise(pool.get(t, [])) for t in TESTS}
             report["modes"][mode] = {"runs": runs,
-                                     "summary": summary}
+                                     "summary": summary, "noise": floor, "measured_halfwidth": measured}
             print(f"{mode}: {summary['flagged_rows']} of {total_rows} rows flagged; median ratio CI half-width "
                   f"{summary['median_halfwidth'] * 100:.2f} %; equal counts in {summary['equal_counts_runs']} of "
                   f"{len(runs)} runs")
@@ -267,6 +413,7 @@ def main() -> int:
                   f"{summary['replay_5pct_rows_detected']} of {summary['replay_rows']} rows (median "
                   f"{summary['replay_5pct_median_rounds']:.0f} rounds); unchanged: "
                   f"{summary['replay_aa_flagged_rows']} of {summary['replay_rows']} rows flagged", flush=True)
+            print_noise(f"{mode} noise floor (the {len(runs)} runs' rounds pooled)", floor, measured)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:
