@@ -211,3 +211,82 @@ def test_machines_of_their_own_are_taken_first_and_a_local_ec2_stand_in_never():
     v = score.score(c, Evidence(containers + hosts + real, KVM))
     assert v.verdict == HOLDS and v.environments == ["cloud"]  # a real cloud first
     assert a["one"]["prefer"] == ("cloud", "ssh")
+
+
+# -- one rule for every tolerance with an interval: inside holds, outside differs, across is open ------
+
+@pytest.mark.parametrize("args, lo, hi, expected", [
+    ({"above": 1.0}, 1.1, 1.5, True), ({"above": 1.0}, 0.5, 0.9, False), ({"above": 1.0}, 0.8, 4.3, None),
+    ({"below": 0.5}, 0.2, 0.4, True), ({"below": 0.5}, 0.6, 0.9, False), ({"below": 0.5}, 0.3, 0.7, None),
+    ({"within": [0.9, 1.1]}, 0.95, 1.05, True), ({"within": [0.9, 1.1]}, 1.2, 3.1, False),
+    ({"within": [0.9, 1.1]}, 0.383, 1.09, None), ({"within": [0.9, 1.1]}, 1.06, 3.11, None),
+    ({"at_most": 1.25}, 0.6, 1.2, True), ({"at_most": 1.25}, 1.3, 2.0, False), ({"at_most": 1.25}, 0.6, 1.35, None),
+    ({"at_least": 0.9}, 0.95, 1.0, True), ({"at_least": 0.9}, 0.5, 0.8, False), ({"at_least": 0.9}, 0.85, 0.99, None),
+])
+def test_decide_inside_outside_across(args, lo, hi, expected):
+    assert score.decide((lo + hi) / 2, lo, hi, args) is expected
+    if expected is None:  # without an interval the point decides (and the text says there was none)
+        assert score.decide((lo + hi) / 2, math.nan, math.nan, args) in (True, False)
+
+
+def _boundary(args: dict) -> float:
+    for k in ("above", "below", "at_most", "at_least"):
+        if k in args:
+            return args[k]
+    return args["within"][1]
+
+
+RATIO_CLAIMS = [c for c in MEASURABLE if c.check == "ratio"]
+
+
+@pytest.mark.parametrize("claim", RATIO_CLAIMS, ids=lambda c: c.id)
+def test_ratio_claim_is_not_measured_when_its_interval_reaches_both_sides(claim):
+    groups = synthetic(claim, True)
+    num, den = groups[0], groups[1]
+    edge = _boundary(claim.args) * den.median
+    num.values = [edge * f for f in (0.55, 1.5, 0.75, 1.3, 1.0, 0.9)]  # around the edge, widely spread
+    v = score.score(claim, Evidence(groups, KVM))
+    assert v.verdict == NOT_MEASURED, (v.measured, v.reason)
+    assert "reaches both sides of the tolerance" in v.reason and "more repetitions needed" in v.reason
+    assert v.measured and v.ci and v.ci[0] < _boundary(claim.args) < v.ci[1]
+
+
+def test_ep_efficiency_whose_interval_reaches_the_band_is_not_a_difference():
+    """The 30-minute run's row: efficiency 0.47 [0.383, 1.09] was scored "differs"; its interval
+    reaches into 0.9-1.1, so it is open, while a tight 0.5 differs and a tight 1.0 holds."""
+    c = by_id("000-npb-ep-scaling")
+
+    def ev(t1, t2):
+        return Evidence([Group("000-npb-ep", "npb", {"kernel": "ep", "instances": n}, {}, "c-small", "container",
+                               "time", "s", False, list(t)) for n, t in ((1, t1), (2, t2))], KVM)
+
+    wide = score.score(c, ev([6.4, 5.2, 9.5, 6.0, 7.9], [6.8, 3.3, 7.4, 6.9, 4.4]))
+    assert wide.verdict == NOT_MEASURED and wide.ci[0] < 0.9 < wide.ci[1], wide.measured
+    assert "reaches both sides" in wide.reason and wide.measured.startswith("efficiency")
+    assert score.score(c, ev([6.4, 6.41, 6.39, 6.4, 6.42], [6.4, 6.41, 6.39, 6.4, 6.42])).verdict == DIFFERS
+    assert score.score(c, ev([6.4, 6.41, 6.39, 6.4, 6.42], [3.2, 3.21, 3.19, 3.2, 3.18])).verdict == HOLDS
+
+
+def test_order_level_and_slope_follow_the_same_rule():
+    order = by_id("003-bonnie-dom0-order")
+    chain = order.args["chain"]
+    wide = [150.0 * f for f in (0.5, 1.6, 0.8, 1.3, 1.0, 0.7)]
+    groups = [_group(chain[0], [300.0 * f for f in (0.99, 1.0, 1.01, 0.995, 1.005, 1.0)]),
+              _group(chain[1], wide), _group(chain[2], [140.0 * f for f in (0.99, 1.0, 1.01, 0.995, 1.005, 1.0)])]
+    v = score.score(order, Evidence(groups, KVM))  # the second step's interval reaches above 1
+    assert v.verdict == NOT_MEASURED and "reaches both sides" in v.reason
+    groups[2].values = [400.0 * f for f in (0.99, 1.0, 1.01, 0.995, 1.005, 1.0)]  # a step wholly up: differs
+    assert score.score(order, Evidence(groups, KVM)).verdict == DIFFERS
+
+    level = by_id("003-hpa-cpu-bound")
+    g = _group(level.args["select"], [0.80, 0.99, 0.85, 0.97, 0.95, 0.88, 0.99], fill={"transactions": 400000})
+    v = score.score(level, Evidence([g], KVM))
+    assert v.verdict == NOT_MEASURED and "reaches both sides" in v.reason
+
+    size = by_id("000-boot-size")
+    s = size.args["select"]
+    noisy = {1: (20, 80, 50), 2: (30, 75, 60), 4: (25, 95, 70)}  # medians rise in a line, the spread swamps it
+    groups = [Group(_exp(s), "boot", {"concurrency": 1, "image_size": f"{x}G"}, {}, "vm", "vm", "running", "s", False,
+                    list(map(float, vals)), {}) for x, vals in noisy.items()]
+    v = score.score(size, Evidence(groups, KVM))
+    assert v.verdict == NOT_MEASURED and v.ci[0] < 0 < v.ci[1], v.measured

@@ -3,7 +3,8 @@
 A claim names the finding in the study's words (`cite`: where it says so, in the original Japanese
 text under shared/seeds), the quantity we compute, the direction or shape the study reports and the
 tolerance taken from its wording. These were fixed from the text before any of our data was looked
-at; a verdict that comes out "differs" is reported as it is.
+at; a verdict that comes out "differs" is reported as it is. How a tolerance meets an interval (whole
+interval inside: holds; wholly outside: differs; across: not measured) is score.decide's one rule.
 
 `check` names a rule of score.py, `args` are its inputs; selectors pick measured groups by
 experiment (reproduce.py's plan), workload, metric, environment kind, params and condition.

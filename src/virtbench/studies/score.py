@@ -4,6 +4,12 @@ Evidence is a list of measured groups (the repetitions of one metric of one cell
 plus facts about the machine (accelerator, cluster, NFS client) and, per plan experiment, why it has
 no data when it has none. A verdict is one of HOLDS, DIFFERS or NOT_MEASURED, with what was
 measured (the value and its interval) and, for NOT_MEASURED, the reason.
+
+One rule for every tolerance with an interval (ratios, efficiencies, levels, the steps of an order,
+a slope): the finding HOLDS when the whole 95 % interval meets the tolerance, DIFFERS when the
+whole interval misses it, and is NOT_MEASURED when the interval reaches both sides ("more
+repetitions needed"): a point estimate on one side of a band its own interval crosses decides
+nothing. Without an interval (too few values) the point decides, and the text says there was none.
 """
 
 from __future__ import annotations
@@ -185,31 +191,39 @@ def _ratio(num: Group, den: Group) -> stats.Ratio:
     return stats.ratio(num.values, den.values, higher_is_better=num.higher_is_better)
 
 
-def _decide_ratio(r: float, lo: float, hi: float, args: dict) -> bool:
-    def low_bound() -> float:
-        return lo if math.isfinite(lo) else r
+UNDECIDED = None  # the interval reaches both sides of the tolerance
 
-    def high_bound() -> float:
-        return hi if math.isfinite(hi) else r
 
+def decide(r: float, lo: float, hi: float, args: dict) -> bool | None:
+    """True when the whole interval [lo, hi] meets the tolerance, False when it wholly misses it,
+    UNDECIDED when it reaches both sides. No interval (lo or hi not finite): the point r decides."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        lo = hi = r
     if "above" in args:
-        return low_bound() > args["above"]
-    if "below" in args:
-        return high_bound() < args["below"]
-    if "within" in args:
+        meets, misses = lo > args["above"], hi <= args["above"]
+    elif "below" in args:
+        meets, misses = hi < args["below"], lo >= args["below"]
+    elif "within" in args:
         a, b = args["within"]
-        return a <= r <= b
-    if "at_most" in args:
-        return r <= args["at_most"]
-    if "at_least" in args:
-        return r >= args["at_least"]
-    raise ValueError(f"ratio rule without a test: {args}")
+        meets, misses = a <= lo and hi <= b, hi < a or lo > b
+    elif "at_most" in args:
+        meets, misses = hi <= args["at_most"], lo > args["at_most"]
+    elif "at_least" in args:
+        meets, misses = lo >= args["at_least"], hi < args["at_least"]
+    else:
+        raise ValueError(f"rule without a test: {args}")
+    return True if meets else False if misses else UNDECIDED
+
+
+def _both_sides(lo: float, hi: float) -> str:
+    return (f"its 95 % interval [{_fmt(lo)}, {_fmt(hi)}] reaches both sides of the tolerance: more repetitions "
+            "needed")
 
 
 def _rule_ratio(c: Claim, ev: Evidence, tcg: bool) -> tuple[bool, str, float, list[float] | None, list[str]]:
     num, den = one(ev, c.args["num"], exclude_tcg=tcg), one(ev, c.args["den"], exclude_tcg=tcg)
     r = _ratio(num, den)
-    ok = _decide_ratio(r.ratio, r.ci_low, r.ci_high, c.args)
+    ok = decide(r.ratio, r.ci_low, r.ci_high, c.args)
     text = (f"{_fmt(r.ratio)}x{_ci_text(r.ci_low, r.ci_high)}: {_label(num)} {_fmt(num.median)} / {_label(den)} "
             f"{_fmt(den.median)} {den.unit} (n = {len(num.values)} / {len(den.values)})")
     ci = [r.ci_low, r.ci_high] if math.isfinite(r.ci_low) else None
@@ -233,17 +247,19 @@ def _rule_efficiency(c: Claim, ev: Evidence, tcg: bool):
     lo_b, hi_b = a["within"]
     text = (f"efficiency {_fmt(e)}{_ci_text(lo, hi)}: T1 {_fmt(one_.median)} s, T{a['factor']} {_fmt(many.median)} s "
             f"on {many.env} (n = {len(one_.values)} / {len(many.values)})")
-    return lo_b <= e <= hi_b, text, e, ([lo, hi] if math.isfinite(lo) else None), sorted({one_.env, many.env})
+    ok = decide(e, lo, hi, {"within": [lo_b, hi_b]})
+    return ok, text, e, ([lo, hi] if math.isfinite(lo) else None), sorted({one_.env, many.env})
 
 
 def _rule_order(c: Claim, ev: Evidence, tcg: bool):
     chain = [one(ev, s, exclude_tcg=tcg) for s in c.args["chain"]]
-    ok, steps = True, []
+    decided, steps = [], []
     for prev, nxt in zip(chain, chain[1:]):
         r = _ratio(nxt, prev)
-        bound = r.ci_high if math.isfinite(r.ci_high) else r.ratio
-        ok = ok and bound < 1.0
+        decided.append(decide(r.ratio, r.ci_low, r.ci_high, {"below": 1.0}))
         steps.append(f"{_fmt(r.ratio)}x{_ci_text(r.ci_low, r.ci_high)}")
+    # every step must be down: one step wholly not down differs; otherwise an undecided step leaves it open
+    ok = False if False in decided else UNDECIDED if UNDECIDED in decided else True
     medians = " > ".join(f"{_label(g)} {_fmt(g.median)}" for g in chain)
     return ok, f"{medians} {chain[0].unit}; steps {', '.join(steps)}", None, None, sorted({g.env for g in chain})
 
@@ -272,7 +288,10 @@ def _rule_slope(c: Claim, ev: Evidence, tcg: bool):
     med = {x: statistics.median([v for g in groups if _x_of(g, key) == x for v in g.values]) for x in xs}
     mfit = sps.linregress(xs, [med[x] for x in xs])
     r2 = mfit.rvalue ** 2
-    ok = math.isfinite(lo) and lo > 0 and r2 >= c.args["min_r2"]
+    rising = decide(fit.slope, lo, hi, {"above": 0.0})
+    # not a straight line (R^2 of the medians is a plain number; none when they are all equal)
+    # differs whatever the slope's interval
+    ok = False if not r2 >= c.args["min_r2"] else rising
     unit = groups[0].unit
     text = (f"slope {_fmt(fit.slope)} {unit}/GB{_ci_text(lo, hi)}, R^2 of the medians {r2:.3f}; medians "
             + ", ".join(f"{_fmt(x)} GB: {_fmt(med[x])} {unit}" for x in xs))
@@ -282,7 +301,7 @@ def _rule_slope(c: Claim, ev: Evidence, tcg: bool):
 def _rule_level(c: Claim, ev: Evidence, tcg: bool):
     g = one(ev, c.args["select"], exclude_tcg=tcg)
     lo, hi, _level = stats.median_ci(g.values)
-    ok = g.median >= c.args["at_least"]
+    ok = decide(g.median, lo, hi, {"at_least": c.args["at_least"]})
     return ok, f"median {_fmt(g.median)}{_ci_text(lo, hi)} {g.unit} on {g.env} (n = {len(g.values)})", g.median, \
         ([lo, hi] if math.isfinite(lo) else None), [g.env]
 
@@ -352,8 +371,10 @@ def score(c: Claim, ev: Evidence) -> Verdict:
     except _NoData as exc:
         v.reason = str(exc)
         return v
-    v.verdict = HOLDS if ok else DIFFERS
+    v.verdict = HOLDS if ok else DIFFERS if ok is not UNDECIDED else NOT_MEASURED
     v.measured, v.environments, v.ci = text, envs, ci
+    if ok is UNDECIDED:
+        v.reason = f"{text}; " + (_both_sides(*ci) if ci else "it reaches both sides of the tolerance")
     v.value = value if value is None or math.isfinite(value) else None
     return v
 
