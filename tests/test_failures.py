@@ -61,6 +61,9 @@ def test_unresolvable_ssh_host_exits_non_zero_and_says_why(ghost, tmp_path):
     # The summary keeps what follows the colon of "cannot start ssh on its hosts:".
     summary = res.stdout[res.stdout.index("have no results"):]
     assert "ssh" in summary and "Could not resolve hostname no-such-host.invalid" in summary
+    # the host is named once: "ghost: ssh: Could not resolve ...", not "ghost: ghost: ssh: ..."
+    assert "ghost: ssh: Could not resolve hostname" in summary
+    assert "ghost: ghost" not in res.stdout + res.stderr
     assert "--retry-failed" in res.stderr and "no cell has results" in res.stderr
     assert res.stdout.startswith("run ")  # the plan and the live failures go to stderr
     assert "plan: 1 cell(s) x 1 environment(s)" in res.stderr

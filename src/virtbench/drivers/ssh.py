@@ -133,7 +133,9 @@ class SshDriver(Driver):
             name = f"{env.name}-{role}-{k}"
             try:
                 made[k] = self._start(pool.get(spec.name), spec, env, name, role, k)
-            except (UserError, MachineUnreachable, OSError) as exc:
+            except MachineUnreachable as exc:  # its str() already starts with the host's name
+                errors.append(f"{spec.name}: {exc.reason}")
+            except (UserError, OSError) as exc:
                 errors.append(f"{spec.name}: {exc}")
 
         try:
