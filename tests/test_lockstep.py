@@ -195,3 +195,42 @@ def test_a_samples_round_is_its_stored_repetition_also_after_earlier_rounds(tmp_
     rid = runner.start()
     got = {(s["repetition"], json.loads(s["metadata_json"])["round"]) for s in _measured(runner.store.samples(rid))}
     assert got == {(r, r) for r in range(6, 12)}
+
+
+def _vb(*args):
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "virtbench.cli", *args], capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "COLUMNS": "400"})
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_legends_and_methods_note_name_the_test_the_ratios_used(tmp_path):
+    """A run's ratios come from its rounds (signed-rank / Hodges-Lehmann): its terminal legend, report
+    notes and methods note say so and name no Mann-Whitney; a run stored without rounds, and compare of
+    two runs, say Mann-Whitney."""
+    _, paired = _store_run(tmp_path, list(range(8)), list(range(8)), factor=0.95, name="p")
+    _, old = _store_run(tmp_path, list(range(8)), list(range(8)), with_round=False, factor=0.95, name="o")
+    dbp, dbo = str(tmp_path / "p.sqlite"), str(tmp_path / "o.sqlite")
+
+    shown = " ".join(_vb("show", paired, "--db", dbp).split())  # the legend wraps: compare its words
+    assert "ratio to a = the Hodges-Lehmann estimate of the lockstep rounds' environment / a ratios" in shown
+    assert "signed-rank" in shown and "Mann-Whitney" not in shown
+    md = _vb("report", paired, "--format", "md", "--db", dbp)
+    assert "Wilcoxon signed-rank test" in md and "Mann-Whitney" not in md and "median / a median" not in md
+    assert "environment median / baseline median" not in md
+
+    shown = " ".join(_vb("show", old, "--db", dbo).split())
+    assert "ratio to a = environment median / a median, its CI the exact Mann-Whitney test" in shown
+    assert "signed-rank" not in shown
+    md = _vb("report", old, "--format", "md", "--db", dbo)
+    assert "Ratio (runs stored without rounds): environment median / baseline median" in md
+    assert "signed-rank" not in md
+
+    # compare: two runs' repetitions are not paired, whatever each run's rounds
+    _, other = _store_run(tmp_path, list(range(8)), list(range(8)), name="p")  # a second run in p.sqlite
+    shown = " ".join(_vb("compare", paired, other, "--db", dbp).split())
+    assert "B / A = B's median / A's median (two runs' repetitions are not paired), its CI the exact " \
+           "Mann-Whitney test" in shown and "signed-rank" not in shown

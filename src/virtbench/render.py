@@ -11,12 +11,27 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-LEGEND = ("median [95% CI: order statistics, distribution-free; a lower level is printed where n is too small "
-          "for 95%]; ratio = environment / baseline, medians, with the CI of the Mann-Whitney test inverted (Hodges-"
-          "Lehmann), at the level printed in its column: 95% raised for a Benjamini-Hochberg correction across the "
-          "table (false discovery rate 5%); * = significant: the CI excludes 1; ~ = not significant: the CI "
-          "includes 1; 'n too small' = these repetitions cannot reach that level, no verdict; index: CI from its "
-          "tests' order-statistic bounds, index ratio: bootstrap 95% CI, * when it excludes 1")
+from .ratio_methods import BOOTSTRAP, kinds, ratio_phrase
+
+
+def legend(rows: list[dict], baseline: str = "baseline") -> str:
+    """The key under a run's tables; the ratio's part says how these rows' ratios were computed."""
+    return ("median [95% CI: order statistics, distribution-free; a lower level is printed where n is too small "
+            f"for 95%]; {ratio_phrase(rows, baseline=baseline)}, at the level printed in its column: 95% raised for a "
+            "Benjamini-Hochberg correction across the table (false discovery rate 5%); * = significant: the CI "
+            "excludes 1; ~ = not significant: the CI includes 1; 'n too small' = these repetitions cannot reach "
+            "that level, no verdict; index: CI from its tests' order-statistic bounds, index ratio: bootstrap 95% "
+            "CI, * when it excludes 1")
+
+
+def compare_legend(rows: list[dict]) -> str:
+    """The key under `compare`: two runs' repetitions are not paired, so B / A is a ratio of medians."""
+    boot = "; a percentile bootstrap where values are not positive" if BOOTSTRAP in kinds(rows) else ""
+    return ("median [95% CI: order statistics, distribution-free]; B / A = B's median / A's median (two runs' "
+            "repetitions are not paired), its CI the exact Mann-Whitney test on log values, inverted (Hodges-"
+            f"Lehmann){boot}, at 95% raised for a Benjamini-Hochberg correction across each table (false discovery "
+            "rate 5%); * = significant: the CI excludes 1; ~ = not significant: the CI includes 1; 'n too small' = "
+            "these repetitions cannot reach that level")
 
 
 def num(value: float | None, digits: int = 4) -> str:
@@ -110,7 +125,7 @@ def results_tables(console: Console, data: dict[str, Any]) -> None:
                 line.append(_ratio_cell(cells.get(env), level))
             table.add_row(*line, style="bold" if metric == "index" else None)
         console.print(table)
-    console.print(f"[dim]{LEGEND}[/dim]")
+    console.print(f"[dim]{legend(data['results'], data.get('baseline') or 'baseline')}[/dim]", highlight=False)
     if monitor_rows:
         metrics = sorted({r["metric"] for r in monitor_rows})
         console.print(f"[dim]resource use while running ({len(metrics)} monitor metrics: "
@@ -259,7 +274,7 @@ def compare_table(console: Console, data: dict[str, Any]) -> None:
                       f"{num(r['median_b'])} {_ci(r['ci_low_b'], r['ci_high_b'])}",
                       f"{num(r['ratio'], 3)} {_ci(r['ratio_ci_low'], r['ratio_ci_high'], 3)}", mark(r))
     console.print(table)
-    console.print(f"[dim]{LEGEND}[/dim]")
+    console.print(f"[dim]{compare_legend(data['results'])}[/dim]", highlight=False)
     for side in ("only_in_a", "only_in_b"):
         if data[side]:
             console.print(f"{side.replace('_', ' ')}: {', '.join(data[side][:20])}")

@@ -318,8 +318,8 @@ class Runner:
 
     def _verdict_minimum(self, policy) -> None:
         """An adaptive run (min < max repetitions) takes at least what a verdict needs: below 6
-        repetitions a median has no 95 % interval and 4 per side are needed for Mann-Whitney p <= 0.05
-        (stats.min_repetitions). A fixed count (--repeat N) is kept; its table says 'n too small'."""
+        repetitions a median has no 95 % interval and the signed-rank test over the rounds cannot reach
+        p <= 0.05 (stats.min_repetitions). A fixed count (--repeat N) is kept; its table says 'n too small'."""
         need = stats.min_repetitions()
         if policy.min_repetitions < min(need, policy.max_repetitions):
             raised = min(need, policy.max_repetitions)

@@ -7,14 +7,17 @@ import time
 from ..errors import UserError
 from ..store import Store
 from . import header, reproduce, sections
+from ..ratio_methods import ratio_phrase
 from .fmt import MARK_HELP
 from .data import RunData, load
 from .model import Document, Note, Part, Section
 
 
-LEGEND = ("Medians with 95 % confidence intervals (CI) from order statistics (distribution-free; with fewer "
-          "than 6 repetitions [min, max] at its lower level, given in the notes); ratio = environment median / "
-          "baseline median, with its CI. " + MARK_HELP + ". Every chart is followed by its data as a table.")
+def legend(rows: list[dict]) -> str:
+    """The document's key; the ratio's part names the method these runs' ratios used."""
+    return ("Medians with 95 % confidence intervals (CI) from order statistics (distribution-free; with fewer "
+            "than 6 repetitions [min, max] at its lower level, given in the notes); " + ratio_phrase(rows) + ". "
+            + MARK_HELP + ". Every chart is followed by its data as a table.")
 
 
 def part_for(data: RunData) -> Part:
@@ -37,10 +40,14 @@ def document(store: Store, run_ids: list[str]) -> Document:
         raise UserError("the same run is given twice: " + ", ".join(sorted({i for i in seen if seen.count(i) > 1})))
     title = f"virtbench report: run {seen[0]}" if len(seen) == 1 else f"virtbench report: {len(seen)} runs"
     parts: list[Part] = []
+    rows: list[dict] = []
     for d in datas:
         if reproduce.is_reproduce(d.run):  # its scorecard first, then the run of each experiment
             head, children = reproduce.part(store, d.id)
-            parts += [head] + [part_for(load(store, c)) for c in children]
+            loaded = [load(store, c) for c in children]
+            parts += [head] + [part_for(c) for c in loaded]
+            rows += [r for c in loaded for r in c.results["results"]]
         else:
             parts.append(part_for(d))
-    return Document(title, time.time(), parts, legend=LEGEND)
+            rows += d.results["results"]
+    return Document(title, time.time(), parts, legend=legend(rows))

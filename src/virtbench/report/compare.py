@@ -63,7 +63,7 @@ def document(store: Store, run_a: str, run_b: str) -> Document:
                       [{"metric": r["metric"], "env": r["environment"],
                         "params": describe(r["params"], r["condition"])} for r in rows],
                       numeric={4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
-                      note=f"{fmt.MARK_HELP}.")
+                      note=f"{fmt.COMPARE_HELP}.")
         # The monitor's summaries stay in the table, out of the chart (they are not the workload's results).
         charted = [r for r in rows if (r["workload"], r["metric"]) not in monitor]
         if not charted:
@@ -85,4 +85,4 @@ def document(store: Store, run_a: str, run_b: str) -> Document:
     parts = [Part(da.id + "-vs-" + db.id, f"Comparison: {db.id} against {da.id}", [summary]),
              Part(da.id, f"Run A: {da.id}", [header.build(da)]),
              Part(db.id, f"Run B: {db.id}", [header.build(db)])]
-    return Document(f"virtbench comparison: {db.id} against {da.id}", time.time(), parts, legend=fmt.MARK_HELP)
+    return Document(f"virtbench comparison: {db.id} against {da.id}", time.time(), parts, legend=fmt.COMPARE_HELP)

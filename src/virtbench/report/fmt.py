@@ -7,14 +7,28 @@ from __future__ import annotations
 
 import datetime as dt
 
+from ..ratio_methods import ratio_phrase
 from ..render import num
 
-__all__ = ["num", "value", "ratio", "p_value", "mark", "levels", "when", "seconds", "MARK_HELP"]
+__all__ = ["num", "value", "ratio", "p_value", "mark", "levels", "when", "seconds", "MARK_HELP",
+           "COMPARE_HELP", "ratio_note"]
 
-MARK_HELP = ("* = significant: the ratio's CI excludes 1 (Mann-Whitney test inverted, at 95 % raised for a "
-             "Benjamini-Hochberg correction across the table, false discovery rate 5 %; an index ratio: bootstrap "
-             "95 % CI); ~ = not significant: the CI includes 1; n too small = these repetitions cannot reach the "
-             "table's level, no verdict; = = the baseline itself")
+# Which test a ratio's CI inverts depends on the rows (paired rounds or not): ratio_note and the
+# methods note say it; the marks read the same either way.
+MARK_HELP = ("* = significant: the ratio's CI excludes 1 (at 95 % raised for a Benjamini-Hochberg correction "
+             "across the table, false discovery rate 5 %; an index ratio: bootstrap 95 % CI); ~ = not "
+             "significant: the CI includes 1; n too small = these repetitions cannot reach the table's level, no "
+             "verdict; = = the baseline itself")
+
+
+# Two runs' repetitions are not paired: compare's B / A is a ratio of medians (analysis.compare).
+COMPARE_HELP = ("B / A = run B's median / run A's median, its CI the exact Mann-Whitney test on log values, "
+                "inverted (Hodges-Lehmann; the two runs' repetitions are not paired). " + MARK_HELP)
+
+
+def ratio_note(rows: list[dict], baseline: str, where: str = "") -> str:
+    """A results table's note: how its ratios were computed (from its rows), then the marks."""
+    return f"{ratio_phrase(rows, baseline=baseline)}{where}. {MARK_HELP}."
 
 
 def value(v: float | None) -> str:

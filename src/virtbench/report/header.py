@@ -6,6 +6,7 @@ import json
 import re
 from collections import Counter, defaultdict
 
+from .. import ratio_methods
 from ..analysis import reason_line
 from . import fmt
 from .data import RunData
@@ -63,19 +64,40 @@ def methods(rows: list[dict]) -> str:
     text = (f"Methods ({n_text} repetitions per result). Median: its 95 % confidence interval is the distribution-"
             "free order-statistic interval [x(j), x(n+1-j)] (binomial level; needs n >= 6 for 95 %"
             + (f"; here some are [min, max] at {', '.join(f'{v:g} %' for v in low)}" if low else "") + "). "
-            "Ratio: environment median / baseline median; its CI inverts the exact two-sided Mann-Whitney test on "
-            "log values (Hodges-Lehmann interval of the ratio; exact when an environment scales every result "
-            "alike), so the interval excludes 1 exactly when the test rejects. Correction: Benjamini-Hochberg "
+            + _ratio_methods(rows) + " So the interval excludes 1 exactly when the test rejects. "
+            "Correction: Benjamini-Hochberg "
             "across the comparisons of each table (false discovery rate 5 %), comparisons whose n cannot reach "
             "p <= 0.05 left out; each ratio CI is printed at the matching Benjamini-Yekutieli level 1 - R x 0.05 / m "
             "(R significant of m tested)"
             + (f", here {', '.join(f'{v:g} %' for v in levels)}" if levels else "") + "; * = the CI excludes 1.")
     if small:
         text += (f" {small} comparison(s) are marked 'n too small': their repetitions cannot reach the table's "
-                 "level; run more repetitions (4 per side reach p = 0.029, 6 reach 0.0022).")
+                 f"level; run more repetitions ({ratio_methods.smallest_p_text(rows)}).")
     return text + (" Overall index: geometric mean of the tests' indexes; its CI is the geometric mean of the tests' "
                    "order-statistic bounds (conservative; level: its weakest test's), and the ratio of two indexes "
                    "has a percentile-bootstrap 95 % CI (2000 resamples), * when it excludes 1.")
+
+
+def _ratio_methods(rows: list[dict]) -> str:
+    """The ratio's part of the methods note, for the methods these rows' ratios used."""
+    used = ratio_methods.kinds(rows) or [ratio_methods.PAIRED]
+    text = {
+        ratio_methods.PAIRED: (
+            "Ratio: the environments ran in lockstep rounds, so each round gives a ratio of the environment to "
+            "the baseline measured at the same time; the ratio is exp of the Hodges-Lehmann estimate of the "
+            "rounds' log ratios and its CI inverts the exact two-sided Wilcoxon signed-rank test on them (exact "
+            "when a round's ratio is as likely above the true one as below; rounds with a value on one side only "
+            "are left out)."),
+        ratio_methods.SIGN: (
+            "Ratio (very many rounds): the median of the rounds' ratios, its CI the sign test's interval."),
+        ratio_methods.UNPAIRED: (
+            "Ratio (runs stored without rounds): environment median / baseline median; its CI inverts the exact "
+            "two-sided Mann-Whitney test on log values (Hodges-Lehmann interval of the ratio; exact when an "
+            "environment scales every result alike)."),
+        ratio_methods.BOOTSTRAP: (
+            "Ratio (values not positive): environment median / baseline median with a percentile-bootstrap CI."),
+    }
+    return " ".join(text[k] for k in used)
 
 
 def _fact(facts: dict, keys: tuple[str, ...]) -> str:

@@ -56,7 +56,7 @@ def result_table(caption: str, rows: list[dict], baseline: str, label: Callable[
     k = len(label_columns)
     return Table(caption, label_columns + RESULT_COLUMNS, cells, keys,
                  numeric={k + i for i in (1, 2, 3, 4, 6, 7, 8, 9)},
-                 note=note or f"ratio = environment median / {baseline} median. {fmt.MARK_HELP}.")
+                 note=note or fmt.ratio_note(rows, baseline))
 
 
 def versus(others: list[str], baseline: str) -> str:

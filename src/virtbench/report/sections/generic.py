@@ -105,7 +105,7 @@ def _sweep_chart(data: RunData, workload: str, key: str, metric: str, where: str
     keys = [{"cell": r["cell_key"], "metric": r["metric"], "env": r["environment"]} for _, r in points]
     table = Table(title, [key, "environment", "n", "median", "CI low", "CI high", "unit", "ratio", "ratio CI low",
                           "ratio CI high", "sig."], cells, keys, numeric={0, 2, 3, 4, 5, 7, 8, 9},
-                  note=f"ratio = environment median / {data.baseline} median. {fmt.MARK_HELP}.")
+                  note=fmt.ratio_note([r for _, r in points], data.baseline))
     return Chart(slug(data.id, workload, metric, key, where), title,
                  f"Lines: median {metric} against {key}, one line per environment (distinct marker and dash "
                  "pattern, labelled at its end), with 95 % CI error bars"

@@ -93,7 +93,7 @@ def ratio_charts(data: RunData, cid: str, title: str, rows: list[dict], label: C
         table = result_table(name, table_rows, baseline, label, columns)
         out.append(Chart(
             slug(cid, "ratio", suffix), name,
-            f"Horizontal bars: median in each environment divided by {baseline}'s, with 95 % CI whiskers; "
+            f"Horizontal bars: each environment's ratio to {baseline} (the table's note says how), with CI whiskers; "
             f"the dashed line is 1. Marks: {fmt.MARK_HELP}."
             + (f" {left} row(s) without a ratio for every environment are in the table only." if left else ""),
             lambda uid, _n=name, _g=drawn, _s=series, _get=get: svg.bars(

@@ -193,7 +193,7 @@ def _chart(data: RunData, cid: str, title: str, points: list[tuple[float, str, d
     k = len(head)
     table = Table(title, [*head, *CURVE_COLUMNS], cells, keys,
                   numeric={0, *(range(1, 3) if delay_columns else ()), *(k + i for i in (1, 2, 3, 4, 6, 7, 8))},
-                  note=f"ratio = environment median / {data.baseline} median at the same point. {fmt.MARK_HELP}."
+                  note=fmt.ratio_note([r for _, _, r in points], data.baseline, " at the same point")
                   + extra_note)
     ylabel = f"{metric} [{unit}]" + (" (log scale)" if log_y else "")
     xl = xlabel + (" (log scale)" if log_x else "")
@@ -231,7 +231,7 @@ def _per_target(data: RunData, workload: str, rows: list[dict], varying: list[st
         keys = [{"cell": r["cell_key"], "metric": r["metric"], "env": r["environment"]} for r in grp]
         table = Table(title, ["storage target · file size", *CURVE_COLUMNS], cells, keys,
                       numeric={2, 3, 4, 5, 7, 8, 9},
-                      note=f"ratio = environment median / {data.baseline} median. {fmt.MARK_HELP}.")
+                      note=fmt.ratio_note(grp, data.baseline))
         out.append(Chart(sid(data, "storage", workload, metric, "targets", where), title,
                          f"Horizontal bars: median {metric} per storage target and file size, one bar per environment "
                          "(value written beside each bar), with 95 % CI whiskers.",

@@ -60,7 +60,7 @@ def curve(data: RunData, cid: str, title: str, points: list[Point], xlabel: str,
     k = 1 + named
     table = Table(title, [xlabel, *(["line"] if named else []), *CURVE_COLUMNS], cells, keys,
                   numeric={0, *(k + i for i in (1, 2, 3, 4, 6, 7, 8))},
-                  note=f"ratio = environment median / {data.baseline} median at the same point. {fmt.MARK_HELP}.")
+                  note=fmt.ratio_note([r for _, _, r in points], data.baseline, " at the same point"))
     ylabel = f"{metric} [{unit}]" + (" (log scale)" if log_y else "")
     xl = xlabel + (" (log scale)" if log_x else "")
     return Chart(cid, title, description or (

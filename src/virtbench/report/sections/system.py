@@ -103,8 +103,9 @@ def _panel(sid: str, title: str, rows: list[dict], envs: list[str], baseline: st
                 r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"], fmt.mark(r, baseline))
         blocks.append(Chart(
             f"{sid}-ratio", f"System suite, {title}: ratio to {baseline}",
-            f"Horizontal bars: each test's median score in each environment divided by {baseline}'s, "
-            "with 95 % CI whiskers; the dashed line is 1 (no difference); > 1 is faster. "
+            f"Horizontal bars: each test's score in each environment as a ratio to {baseline}'s (from the "
+            "rounds run side by side; the table's note says how), with CI whiskers; the dashed line is 1 (no "
+            "difference); > 1 is faster. "
             f"Marks: {fmt.MARK_HELP}.",
             lambda uid: svg.bars(uid, f"{title}: ratio to {baseline}", groups, others, get_ratio,
                                  f"score ratio {versus(others, baseline)} (higher is better)", refline=1.0,
