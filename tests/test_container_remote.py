@@ -121,3 +121,16 @@ def test_stale_sweep_on_remote_machine(remote, pool, guest_image, tmp_path):
         other.teardown()
         m.run(["podman", "rm", "-f", foreign], timeout=60)
     assert not m.run(["podman", "container", "exists", other.name], timeout=60).ok  # teardown went through ssh
+
+
+def test_oom_marker_lands_in_the_hosts_virtbench_dir_not_its_home(remote):
+    """conmon creates an `oom` file in its working directory when a container is OOM-killed: on an SSH
+    host, engine commands start in `engine` under its virtbench_dir, not in the login user's home."""
+    _, inst, m = remote
+    marker = f"{ship.remote_dir(m)}/engine/oom"
+    m.run(["rm", "-f", marker, f"{m.facts()['home']}/oom"], timeout=30)
+    res = inst.exec(["sh", "-c", "head -c 600M /dev/zero | tail > /dev/null; echo rc=$?"], timeout=120)
+    assert "rc=137" in res.stdout  # the kernel's OOM killer stopped `tail` in the 256 MB container
+    res = m.run(["sh", "-c", f"for i in $(seq 100); do [ -e {marker} ] && break; sleep 0.1; done; "
+                             f"ls -A {marker} ~/oom 2>/dev/null"], timeout=60)
+    assert res.stdout.split() == [marker]  # there, and not in the home

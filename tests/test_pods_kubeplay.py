@@ -93,6 +93,32 @@ def test_image_pull_failure_leaves_nothing(driver):
     assert ours(run) == [] and ours(run, "volume") == []
 
 
+def test_oom_marker_stays_out_of_the_users_directory(driver, tmp_path, monkeypatch):
+    """conmon creates an `oom` file in its working directory when a container is OOM-killed: kube play
+    (which starts the pods' conmons) runs from the engine's private directory, not the user's."""
+    from pathlib import Path
+
+    from virtbench import engine
+    from virtbench.machines import local
+
+    here = tmp_path / "checkout"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    marker = Path(engine.cwd_for(local())) / "oom"
+    marker.unlink(missing_ok=True)
+    (inst,) = driver.provision(EnvSpec("pods", "pods", Shape("tiny", vcpus=1, memory_mb=64)), 1, "main")
+    try:
+        res = inst.exec(["sh", "-c", "head -c 300M /dev/zero | tail > /dev/null; echo rc=$?"], timeout=120)
+        assert "rc=137" in res.stdout  # the kernel's OOM killer stopped `tail` in the 64 MB pod
+        deadline = time.time() + 10
+        while not marker.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        assert list(here.iterdir()) == []
+        assert marker.exists()
+    finally:
+        inst.teardown()
+
+
 def _run(args, db, timeout=600):
     res = subprocess.run([*VB, *args, "--db", str(db)], capture_output=True, text=True, timeout=timeout)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import image, procs
+from . import image
 from .errors import ConditionUnavailable, MissingTool, UserError
 from .machines import Machine, MachineUnreachable, Process, local, ship
 from .machines.base import KILL_GROUP, SPAWN
@@ -80,9 +80,11 @@ def _run(machine: Machine, argv: Sequence[str], timeout: float | None = CLI_TIME
 
 
 def cwd_for(machine: Machine) -> str | None:
-    """Where engine commands run on `machine`: on this one, a private directory of this user's. conmon
-    (podman's container monitor) inherits the engine's working directory, and Debian 12's creates its
-    `oom` marker file there when a container is OOM-killed: not in the user's current directory."""
+    """Where engine commands run on `machine`: on this one, a private directory of this user's; on an SSH
+    host, `engine` under its virtbench_dir. conmon (podman's container monitor) inherits the engine's
+    working directory, and Debian 12's creates its `oom` marker file there when a container is
+    OOM-killed: not in the user's current directory (or home). Every call that starts a container
+    (run, start, restart, kube play) goes through here."""
     return machine.private_workdir()
 
 
@@ -279,7 +281,7 @@ def engine_storage(engine: str) -> tuple[str | None, int | None]:
     try:
         cmd = pick_engine(engine)
         fmt = "{{.DockerRootDir}}" if cmd == "docker" else "{{.Store.GraphRoot}}"
-        res = procs.run([cmd, "info", "--format", fmt], timeout=60)
+        res = _run(local(), [cmd, "info", "--format", fmt], timeout=60)
         root = res.stdout.strip()
         return (root, shutil.disk_usage(root).free) if res.ok and os.path.isdir(root) else (None, None)
     except Exception:  # no engine: the driver's own check says so with its fix
@@ -298,9 +300,10 @@ def padded_image(engine: Engine, info: image.ImageInfo, size: str, log: Callable
                                    f"({disk.format_size(tarball_bytes)})")
     padded = image.ImageInfo(f"{info.hash}-pad{nbytes}", info.tarball, info.manifest)
     cli = engine.cli()
+    here = local()
     # Known to the engine already: tell the container driver so it neither imports nor prunes it.
     known = (engine.cmd, padded.tag)
-    if procs.run([*cli, "image", "inspect", padded.tag], timeout=60).ok:
+    if _run(here, [*cli, "image", "inspect", padded.tag], timeout=60).ok:
         mark_imported(*known)
         return padded
     log(f"building a {size} container image (padding with {disk.format_size(pad)} of random data)")
@@ -308,16 +311,16 @@ def padded_image(engine: Engine, info: image.ImageInfo, size: str, log: Callable
     # head -c from /dev/urandom inside the container: incompressible bytes in a new layer.
     script = (f"mkdir -p {shlex.quote(os.path.dirname(disk.PAD_PATH))} && "
               f"head -c {pad} /dev/urandom > {shlex.quote(disk.PAD_PATH)}")
-    res = procs.run([*cli, "run", "--name", name, *engine.run_flags(), "--pull=never", info.tag, "sh", "-c",
-                     script], timeout=3600)
+    res = _run(here, [*cli, "run", "--name", name, *engine.run_flags(), "--pull=never", info.tag, "sh", "-c",
+                      script], timeout=3600)
     try:
         if not res.ok:
             raise UserError(f"padding the container image failed: {res.describe_failure()}")
-        res = procs.run([*cli, "commit", "-q", name, padded.tag], timeout=3600)
+        res = _run(here, [*cli, "commit", "-q", name, padded.tag], timeout=3600)
         if not res.ok:
             raise UserError(f"podman commit of the padded image failed: {res.describe_failure()}")
     finally:
-        procs.run([*cli, "rm", "-f", name], timeout=120)
+        _run(here, [*cli, "rm", "-f", name], timeout=120)
     mark_imported(*known)
     return padded
 

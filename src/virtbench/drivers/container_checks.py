@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 import time
 
-from .. import image, procs
+from .. import image
 from ..lifecycle import LifecycleOps
 from .base import DriverContext
 from .container import ContainerDriver, mark_imported
@@ -14,12 +14,10 @@ from .container import ContainerDriver, mark_imported
 class ContainerLifecycle(LifecycleOps):
     """Restart through the engine, no disk attach (mounts are fixed), commit as a snapshot."""
 
-    def _cli(self, inst) -> list[str]:
-        return inst.engine.cli()
-
     def reboot(self, instances):
-        cli = self._cli(instances[0])
-        res = procs.run([*cli, "restart", "-t", "0", *[i.name for i in instances]], timeout=300)
+        # through the instance's engine call: on its host, from the engine's private directory (the
+        # restarted containers' conmons drop their `oom` marker there)
+        res = instances[0]._cli("restart", "-t", "0", *[i.name for i in instances], timeout=300)
         out = []
         for inst in instances:
             if not res.ok:
@@ -42,10 +40,9 @@ class ContainerLifecycle(LifecycleOps):
                      "(mounts are fixed at create time)", {}
 
     def boot_from_snapshot(self, inst, tmp):
-        cli = self._cli(inst)
         base = self.driver.context.image
         snap = image.ImageInfo(f"{base.hash}-snap{secrets.token_hex(3)}", base.tarball, base.manifest)
-        res = procs.run([*cli, "commit", "-q", inst.name, snap.tag], timeout=600)
+        res = inst._cli("commit", "-q", inst.name, snap.tag, timeout=600)
         if not res.ok:
             return None, f"{inst.engine.cmd} commit of the running container failed: {res.describe_failure()}", \
                 lambda: None
@@ -54,7 +51,7 @@ class ContainerLifecycle(LifecycleOps):
         other = ContainerDriver(DriverContext(self.driver.context.run_id, self.driver.context.workdir, snap))
 
         def cleanup() -> None:
-            procs.run([*cli, "rmi", "-f", snap.tag], timeout=120)
+            inst._cli("rmi", "-f", snap.tag, timeout=120)
 
         try:
             (new,) = other.provision(self.env, 1, "snapshot")

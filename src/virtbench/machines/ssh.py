@@ -71,6 +71,7 @@ class SshMachine(Machine):
         self._closed = False
         self._forwards: dict[tuple[str, int] | str, str] = {}  # local end -> its -L spec
         self._connect_wait = CONNECT_TIMEOUT + 20.0  # seconds the master may take to come up
+        self._workdir: str | None = None  # private_workdir, once made
 
     @property
     def virtbench_dir(self) -> str | None:
@@ -79,6 +80,21 @@ class SshMachine(Machine):
     @property
     def reached_via(self) -> str | None:
         return f"the SSH connection to {self.name}"
+
+    def private_workdir(self) -> str | None:
+        """`engine` under virtbench's directory there, made once: what a tool drops in its working
+        directory (conmon's `oom` marker) lands there, not in the login user's home. None (the home)
+        while the host cannot be reached: the command itself then says why."""
+        if self._workdir is None:
+            from .ship import remote_dir  # late: ship is built on this package's base
+
+            try:
+                path = f"{remote_dir(self)}/engine"
+            except (MachineUnreachable, OSError):
+                return None
+            if self.run(["mkdir", "-p", "-m", "700", path], timeout=60).ok:
+                self._workdir = path
+        return self._workdir
 
     def describe(self) -> dict:
         out = super().describe()

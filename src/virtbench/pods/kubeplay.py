@@ -43,8 +43,13 @@ class KubePlay:
         self.machine, self.engine, self.info = machine, engine, info
         self.pause_tag = f"{PAUSE_REPO}:{info.hash}"
 
+    def _run(self, argv: list[str], timeout: float, stdin: bytes | None = None):
+        """Every podman call of this backend, from the engine's private directory: kube play starts the
+        pods' conmons, which drop their `oom` marker in the working directory (engine.cwd_for)."""
+        return self.machine.run(argv, timeout=timeout, stdin=stdin, cwd=engines.cwd_for(self.machine))
+
     def _cli(self, *args: str, timeout: float = engines.CLI_TIMEOUT, stdin: bytes | None = None):
-        return self.machine.run([*self.engine.cli(), *args], timeout=timeout, stdin=stdin)
+        return self._run([*self.engine.cli(), *args], timeout=timeout, stdin=stdin)
 
     def _pause_image(self) -> None:
         key = (self.machine.name, self.pause_tag)
@@ -52,8 +57,8 @@ class KubePlay:
             _paused.add(key)
             return
         containerfile = f'FROM {self.info.tag}\nCMD ["sleep", "infinity"]\n'
-        res = self.machine.run(["sh", "-c", _BUILD, "sh", *self.engine.cli(), "build", "--pull=never",
-                                "-t", self.pause_tag, "-f", "-"], timeout=600, stdin=containerfile.encode())
+        res = self._run(["sh", "-c", _BUILD, "sh", *self.engine.cli(), "build", "--pull=never",
+                         "-t", self.pause_tag, "-f", "-"], timeout=600, stdin=containerfile.encode())
         if not res.ok:
             raise UserError(f"building the pods' infra image {self.pause_tag} failed: {engines.tail(res)}")
         _paused.add(key)
@@ -66,8 +71,8 @@ class KubePlay:
     def play(self, docs: list[dict[str, Any]]) -> None:
         """Create and start everything in docs; a failure raises with podman's own reason."""
         self._pause_image()
-        res = self.machine.run(["sh", "-c", _WITH_CONF, "sh", self.conf(), *self.engine.cli(), "kube", "play", "-"],
-                               timeout=TIMEOUT, stdin=manifests.to_yaml(playable(docs)).encode())
+        res = self._run(["sh", "-c", _WITH_CONF, "sh", self.conf(), *self.engine.cli(), "kube", "play", "-"],
+                        timeout=TIMEOUT, stdin=manifests.to_yaml(playable(docs)).encode())
         if not res.ok:
             text = (res.stderr + "\n" + res.stdout).splitlines()
             lines = [ln.strip() for ln in text if ln.strip() and (
