@@ -206,3 +206,25 @@ def test_show_of_an_interrupted_run_says_which_cells_were_not_reached(tmp_path):
     assert "1 of 2 cells have no results" in res.stdout.splitlines()[0]
     res = vb("run", "--resume", rid, "--retry-failed", "--db", str(tmp_path / "r.sqlite"))
     assert res.returncode == 2 and "was interrupted: finish it first" in res.stderr and "plan:" not in res.stderr
+
+
+def test_a_cell_whose_only_ok_attempt_was_its_warm_up_has_no_results(tmp_path):
+    """A warm-up is not in the statistics: a cell that passed its warm-up and then failed every round
+    (a kubelet killed between them, say) is failed, so --retry-failed runs it again."""
+    from virtbench import suite
+    from virtbench.model import Sample
+
+    store = Store(tmp_path / "r.sqlite")
+    m = suite.adhoc("system", {"test": "dhrystone", "copies": "1", "duration": "0.1"}, ["host"], repeat=2)
+    rid = store.create_run(m.to_spec(), suite_name=m.name, suite_path=None, baseline="host", command="test")
+    cell = m.cells[0]
+    store.record_attempt(rid, cell, "host", 0, warmup=True, status="ok", started=1.0, ended=2.0,
+                         samples_=[Sample("dhrystone", 1.0e6, "lps", True, {})])
+    for rep in (0, 1):
+        store.record_attempt(rid, cell, "host", rep, warmup=False, status="failed", started=3.0, ended=4.0,
+                             reason="exec failed: connection refused")
+    store.set_status(rid, "completed")
+    out = outcomes.cell_outcomes(store, rid)
+    assert out["with_results"] == 0 and [e["reason"] for e in out["failed"]] == ["exec failed: connection refused"]
+    assert outcomes.failed_keys(out) == {(cell["key"], "host")}
+    assert outcomes.exit_code(out) == outcomes.EXIT_NONE_SUCCEEDED

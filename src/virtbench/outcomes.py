@@ -29,7 +29,9 @@ def cell_outcomes(store: Store, run_id: str) -> dict[str, Any]:
     env_order = [e["name"] for e in spec.get("environments", [])]
     counts: dict[tuple[str, str], Counter] = defaultdict(Counter)
     for row in store.attempt_counts(run["id"]):
-        kind = row["status"] if row["status"] != "failed" or not row["warmup"] else "failed_warmup"
+        # a warm-up's result is no result (it is not in the statistics): a cell whose only ok
+        # attempt was its warm-up has none, and --retry-failed runs it again
+        kind = row["status"] + ("_warmup" if row["warmup"] and row["status"] in ("ok", "failed") else "")
         counts[(row["cell_key"], row["environment"])][kind] += row["count"]
     reasons: dict[tuple[str, str], Counter] = defaultdict(Counter)
     for a in store.outcomes(run["id"]):
