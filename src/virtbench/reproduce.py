@@ -194,7 +194,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                condition_where={"storage": ["nfs"]},
                tiers=(Tier("1 GiB x 1/8 file, 3 repetitions", 3, 150),), needs=("nfs",), kvm_envs=("vm",)),
     Experiment("004-web", "004", "nginx pods behind a Service, 1-8 replicas (and one VM with 8 workers)",
-               "container-vs-vm.toml", ("host", "pods"), "web", {"workers": [1, 8]},
+               # the cluster sibling of container-vs-vm.toml: the pods behind a ClusterIP Service, as
+               # in the study (the host's scale-up cells have no balancer)
+               "container-vs-vm-k8s.toml", ("host", "pods"), "web", {"workers": [1, 8], "balancer": ["none", "service"]},
                tiers=(Tier("replicas 1, 2, 4, 8 (VM: 8 workers), 5 s of load, 2 repetitions", 2, 300,
                            params={"duration": 5.0}, select={"replicas": [1, 2, 4, 8]}),),
                needs=("cluster",), kvm_envs=("vm",),
