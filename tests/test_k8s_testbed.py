@@ -295,11 +295,26 @@ params = { kernel = "cg", class = "S", ranks = 2, instances = 2 }
     assert _virtbench_pods(k8s) == []
 
 
-def test_a_kubelet_killed_mid_run_fails_its_cells_with_the_reason(k8s, tmp_path):
+def _pods_results(db: str) -> int:
+    """Successful attempts of the pods environment so far in a run's database (while it runs)."""
+    import sqlite3
+
+    if not Path(db).is_file():
+        return 0
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        return con.execute("SELECT count(*) FROM attempts WHERE environment = 'pods' AND status = 'ok'").fetchone()[0]
+    except sqlite3.OperationalError:  # the tables are not made yet
+        return 0
+    finally:
+        con.close()
+
+
+def test_a_kubelet_killed_mid_run_fails_its_cells_then_heal_and_retry_complete_the_run(k8s, tmp_path):
     """Kill the kubelet of the node running the run's pod while the run goes on: the pod's cells fail
-    with the reason (exec through a dead kubelet), the host's go on; with the kubelet back the node is
-    Ready and nothing of the run is left. (`--resume --retry-failed` does not rerun them: the runner
-    skips an environment's later cells after its provisioning failed, and retries failed cells only.)"""
+    with the reason (exec through a dead kubelet), the host's go on, the run ends with exit 3. Then
+    what a user does: `virtbench testbed k8s heal` starts the kubelet again (every node Ready), and
+    `virtbench run --resume RUN_ID --retry-failed` gives every cell of the run results."""
     from virtbench.pods.cluster import Cluster
 
     suite = tmp_path / "k.toml"
@@ -318,42 +333,65 @@ name = "system"
 params = { test = ["dhrystone", "pipe", "syscall", "context", "whetstone", "execl"], copies = "1", duration = 2.0 }
 """)
     db = str(tmp_path / "r.sqlite")
-    run = subprocess.Popen([sys.executable, "-m", "virtbench.cli", "run", str(suite), "--repeat", "2", "--json",
-                            "--db", db], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cli = [sys.executable, "-m", "virtbench.cli"]
+
+    def export(run_id):
+        res = subprocess.run([*cli, "export", run_id, "--format", "json", "--db", db], capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)
+
+    run = subprocess.Popen([*cli, "run", str(suite), "--repeat", "2", "--json", "--db", db],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = None
     try:
+        # mid-run: once the pods have a result (a kill while the pod is being made would only make
+        # the runner make another one, maybe on the other node, and the run would not fail)
         deadline = time.monotonic() + 600
         while killed is None and run.poll() is None and time.monotonic() < deadline:
-            for pod in Cluster().core.list_namespaced_pod("default", label_selector="virtbench=1").items:
-                ready = {c.type: c.status for c in pod.status.conditions or []}.get("Ready") == "True"
-                if ready and pod.spec.node_name and not pod.metadata.deletion_timestamp:
-                    killed = int(pod.spec.node_name.rsplit("-n", 1)[1])
-                    os.kill(cluster.kubelet_pid(k8s, killed), 9)
-                    break
+            if _pods_results(db):
+                for pod in Cluster().core.list_namespaced_pod("default", label_selector="virtbench=1").items:
+                    ready = {c.type: c.status for c in pod.status.conditions or []}.get("Ready") == "True"
+                    if ready and pod.spec.node_name and not pod.metadata.deletion_timestamp:
+                        killed = int(pod.spec.node_name.rsplit("-n", 1)[1])
+                        os.kill(cluster.kubelet_pid(k8s, killed), 9)
+                        break
             time.sleep(0.2)
         out, err = run.communicate(timeout=1200)
     finally:
         if run.poll() is None:
             run.kill()
-        if killed is not None and cluster.kubelet_pid(k8s, killed) is None:
-            cluster.start_kubelet(k8s, killed)
+        healed = subprocess.run([*cli, "testbed", "k8s", "heal"], capture_output=True, text=True, timeout=600)
     assert killed is not None, "the run's pod never became Ready"
+    assert run.returncode == 3, err[-2000:]  # some cells failed, the others have results
     data = json.loads(out)
-    export = json.loads(subprocess.run([sys.executable, "-m", "virtbench.cli", "export", data["run_id"], "--format",
-                                        "json", "--db", db], capture_output=True, text=True, timeout=300).stdout)
-    failed = [a for a in export["attempts"] if a["status"] != "ok" and a["environment"] == "pods"]
+    first = export(data["run_id"])
+    failed = [a for a in first["attempts"] if a["status"] != "ok" and a["environment"] == "pods"]
     assert failed, err[-2000:]
     reasons = [a.get("reason") or "" for a in failed]
     # the kubelet's port refused the API server's exec: said in the failure's reason
     assert any("exec in default/" in r and "10250" in r for r in reasons), reasons
-    host_ok = {a["cell_key"] for a in export["attempts"] if a["environment"] == "host" and a["status"] == "ok"}
+    host_ok = {a["cell_key"] for a in first["attempts"] if a["environment"] == "host" and a["status"] == "ok"}
     assert len(host_ok) == 6  # every host cell went on
-    # with the kubelet back, the node is Ready again and the run's objects are gone (by label)
-    deadline = time.monotonic() + 120
+    pods_ok = {a["cell_key"] for a in first["attempts"] if a["environment"] == "pods" and a["status"] == "ok"}
+    assert len(pods_ok) < 6
+    # heal started the killed kubelet again (and only what had died), and every node is Ready
+    assert healed.returncode == 0, healed.stderr
+    assert f"started again: kubelet-n{killed}" in healed.stdout, healed.stdout + healed.stderr
     from virtbench.kubetestbed.status import describe
-    while not all(n["ready"] for n in describe(k8s.kubeconfig)["nodes"]) and time.monotonic() < deadline:
-        time.sleep(1)
     assert all(n["ready"] for n in describe(k8s.kubeconfig)["nodes"])
+    _gone_within(120)  # the failed run's objects went (by label)
+    # the documented way to finish the run: its failed cells run again, in the same run
+    res = subprocess.run([*cli, "run", "--resume", data["run_id"], "--retry-failed", "--json", "--yes", "--db", db],
+                         capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stderr[-3000:]
+    after = export(data["run_id"])
+    pods_samples = {s["params"]["test"] for s in after["samples"] if s["environment"] == "pods"}
+    assert len(pods_samples) == 6  # every cell has pods samples, the previously failed ones too
+    failed_cells = {a["cell_key"] for a in failed}
+    redone = {a["cell_key"] for a in after["attempts"] if a["environment"] == "pods" and a["status"] == "ok"}
+    assert failed_cells <= redone
+    assert len(after["attempts"]) > len(first["attempts"])  # the failed attempts stay stored as data
     _gone_within(120)
 
 

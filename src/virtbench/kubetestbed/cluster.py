@@ -67,8 +67,13 @@ def _spawn(lay: Layout, name: str, argv: list[str], netns: str | None = None,
     with open(logs / f"{name}.log", "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, env={**os.environ, **(env or {})})
-    (lay.state / "pids").mkdir(exist_ok=True)
-    (lay.state / "pids" / f"{name}.pid").write_text(str(proc.pid))
+    pids = lay.state / "pids"
+    pids.mkdir(exist_ok=True)
+    (pids / f"{name}.pid").write_text(str(proc.pid))
+    # how it was started, in start order: `heal` starts a dead one again the same way
+    (pids / f"{name}.cmd").write_text(json.dumps({"argv": argv, "env": env or {}}))
+    with open(pids / "order", "a") as f:
+        f.write(name + "\n")
     return proc.pid
 
 
@@ -371,12 +376,33 @@ def kubelet_pid(lay: Layout, i: int) -> int | None:
     return pid if pid and _alive(pid) else None
 
 
-def start_kubelet(lay: Layout, i: int) -> None:
-    """(Re)start node i's kubelet with its configuration, as up does (after a fault test killed it)."""
-    bindir = build.built_dir()
-    if bindir is None:
-        raise UserError("the testbed's binaries are not built", "virtbench testbed k8s build")
-    _spawn(lay, f"kubelet-n{i}", [str(bindir / "kubelet"), *configs.kubelet_args(lay, i)], netns=lay.netns(i))
+def heal(name: str = "vbk8s", log: Callable[[str], None] = print) -> list[str]:
+    """Start again, the way `up` started them and in the same order, the cluster's processes that
+    are not running (a kubelet killed, say), then wait until every node is Ready. Returns their names."""
+    lay = Layout(name, 0)
+    if not (lay.state / "up.json").is_file():
+        raise UserError(f"testbed cluster {name} is not up", "start it with: virtbench testbed k8s up")
+    lay = Layout(name, int((lay.state / "nodes").read_text()))
+    pids = lay.state / "pids"
+    restarted = []
+    for name in dict.fromkeys((pids / "order").read_text().split()):
+        pidfile = pids / f"{name}.pid"
+        if pidfile.is_file() and _alive(int(pidfile.read_text())):
+            continue
+        cmd = json.loads((pids / f"{name}.cmd").read_text())
+        log(f"starting {name} again")
+        _spawn(lay, name, cmd["argv"], env=cmd["env"])
+        restarted.append(name)
+        if name.startswith("containerd-n"):  # its kubelet needs the socket
+            i = int(name.rsplit("-n", 1)[1])
+            _wait(f"node {i}'s containerd socket", lambda: lay.containerd_sock(i).is_socket(),  # noqa: B023
+                  60, lay, [name])
+    if restarted:
+        _wait("the API server's /readyz", lambda: _api_ready(lay), READY_TIMEOUT, lay, restarted)
+    took = _wait(f"{lay.nodes} Ready node(s)", lambda: len(ready_nodes(lay)) == lay.nodes, READY_TIMEOUT, lay,
+                 restarted)
+    log(f"{lay.nodes} node(s) Ready ({took:.0f} s)")
+    return restarted
 
 
 def _create_storage_class(lay: Layout) -> None:

@@ -1,4 +1,4 @@
-"""`virtbench testbed k8s up|down|status` (registered under the `testbed` group in cli.py)."""
+"""`virtbench testbed k8s up|down|status|heal|build` (registered under the `testbed` group in cli.py)."""
 
 from __future__ import annotations
 
@@ -71,6 +71,18 @@ def down() -> None:
         click.echo("testbed cluster: nothing to remove")
     if left := cluster.leftovers(Layout()):
         raise UserError(f"could not remove: {', '.join(left)}", "see `ip netns`, `findmnt` and `iptables -S`")
+
+
+@k8s.command("heal")
+def heal() -> None:
+    """Start again whatever of the cluster's processes died (a node's kubelet or containerd, say),
+    as `up` started them, and wait until every node is Ready. The cluster keeps its certificates,
+    objects and name, so a run whose pods failed meanwhile can go on: virtbench run --resume RUN_ID
+    --retry-failed."""
+    from . import cluster
+
+    restarted = cluster.heal(log=_say)
+    click.echo(f"started again: {', '.join(restarted)}" if restarted else "every process of the cluster runs")
 
 
 @k8s.command("status")
