@@ -11,7 +11,7 @@ from virtbench import engine, procs
 from virtbench.drivers import container
 from virtbench.drivers.base import DriverContext
 from virtbench.errors import MissingTool, UserError
-from virtbench.machines import local
+from virtbench.machines import ledger, local
 from virtbench.model import EnvSpec, Shape
 
 pytestmark = pytest.mark.podman
@@ -188,7 +188,7 @@ def test_all_or_none(driver, monkeypatch):
     assert ours(driver.context.run_id) == []
 
 
-def test_cleanup_stale_removes_dead_owner(driver, guest_image):
+def test_the_sweep_removes_a_dead_owners_container(driver, guest_image):
     dead = subprocess.Popen(["true"])
     dead.wait()  # its pid now belongs to no process
     name = f"vb-stale-{uuid.uuid4().hex[:8]}"
@@ -196,10 +196,12 @@ def test_cleanup_stale_removes_dead_owner(driver, guest_image):
                      "--label", f"virtbench.run={driver.context.run_id}", "--label", f"virtbench.pid={dead.pid}",
                      guest_image.tag, "sleep", "infinity"], timeout=60)
     assert res.ok, res.stderr
-    (live,) = driver.provision(SMALL)
+    (live,) = driver.provision(SMALL)  # the run's pool sweeps this machine when it first hands it out
     try:
-        removed = driver.cleanup_stale()
-        assert name in removed and live.name not in removed
+        removed = driver.stale_removed
+        assert f"container {name} (run {driver.context.run_id})" in removed, removed
+        assert not any(live.name in r for r in removed)
+        assert procs.run(["podman", "container", "exists", name], timeout=60).returncode == 1
         assert ours(driver.context.run_id) != [] and live.alive()
     finally:
         live.teardown()
@@ -212,7 +214,7 @@ def test_missing_engine(driver, tmp_path, monkeypatch):
     assert err.value.tool == "podman" and "podman" in err.value.package and "runc" in err.value.package
     problems = driver.check()
     assert len(problems) == 1 and "apt-get install podman runc" in problems[0].fix
-    assert driver.cleanup_stale() == []
+    assert ledger.sweep(local(), container.ContainerDriver.leftovers) == []
 
 
 def test_check_passes_here(driver):

@@ -19,6 +19,7 @@ import pytest
 from virtbench import paths
 from virtbench.drivers import vm as vmdrv
 from virtbench.drivers.base import DriverContext
+from virtbench.machines import ledger, local
 from virtbench.model import EnvSpec, Shape
 from virtbench.vm import disk
 
@@ -235,8 +236,7 @@ def test_interrupted_or_killed_virtbench_leaves_no_qemu(guest_image, tmp_path, h
         else:
             # Killed: its directory stays until the next run cleans up leftovers of dead runs.
             assert run_dir.exists()
-            driver = vmdrv.VmDriver(DriverContext("cleanup", tmp_path))
-            assert any(str(run_dir) in r for r in driver.cleanup_stale())
+            assert any(str(run_dir) in r for r in ledger.sweep(local(), vmdrv.VmDriver.leftovers))
             assert not run_dir.exists()
     finally:
         if child.poll() is None:

@@ -16,7 +16,7 @@ from virtbench import machines
 from virtbench.drivers.base import DriverContext
 from virtbench.drivers.vm import VmDriver
 from virtbench.model import EnvSpec, Shape
-from virtbench.vm import disk
+from virtbench.vm import disk, stale
 
 pytestmark = pytest.mark.slow
 
@@ -103,7 +103,7 @@ def test_next_run_removes_a_vm_a_sigkilled_run_left_on_a_host(guest_image, testb
     child = subprocess.Popen([sys.executable, "-c", _KILLED_CONTROLLER, str(testbed2), str(tmp_path / "killed"), HOST],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pool = machines.pool_for(str(testbed2))
-    driver = VmDriver(DriverContext(f"t{uuid.uuid4().hex[:8]}", tmp_path, guest_image, pool))
+    driver = None
     try:
         line = child.stdout.readline().split()
         if not line:
@@ -113,8 +113,10 @@ def test_next_run_removes_a_vm_a_sigkilled_run_left_on_a_host(guest_image, testb
         child.wait(timeout=30)
         time.sleep(0.5)
         assert _alive(qemu)  # the leftover is real
-        machine = pool.get(HOST)
+        machine = pool.get(HOST)  # no driver enlisted yet: nothing swept
         assert machine.run(["test", "-d", left_dir], timeout=30).ok
+        # The next run's driver: the pool sweeps the host with its kinds at the next hand-out.
+        driver = VmDriver(DriverContext(f"t{uuid.uuid4().hex[:8]}", tmp_path, guest_image, pool))
         env = EnvSpec("vm", "vm", Shape("t", vcpus=1, memory_mb=256), {"machine": HOST, "ready_timeout": 240.0})
         (inst,) = driver.provision(env)
         assert inst.proc.pgid != qemu and _alive(inst.proc.pgid)
@@ -127,7 +129,8 @@ def test_next_run_removes_a_vm_a_sigkilled_run_left_on_a_host(guest_image, testb
     finally:
         if child.poll() is None:
             child.kill()
-        driver.close()
-        driver.cleanup_stale()  # the killed controller's local run directory
+        if driver is not None:
+            driver.close()
+        stale.leftovers(machines.local())  # the killed controller's local run directory
         pool.close()
 

@@ -15,6 +15,7 @@ from virtbench.errors import UserError
 from virtbench.conditions.base import ConditionUnavailable
 from virtbench.drivers import vm as vmdrv
 from virtbench.drivers.base import DriverContext
+from virtbench.machines import Pool
 from virtbench.machines.ssh import remote_command
 from virtbench.vm import disk, guest, initrd, kernels, probe, qemu
 
@@ -261,7 +262,7 @@ def test_reflink_mode_works_or_says_why(fake_base, tmp_path):
 
 # -- leftovers of dead runs -------------------------------------------------------------------------
 
-def test_cleanup_stale_removes_dead_runs_only(tmp_path, monkeypatch):
+def test_the_sweep_removes_dead_runs_only(tmp_path, monkeypatch):
     monkeypatch.setenv("VIRTBENCH_DATA", str(tmp_path))
     root = disk.vm_root() / "run"
     root.mkdir(parents=True)
@@ -282,9 +283,11 @@ def test_cleanup_stale_removes_dead_runs_only(tmp_path, monkeypatch):
     (live / "owner.json").write_text(json.dumps({"pid": os.getpid(), "pidstart": vmdrv._process_start(os.getpid()),
                                                  "run_id": "y"}))
     try:
-        driver = vmdrv.VmDriver(DriverContext("t", tmp_path))
-        removed = driver.cleanup_stale()
+        pool = Pool()
+        vmdrv.VmDriver(DriverContext("t", tmp_path, machines=pool))  # enlists its kind of leftover
+        removed = pool.sweep()
         assert any("deadbeef" in r for r in removed) and not stale.exists()
+        assert pool.sweep() == []  # once per machine and run
         assert live.exists()
         assert victim.wait(timeout=10) == -9
         assert other.poll() is None

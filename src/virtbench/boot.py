@@ -275,7 +275,7 @@ class BootRunner:
             info = image.require() if drivers.driver_class(g.driver).needs_image else None
             self.context = DriverContext(self.run_id, workdir, info, machines_mod.pool_for(self.inventory))
             self.driver = drivers.make(g.driver, self.context)
-            for name in self.driver.cleanup_stale():
+            for name in self.context.machines.sweep():  # this machine (machines/ledger.py)
                 self.events.note(f"removed a leftover of an earlier run: {name}")
             problems = self.driver.check()
             if not problems:  # e.g. a cloud's credentials, endpoint, image ids: before any start
@@ -294,6 +294,8 @@ class BootRunner:
                     if cell["key"] in skipped:
                         continue
                     results = self._round(cell, rep)
+                    for name in self.context.machines.sweep():  # what sweeps of the cell's machines removed
+                        self.events.note(f"removed a leftover of an earlier run: {name}")
                     if not facts_saved and any(r["status"] == "ok" for r in results):
                         self._save_facts(results)
                         facts_saved = True

@@ -78,7 +78,7 @@ def run_checks(driver_name: str, *, count: int = DEFAULT_COUNT, shape: str = "m1
     info = image.require() if cls.needs_image else None
     pool = machines_mod.pool_for(inventory)
     driver = drivers.make(driver_name, DriverContext(run_id, workdir, info, pool))
-    for name in driver.cleanup_stale():
+    for name in pool.sweep():  # this machine (machines/ledger.py)
         log(f"removed a leftover of an earlier run: {name}")
     problems = driver.check()
     if problems:

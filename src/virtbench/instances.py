@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from .machines import Machine, Pool, local
+from .machines import Machine, Pool, ledger, local
 from .model import EnvSpec, ExecResult
 
 # Lifecycle phases in order; drivers record the ones they can observe (epoch seconds).
@@ -209,12 +209,16 @@ class Driver(ABC):
     options: ClassVar[dict[str, OptionSpec]] = {}
     needs_image: ClassVar[bool] = False
     supports_shapes: ClassVar[bool] = True  # False: the driver cannot limit vCPUs/memory
+    # The kinds of leftover its instances can leave when a run is killed outright, each with its
+    # finder (machines/ledger.py): the run's pool sweeps every machine it hands out with them.
+    leftovers: ClassVar[tuple[ledger.Finder, ...]] = ()
 
     def __init__(self, context: DriverContext):
         self.context = context
-        # Leftovers of killed runs removed on remote machines, which are swept when first used (the
-        # runner reports and empties this after each provision).
-        self.stale_removed: list[str] = []
+        context.machines.enlist(self.leftovers)
+        # What the run's sweeps removed (the pool's list, shared by the run's drivers): the runner
+        # names each in the run's notes and empties it after each provision.
+        self.stale_removed: list[str] = context.machines.removed
 
     @abstractmethod
     def check(self) -> list[Problem]:
@@ -264,10 +268,6 @@ class Driver(ABC):
     def boot_cell_driver(self, params: Mapping[str, Any]) -> "Driver":
         """The driver that starts a cell's instances: this one, or one over another image."""
         return self
-
-    def cleanup_stale(self) -> list[str]:
-        """Remove leftovers of earlier, killed runs (e.g. containers labelled as virtbench's)."""
-        return []
 
 
 @dataclass

@@ -229,11 +229,11 @@ class Runner:
         for env in self.matrix.environments:
             if env.driver not in made:
                 made[env.driver] = drivers.make(env.driver, ctx)
-                for name in made[env.driver].cleanup_stale():
-                    self.events.note(f"removed a leftover of an earlier run: {name}")
                 problems += [f"{env.name}: {p.what} (fix: {p.fix})" for p in made[env.driver].check()]
             problems += [f"{env.name}: {p.what} (fix: {p.fix})" for p in made[env.driver].check_env(env)]
             states[env.name] = _EnvState(env, made[env.driver])
+        for name in self.machines.sweep():  # this machine; the others when first used (machines/ledger.py)
+            self.events.note(f"removed a leftover of an earlier run: {name}")
         if problems:
             raise UserError("cannot run these environments:\n  " + "\n  ".join(problems),
                             "fix the problems above, or leave those environments out with --envs")

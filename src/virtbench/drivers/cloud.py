@@ -36,7 +36,7 @@ from ..machines import Machine, MachineUnreachable, machine_for
 from ..machines.inventory import HostSpec
 from ..model import EnvSpec
 from .base import Driver, Instance, OptionSpec, Problem, Traits
-from .ssh import SshInstance, open_scratch
+from .ssh import SCRATCH, SshInstance, open_scratch
 
 STUDY_TYPES = ("m1.small", "c1.medium", "m1.large", "m1.xlarge", "c1.xlarge")  # EC2's own names
 HOST_KEY_MARKERS = ("-----BEGIN SSH HOST KEY KEYS-----", "-----END SSH HOST KEY KEYS-----")
@@ -139,6 +139,7 @@ class CloudInstance(SshInstance):
 class CloudDriver(Driver):
     name = "cloud"
     traits = Traits(is_machine=True)
+    leftovers = (SCRATCH,)  # on hosts of ssh_override (pool machines); a fresh instance has none
     description = "cloud instances through the EC2 API (AWS or an EC2-compatible endpoint), reached over SSH"
     options = {
         "provider": OptionSpec(str, "ec2", "cloud API: ec2 (AWS, or any EC2-compatible cloud with endpoint)",
@@ -381,7 +382,7 @@ class CloudDriver(Driver):
             machine, shared, spec = self._machine(s, desc, deadline)
             self._wait_ssh(machine, iid, deadline, s.ready_timeout)
             lc["ssh_ready"] = time.time()
-            shipped, scratch = open_scratch(machine, self.context.run_id, name, self.stale_removed)
+            shipped, scratch = open_scratch(machine, self.context.run_id, name)
             lc["ready"] = time.time()
             if self._closing:
                 raise StartFailed(f"{iid}: the run is ending", lc)

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -21,8 +19,7 @@ from .. import cpuset, engine, hostdirs, image, procs
 from .. import engine as engine_mod
 from ..engine import CLI_TIMEOUT, Engine, ensure_image, mark_imported, pick_engine, probe, remove, tail
 from ..errors import ConditionUnavailable, MissingTool, UserError
-from ..hostdirs import start_ticks
-from ..machines import Machine, local, owners, ship
+from ..machines import Machine, ledger, local, ship
 from ..model import EnvSpec, ExecResult
 from .base import Driver, DriverContext, Instance, OptionSpec, Problem, ScratchSpace, Traits
 
@@ -30,7 +27,6 @@ from .base import Driver, DriverContext, Instance, OptionSpec, Problem, ScratchS
 __all__ = ["ContainerDriver", "ContainerInstance", "SCRATCH", "CLI_TIMEOUT", "Engine", "pick_engine", "probe",
            "ensure_image", "mark_imported", "engine_storage", "tail"]
 engine_storage = engine.engine_storage
-_process_start = start_ticks  # drivers/pods.py reads it under this name
 _tail = tail  # and this one
 
 SCRATCH = "/tmp/vb-scratch"
@@ -73,12 +69,11 @@ class ContainerInstance(Instance):
 
     def start(self, run_id: str) -> None:
         shape = self.env.shape
+        # The owner record as labels (machines/ledger.py): a later run finds it if this one is killed.
+        owner = [a for k, v in ledger.labels(run_id).items() for a in ("--label", f"{k}={v}")]
         argv = ["create", "--name", self.name, "--hostname", self.name[:63], "--pull=never",
-                "--label", "virtbench=1", "--label", f"virtbench.run={run_id}",
-                "--label", f"virtbench.pid={os.getpid()}",
-                "--label", f"virtbench.pidstart={start_ticks(os.getpid()) or ''}",
-                "--label", f"virtbench.host={socket.gethostname()}",  # where that pid lives
-                "--label", f"virtbench.env={self.env.name}", *self.engine.run_flags()]
+                "--label", "virtbench=1", *owner, "--label", f"virtbench.env={self.env.name}",
+                *self.engine.run_flags()]
         if shape.vcpus:
             argv += ["--cpus", str(shape.vcpus)]
         if self.env.options.get("cpuset"):
@@ -174,6 +169,38 @@ class ContainerInstance(Instance):
             _names.discard(self.name)
 
 
+def leftover_containers(machine: Machine) -> list[str]:
+    """Remove virtbench's containers on the machine whose owner is gone (a killed run); found by
+    their owner labels, those of another controller or a live run left alone."""
+    try:
+        cmd = pick_engine("auto", machine)
+    except UserError:
+        return []  # no engine there, so nothing of ours can be running; check() reports why
+    cli = engine.cli_for(machine, cmd)
+    res = machine.run([*cli, "ps", "-a", "--filter", "label=virtbench=1", "--format", "{{.Names}} {{json .Labels}}"],
+                      timeout=60)
+    removed = []
+    for line in res.stdout.splitlines() if res.ok else []:
+        name, _, text = line.partition(" ")
+        try:
+            labels = _labels(json.loads(text or "{}"))
+        except ValueError:
+            continue
+        if ledger.gone(labels):
+            with contextlib.suppress(UserError):
+                remove(machine, cli, cmd, name)
+                removed.append(f"container {name} (run {labels.get('virtbench.run', '?')})")
+    return removed
+
+
+
+def _labels(got: Any) -> dict[str, str]:
+    """Labels as `ps --format '{{json .Labels}}'` gives them: a map (podman), "k=v,k=v" (docker)."""
+    if isinstance(got, str):
+        return dict(item.partition("=")[::2] for item in got.split(",") if item)
+    return got or {}
+
+
 class ContainerDriver(Driver):
     name = "container"
     traits = Traits(repetition_overhead_s=1.0, shares_kernel=True, machine_cores=True, engine_container=True, bridge_port=True,
@@ -189,10 +216,7 @@ class ContainerDriver(Driver):
         "machine": OptionSpec(str, "", "inventory host the containers run on (default: this machine)"),
         "cpuset": cpuset.OPTION,
     }
-
-    def __init__(self, context):
-        super().__init__(context)
-        self._swept: set[str] = {local().name}  # the runner's cleanup_stale() sweeps this machine
+    leftovers = (ledger.Finder("containers", leftover_containers),)
 
     def _machine(self, env_options: Mapping[str, Any] | None) -> Machine:
         return self.context.machines.get((env_options or {}).get("machine") or None)
@@ -237,7 +261,7 @@ class ContainerDriver(Driver):
         if params["image_size"] in ("auto", "", None):
             return self
         info = engine.padded_image(self.engine_for({}), self.context.image, params["image_size"], lambda m: None)
-        return ContainerDriver(DriverContext(self.context.run_id, self.context.workdir, info))
+        return ContainerDriver(DriverContext(self.context.run_id, self.context.workdir, info, self.context.machines))
 
     def check_env(self, env: EnvSpec) -> list[Problem]:
         machine = self._machine(env.options)
@@ -265,11 +289,6 @@ class ContainerDriver(Driver):
         machine = self._machine(env.options)
         engine = self.engine_for(env.options)
         info = self._image()
-        if machine.name not in self._swept:
-            # The runner's cleanup_stale() knows no environments, so only this machine's: sweep
-            # another machine once, when it is first used.
-            self._swept.add(machine.name)
-            self.stale_removed += self._cleanup(machine, engine.cmd, engine.cli())
         made: list[ContainerInstance] = []
         try:
             for i in range(count):
@@ -300,31 +319,3 @@ class ContainerDriver(Driver):
             _names.add(name)
         return name
 
-    def cleanup_stale(self) -> list[str]:
-        """Remove virtbench containers on this machine whose creating process is gone (or its pid
-        was reused). Remote machines are swept at their first provision (see provision)."""
-        machine = local()
-        try:
-            cmd = pick_engine("auto", machine)
-        except UserError:
-            return []  # no engine, so nothing of ours can be running; check() reports why
-        cli = engine.cli_for(machine, cmd)
-        return self._cleanup(machine, cmd, cli)
-
-    def _cleanup(self, machine: Machine, cmd: str, cli: list[str]) -> list[str]:
-        res = machine.run([*cli, "ps", "-a", "--filter", "label=virtbench=1", "--format", "{{.Names}}"],
-                   timeout=60)
-        removed = []
-        for name in res.stdout.split():
-            got = machine.run([*cli, "inspect", "-f", "{{json .Config.Labels}}", name], timeout=60)
-            if not got.ok:
-                continue  # gone meanwhile
-            labels = json.loads(got.stdout or "{}") or {}
-            if labels.get("virtbench.host", socket.gethostname()) != socket.gethostname():
-                continue  # the pid label is only meaningful on the machine that runs virtbench
-            pid, start = labels.get("virtbench.pid", ""), labels.get("virtbench.pidstart", "")
-            if not pid.isdigit() or owners.owner_dead({"pid": int(pid), "pidstart": start}, here=True):
-                with contextlib.suppress(UserError):
-                    remove(machine, cli, cmd, name)
-                    removed.append(name)
-        return removed

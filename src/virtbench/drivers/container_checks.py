@@ -48,7 +48,8 @@ class ContainerLifecycle(LifecycleOps):
                 lambda: None
         # The committed image is known to the engine; tell the driver so it does not try to import it.
         mark_imported(inst.engine.cmd, snap.tag, inst.machine)
-        other = ContainerDriver(DriverContext(self.driver.context.run_id, self.driver.context.workdir, snap))
+        other = ContainerDriver(DriverContext(self.driver.context.run_id, self.driver.context.workdir, snap,
+                                              self.driver.context.machines))
 
         def cleanup() -> None:
             inst._cli("rmi", "-f", snap.tag, timeout=120)

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import re
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -36,9 +34,10 @@ from typing import Any
 
 from .. import image, procs
 from ..errors import UserError
-from ..machines import local
+from ..machines import ledger
 from ..model import EnvSpec, ExecResult
 from ..pods import BACKENDS, CONTAINER, manifests
+from ..pods.kubeplay import leftovers as kubeplay_leftovers
 from ..pods.phases import RESOLUTION, from_pod_object
 from . import container
 from .base import Driver, Instance, OptionSpec, Problem, Traits
@@ -293,6 +292,12 @@ class ClusterPod(_PodMixin, Instance):
         self.driver.release(self)
 
 
+def leftover_cluster_objects(cluster) -> list[str]:
+    """A cluster's Deployments, Services, claims and volumes whose owner (by their labels) is gone."""
+    return [f"{name} on {cluster.server}"
+            for name in cluster.sweep_stale(lambda labels: ledger.gone(labels, manifests.label_value))]
+
+
 class PodsDriver(Driver):
     name = "pods"
     traits = Traits(repetition_overhead_s=1.0, shares_kernel=True, bridge_port=True, monitor_scope="cgroup")  # kube play; ClusterPod says otherwise
@@ -319,6 +324,9 @@ class PodsDriver(Driver):
         "cgroup_manager": OptionSpec(str, "auto", "kube-play: podman cgroup manager; auto = probe what works",
                                      ("auto", "cgroupfs", "systemd")),
     }
+    # kube-play pods and volumes on each machine of the run; a cluster's objects at its first use
+    leftovers = (ledger.Finder("kube-play pods and volumes", kubeplay_leftovers),)
+    cluster_leftovers = (ledger.Finder("kubernetes objects", leftover_cluster_objects),)
 
     def __init__(self, context):
         super().__init__(context)
@@ -402,12 +410,10 @@ class PodsDriver(Driver):
         return manifests.dns_name(f"vb-{short}-{env.name}-{role}", 44) + f"-g{n}"
 
     def _labels(self, env: EnvSpec, role: str) -> dict[str, str]:
-        pid = os.getpid()
-        return {k: manifests.label_value(v) for k, v in {
-            "virtbench": "1", "virtbench.run": self.context.run_id, "virtbench.env": env.name,
-            "virtbench.role": role, "virtbench.pid": pid,
-            "virtbench.pidstart": container._process_start(pid) or "",
-            "virtbench.host": socket.gethostname()}.items()}
+        # The owner record as labels (machines/ledger.py), valid Kubernetes label values.
+        return {"virtbench": "1", "virtbench.env": manifests.label_value(env.name),
+                "virtbench.role": manifests.label_value(role),
+                **ledger.labels(self.context.run_id, manifests.label_value)}
 
     def _cluster_image(self, cluster, info: image.ImageInfo) -> str:
         """No image option against a testbed cluster: its registry, the guest image pushed there once."""
@@ -419,21 +425,10 @@ class PodsDriver(Driver):
             return push_guest(info, log=lambda line: None)
 
     def _sweep(self, cluster) -> None:
-        """Once per cluster: what a killed run of this machine left there goes, named in the run's notes."""
-        if getattr(cluster, "_swept", False):
-            return
-        cluster._swept = True
-        me = manifests.label_value(socket.gethostname())
-
-        def stale(labels: dict[str, str]) -> bool:
-            if labels.get("virtbench.host") != me or labels.get("virtbench.run") == manifests.label_value(
-                    self.context.run_id):
-                return False
-            pid, start = labels.get("virtbench.pid", ""), labels.get("virtbench.pidstart", "")
-            now = container._process_start(int(pid)) if pid.isdigit() else None
-            return now is None or bool(start and now != start)
-
-        self.stale_removed += [f"{name} on {cluster.server}" for name in cluster.sweep_stale(stale)]
+        """Once per cluster and run: what killed runs of this machine left there goes (the ledger's
+        sweep, through the pool: the names reach the run's notes)."""
+        self.stale_removed += self.context.machines.sweep_place(
+            f"kubernetes {cluster.server} {cluster.namespace}", cluster, self.cluster_leftovers)
 
     def provision(self, env: EnvSpec, count: int = 1, role: str = "main") -> list[Instance]:
         opts = self._opts(env)
@@ -551,28 +546,3 @@ class PodsDriver(Driver):
             for name in group.volumes:
                 group.backend.delete("PersistentVolume", name)
         self.groups.pop(group.name, None)
-
-    def cleanup_stale(self) -> list[str]:
-        """kube-play pods and volumes on this machine whose creating process is gone (a killed run).
-        On a cluster: kubectl delete deploy,svc,pvc,pv -l virtbench.run=RUN_ID removes a run's objects."""
-        from ..pods.kubeplay import KubePlay
-
-        try:
-            if container.pick_engine("auto") != "podman":
-                return []
-            engine = container.ContainerDriver(self.context).engine_for({"engine": "podman"})
-        except UserError:
-            return []
-        play = KubePlay(local(), engine, self._image())
-        removed = []
-        for kind in ("pod", "volume"):
-            for name, labels in play.labelled(kind):
-                pid, start = labels.get("virtbench.pid", ""), labels.get("virtbench.pidstart", "")
-                if labels.get("virtbench.host") not in (None, manifests.label_value(socket.gethostname())):
-                    continue
-                now = container._process_start(int(pid)) if pid.isdigit() else None
-                if now is None or (start and now != start):
-                    with contextlib.suppress(UserError):
-                        (play.remove_pod if kind == "pod" else play.remove_volume)(name)
-                        removed.append(name)
-        return removed

@@ -17,13 +17,27 @@ from typing import Any
 
 from .. import procs
 from ..errors import UserError
-from ..machines import Machine, MachineUnreachable, owners, ship
+from ..machines import Machine, MachineUnreachable, ledger, owners, ship
 from ..machines.inventory import HostSpec
 from ..model import EnvSpec, ExecResult
 from .base import Driver, Instance, OptionSpec, Problem, Traits
 
 
 MARK = "VIRTBENCH_INSTANCE"
+
+
+def _scratch_root(machine: Machine) -> str:
+    return f"{ship.remote_dir(machine)}/scratch"
+
+
+def leftover_scratch(machine: Machine) -> list[str]:
+    """Scratch directories of killed runs on the machine, with the processes that carry their marker
+    or name them (owner files: machines/owners.py)."""
+    return [f"scratch directory {d}" for d in owners.sweep_dir(machine, _scratch_root(machine), MARK)]
+
+
+# The ledger's finder of scratch directories; the cloud driver's instances leave the same kind.
+SCRATCH = ledger.Finder("scratch directories", leftover_scratch)
 
 
 class SshInstance(Instance):
@@ -83,6 +97,7 @@ class SshInstance(Instance):
 class SshDriver(Driver):
     name = "ssh"
     traits = Traits(is_machine=True, real_machine=True)
+    leftovers = (SCRATCH,)
     description = "bare remote hosts over SSH (an inventory group; one instance per host)"
     supports_shapes = False
     options = {"hosts": OptionSpec(str, "all", "inventory group, host name or comma list of them "
@@ -155,7 +170,7 @@ class SshDriver(Driver):
         requested = time.time()
         machine.connect()
         created = time.time()
-        shipped, scratch = open_scratch(machine, self.context.run_id, name, self.stale_removed)
+        shipped, scratch = open_scratch(machine, self.context.run_id, name)
         inst = SshInstance(name, env, role, k, machine, scratch, shipped, _address(spec),
                            release=lambda: self._release(spec.name))
         inst.mark("requested", requested)
@@ -181,17 +196,11 @@ class SshDriver(Driver):
                 self._release(spec.name)
 
 
-def open_scratch(machine: Machine, run_id: str, name: str,
-                 removed: list[str] | None = None) -> tuple[ship.Shipped, str]:
+def open_scratch(machine: Machine, run_id: str, name: str) -> tuple[ship.Shipped, str]:
     """Ship the kernels to the machine (once per machine and content) and make an instance's
     scratch directory there, with an owner file beside it; the cloud driver's instances start the
-    same way. The first time a run uses a machine, what killed runs of this controller left there
-    is removed first (named in `removed`)."""
-    root = f"{ship.remote_dir(machine)}/scratch"
-    gone = owners.sweep_once(machine, root, run_id, MARK)  # machines/owners.py
-    if removed is not None:
-        removed += gone
-    scratch = f"{root}/{run_id}-{name}"
+    same way. What killed runs left there went when the pool handed out the machine (`SCRATCH`)."""
+    scratch = f"{_scratch_root(machine)}/{run_id}-{name}"
     shipped = ship.ensure_native(machine, make_dirs=(scratch,))
     owners.claim(machine, scratch, run_id)
     return shipped, scratch

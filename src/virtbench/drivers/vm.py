@@ -34,7 +34,7 @@ from typing import Any
 
 from .. import cpuset, image, procs
 from ..errors import ConditionUnavailable, MissingTool, UserError
-from ..machines import MachineUnreachable, owners, ship
+from ..machines import MachineUnreachable, ledger, owners, ship
 from ..model import EnvSpec
 from ..machines.ssh import KeyPair, make_keypair
 from ..vm import disk, kernels, qemu, segment, stale
@@ -50,6 +50,7 @@ _process_start = stale.process_start  # tests and older callers
 class VmDriver(Driver):
     name = "vm"
     traits = Traits(machine_cores=True, hypervisor_guest=True)
+    leftovers = (ledger.Finder("QEMU run directories", stale.leftovers),)
     default_memory_mb = DEFAULT_MEMORY_MB
     description = "a QEMU virtual machine booting the guest image (KVM if a probe boot works, else TCG emulation)"
     needs_image = True
@@ -348,11 +349,9 @@ class VmDriver(Driver):
             if ship.is_shipped_to(site.machine):  # this run's directory here is not there
                 name = site.machine.name
                 if name not in self._remote_runs:
-                    # What runs of this controller killed outright left there goes first (owners.py);
-                    # this run's directory gets its owner file.
-                    runs = site.root / "run"
-                    self.stale_removed += owners.sweep_once(site.machine, str(runs), self.context.run_id)
-                    d = runs / f"{self.run_dir().name}-{os.getpid()}"
+                    # This run's directory there gets its owner file (what killed runs left there
+                    # went when the pool handed out the machine: `leftovers`, vm/stale.py).
+                    d = Path(stale.remote_root(site.machine)) / f"{self.run_dir().name}-{os.getpid()}"
                     site.machine.run(["mkdir", "-p", str(d)], timeout=60)
                     owners.claim(site.machine, str(d), self.context.run_id)
                     self._remote_runs[name] = (site, d)
@@ -387,10 +386,6 @@ class VmDriver(Driver):
             for inst in instances:
                 with contextlib.suppress(Exception):
                     inst.teardown()
-
-    def cleanup_stale(self) -> list[str]:
-        """Kill QEMUs and remove work directories of runs on this machine whose process is gone."""
-        return stale.cleanup([disk.vm_root() / "run", Path(tempfile.gettempdir()) / "virtbench-vm"], self._run_dir)
 
 
 __all__ = ["VmDriver", "VmInstance", "BootFailure", "Segment", "MissingTool", "SCRATCH", "DEFAULT_MEMORY_MB",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 
 from ..errors import UserError
+from . import ledger
 from .base import Machine, MachineUnreachable, Process
 from .factory import machine_for
 from .inventory import HostSpec, Inventory
@@ -15,12 +17,22 @@ LOCAL_NAMES = (LOCAL_NAME, "local", "")
 
 class Pool:
     """The machines of one run (or command): the local one, and the hosts of an inventory (made by
-    machine_for: SSH hosts with one multiplexed connection each), all closed together at the end."""
+    machine_for: SSH hosts with one multiplexed connection each), all closed together at the end.
 
-    def __init__(self, inventory: Inventory | None = None):
+    The pool keeps the run's ledger sweep (machines/ledger.py): every machine it hands out is swept
+    once per kind of leftover (the finders its drivers enlisted and those registered), before the
+    caller gets it; a kind enlisted later is swept at the next hand-out. What went waits in
+    `removed` for the run's notes (the drivers' `stale_removed` is this list)."""
+
+    def __init__(self, inventory: Inventory | None = None, make: Callable[[HostSpec], Machine] = machine_for):
         self.inventory = inventory
+        self._make = make
         self._open: dict[str, Machine] = {}
         self._lock = threading.Lock()
+        self.removed: list[str] = []
+        self._finders: dict[str, ledger.Finder] = {}
+        self._swept: dict[str, set[str]] = {}  # machine name -> kinds swept there
+        self._sweeping: dict[str, threading.Lock] = {}  # machine name -> held while it is swept
 
     def spec(self, name: str) -> HostSpec:
         if self.inventory and name in self.inventory.hosts:
@@ -33,12 +45,55 @@ class Pool:
                         else "the inventory has no hosts")
 
     def get(self, name: str | None = None) -> Machine:
+        """The machine (None: this one), swept of what killed runs left there first."""
+        machine = self._machine(name)
+        self.removed += self._sweep(machine)
+        return machine
+
+    def _machine(self, name: str | None) -> Machine:
         if name is None or name in LOCAL_NAMES:
             return local()
         with self._lock:
             if name not in self._open:
-                self._open[name] = machine_for(self.spec(name))
+                self._open[name] = self._make(self.spec(name))
             return self._open[name]
+
+    def enlist(self, finders: Iterable[ledger.Finder]) -> None:
+        """Kinds of leftover the run's drivers make: swept on every machine the pool hands out."""
+        with self._lock:
+            for finder in finders:
+                self._finders.setdefault(finder.kind, finder)
+
+    def sweep(self, name: str | None = None) -> list[str]:
+        """Sweep a machine of the run now (None: this one), each kind once per run; then hand over,
+        for the run's notes, everything the run's sweeps removed that nobody has reported yet."""
+        self.removed += self._sweep(self._machine(name))
+        out = []
+        while self.removed:
+            out.append(self.removed.pop(0))
+        return out
+
+    def sweep_place(self, key: str, place: object, finders: Iterable[ledger.Finder]) -> list[str]:
+        """The same for a place that is no machine (a Kubernetes cluster, named by `key`)."""
+        return self._once(key, place, list(finders))
+
+    def _sweep(self, machine: Machine) -> list[str]:
+        with self._lock:
+            finders = [*ledger.registered(), *self._finders.values()]
+        return self._once(machine.name, machine, finders)
+
+    def _once(self, key: str, place: object, finders: list[ledger.Finder]) -> list[str]:
+        with self._lock:
+            done = self._swept.setdefault(key, set())
+            lock = self._sweeping.setdefault(key, threading.Lock())
+            if not lock.locked() and all(f.kind in done for f in finders):
+                return []  # the common case: nothing left to sweep there
+        with lock:  # a second caller waits for the sweep, so it gets a swept machine
+            todo = [f for f in finders if f.kind not in done]
+            removed = ledger.sweep(place, todo)
+            with self._lock:
+                done.update(f.kind for f in todo)
+            return removed
 
     def select(self, pattern: str | None) -> list[HostSpec]:
         """Hosts of a group, host name or comma list; without an inventory, names as ssh destinations."""
@@ -91,4 +146,4 @@ def pool_for(inventory_path: str | None) -> Pool:
 
 
 __all__ = ["Machine", "MachineUnreachable", "Process", "HostSpec", "Inventory", "LocalMachine", "local",
-           "LOCAL_NAME", "Pool", "pool_for", "machine_for"]
+           "LOCAL_NAME", "Pool", "pool_for", "machine_for", "ledger"]

@@ -5,8 +5,9 @@ directory) writes `<dir>.owner` beside it: the controller's host name, boot id, 
 start time. Teardown removes both. A run killed outright cannot, so the next run from the same
 controller that uses the machine sweeps the directory's root once: every owner file of this
 controller whose process is gone marks a leftover, whose processes (by marker or by the path in
-their command line) are killed and whose directory is removed. What another controller or a live
-run made is never touched.
+their command line) are killed and whose directory is removed (`sweep_dir`, a finder of the ledger:
+machines/ledger.py runs it once per machine per run). What another controller or a live run made is
+never touched.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,6 @@ from .base import Machine, MachineUnreachable
 OWNER = ".owner"
 # Every owner file under a root, one per line: path, a tab, the file's JSON.
 _LIST = 'for f in "$1"/*' + OWNER + '; do [ -f "$f" ] || continue; printf "%s\\t" "$f"; tr "\\n" " " < "$f"; echo; done'
-_swept: set[tuple[str, str, str]] = set()  # (run id, machine, root): swept once per run
-_lock = threading.Lock()
 
 
 def controller() -> dict[str, Any]:
@@ -35,6 +33,11 @@ def controller() -> dict[str, Any]:
     except OSError:
         boot = None
     return {"host": socket.gethostname(), "boot": boot, "pid": os.getpid(), "pidstart": process_start(os.getpid())}
+
+
+def record(run_id: str) -> dict[str, Any]:
+    """The owner record of what this process makes for run `run_id` (every kind writes this one)."""
+    return {**controller(), "run_id": run_id}
 
 
 def owner_dead(owner: dict[str, Any], here: bool = False) -> bool:
@@ -57,21 +60,17 @@ def owner_dead(owner: dict[str, Any], here: bool = False) -> bool:
 
 def claim(machine: Machine, path: str, run_id: str) -> None:
     """Write the owner file of directory `path` on the machine."""
-    owner = {"run_id": run_id, **controller()}
-    res = machine.run(["sh", "-c", 'cat > "$1"', "vb", path + OWNER], stdin=json.dumps(owner).encode(), timeout=30)
+    res = machine.run(["sh", "-c", 'cat > "$1"', "vb", path + OWNER], stdin=json.dumps(record(run_id)).encode(),
+                      timeout=30)
     if not res.ok:
         raise MachineUnreachable(machine.name, f"cannot write {path + OWNER}: {res.stderr.strip()[-300:]}")
 
 
-def sweep_once(machine: Machine, root: str, run_id: str, mark_var: str | None = None) -> list[str]:
-    """Remove the leftovers of this controller's killed runs under `root` on the machine, the first
-    time run `run_id` asks; what was removed, one line each. A process belongs to a leftover when
-    its command line or environment names the directory, or `mark_var`=<directory name>."""
-    with _lock:
-        key = (run_id, machine.name, root)
-        if key in _swept:
-            return []
-        _swept.add(key)
+def sweep_dir(machine: Machine, root: str, mark_var: str | None = None) -> list[str]:
+    """Remove the leftovers of this controller's killed runs under `root` on the machine; what was
+    removed, one line each. A process belongs to a leftover when its command line or environment
+    names the directory, or `mark_var`=<directory name>. MachineUnreachable when the machine stops
+    answering."""
     res = machine.run(["sh", "-c", _LIST, "vb", root], timeout=30)
     removed = []
     for line in res.stdout.splitlines() if res.ok else []:
@@ -84,10 +83,7 @@ def sweep_once(machine: Machine, root: str, run_id: str, mark_var: str | None = 
             continue
         d = path[:-len(OWNER)]
         name = d.rsplit("/", 1)[-1]
-        try:
-            machine.kill_matching([d, *([f"{mark_var}={name}"] if mark_var else [])])
-            machine.run(["rm", "-rf", "--", d, path], timeout=120)
-        except MachineUnreachable:
-            break
-        removed.append(f"{d} on {machine.name} (run {owner.get('run_id', '?')}: its processes and directory)")
+        machine.kill_matching([d, *([f"{mark_var}={name}"] if mark_var else [])])
+        machine.run(["rm", "-rf", "--", d, path], timeout=120)
+        removed.append(f"{d} (run {owner.get('run_id', '?')}: its processes and directory)")
     return removed

@@ -17,7 +17,7 @@ from typing import Any
 from .. import image
 from .. import engine as engines
 from ..errors import UserError
-from ..machines import Machine
+from ..machines import Machine, ledger
 from . import CONTAINER, manifests, phases
 
 PAUSE_REPO = "localhost/virtbench-pause"
@@ -121,16 +121,31 @@ class KubePlay:
         if not res.ok and "no such volume" not in (res.stderr + res.stdout).lower():
             raise UserError(f"podman volume rm {name} failed: {engines.tail(res)}")
 
-    def labelled(self, kind: str) -> list[tuple[str, dict[str, str]]]:
-        """(name, labels) of virtbench's pods or volumes on the machine."""
-        fmt = "{{.Name}} {{json .Labels}}"
-        res = self._cli(kind, "ls" if kind == "volume" else "ps", "--filter", "label=virtbench=1", "--format", fmt,
-                        timeout=60)
-        out = []
-        for line in res.stdout.splitlines():
-            name, _, labels = line.partition(" ")
-            out.append((name, json.loads(labels or "{}") or {}))
-        return out
+
+def leftovers(machine: Machine) -> list[str]:
+    """Remove the kube-play pods and volumes on the machine whose owner (by their labels) is gone: a
+    killed run's. The ledger's finder of this kind (machines/ledger.py)."""
+    try:
+        if engines.pick_engine("auto", machine) != "podman":
+            return []  # no kube play without podman
+    except UserError:
+        return []
+    cli = engines.cli_for(machine, "podman")
+    removed = []
+    for kind, listing, rm in (("pod", "ps", ["pod", "rm", "-f", "-t", "0"]), ("volume", "ls", ["volume", "rm", "-f"])):
+        res = machine.run([*cli, kind, listing, "--filter", "label=virtbench=1", "--format",
+                           "{{.Name}} {{json .Labels}}"], timeout=60)
+        for line in res.stdout.splitlines() if res.ok else []:
+            name, _, text = line.partition(" ")
+            try:
+                labels = json.loads(text or "{}") or {}
+            except ValueError:
+                continue
+            if "virtbench.cond" in labels or not ledger.gone(labels, manifests.label_value):
+                continue  # a condition's volume is the conditions' finder's (conditions/hostres.py)
+            if machine.run([*cli, *rm, name], timeout=engines.CLI_TIMEOUT).ok:
+                removed.append(f"kube-play {kind} {name} (run {labels.get('virtbench.run', '?')})")
+    return removed
 
 
 def playable(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,7 +1,9 @@
-"""Run directories of the vm driver on this machine, and what killed runs left behind.
+"""Run directories of the vm driver, and what killed runs left behind: the ledger's finder of
+QEMU run directories (`leftovers`, machines/ledger.py).
 
-Each driver's run directory holds `owner.json` (the owner record of machines/owners.py); a directory
-whose owner is gone is removed, after killing the QEMU its instances' pidfiles still name.
+Each driver's run directory here holds `owner.json` (the owner record of machines/owners.py); a
+directory whose owner is gone is removed, after killing the QEMU its instances' pidfiles still name.
+On another machine a run's directory there has an owner file beside it, swept by owners.sweep_dir.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import json
 import os
 import secrets
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
 from ..hostdirs import start_ticks
-from ..machines import owners
+from ..machines import Machine, owners, ship
+from . import disk
 
 
 process_start = start_ticks  # drivers/vm.py and tests read it from here
@@ -26,8 +30,25 @@ def make_run_dir(root: Path, run_id: str) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     d = root / secrets.token_hex(4)
     d.mkdir()
-    (d / "owner.json").write_text(json.dumps({**owners.controller(), "run_id": run_id, "at": time.time()}))
+    (d / "owner.json").write_text(json.dumps({**owners.record(run_id), "at": time.time()}))
     return d
+
+
+def local_roots() -> list[Path]:
+    """Where the vm driver makes its run directories on this machine (drivers/vm.py:run_dir)."""
+    return [disk.vm_root() / "run", Path(tempfile.gettempdir()) / "virtbench-vm"]
+
+
+def remote_root(machine: Machine) -> str:
+    """Where it makes them on another machine (drivers/vm.py:_new, under vm/site.py's root)."""
+    return f"{ship.data_dir(machine)}/vm/run"
+
+
+def leftovers(machine: Machine) -> list[str]:
+    """QEMU run directories of killed runs on the machine, their QEMUs killed and removed."""
+    if ship.is_shipped_to(machine):
+        return [f"vm run directory {d}" for d in owners.sweep_dir(machine, remote_root(machine))]
+    return cleanup(local_roots())
 
 
 def cleanup(roots: list[Path], keep: Path | None = None) -> list[str]:
