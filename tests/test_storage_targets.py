@@ -236,8 +236,9 @@ def test_leftovers_of_a_killed_run_are_removed_by_the_next(tmp_path):
         proc.kill()
         proc.wait()
     time.sleep(0.5)  # helpers die with their parent (PR_SET_PDEATHSIG)
-    res = subprocess.run([sys.executable, "-c", "from virtbench.conditions import hostres; "
-                          "print('\\n'.join(hostres.cleanup_stale()))"], capture_output=True, text=True, timeout=120)
+    # The next run's pool sweeps this machine; conditions register their finder (machines/ledger.py).
+    res = subprocess.run([sys.executable, "-c", "import virtbench.conditions; from virtbench.machines import Pool; "
+                          "print('\\n'.join(Pool().sweep()))"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "loop device" in res.stdout and "network namespace" in res.stdout
     left = {k: v for k, v in snapshot(proc.pid).items() if v}

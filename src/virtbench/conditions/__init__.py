@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from . import hostres  # registers the finder of what conditions leave (machines/ledger.py)
 from .base import Applied, Condition, ConditionUnavailable, Instance
 
 REGISTRY: dict[str, str] = {

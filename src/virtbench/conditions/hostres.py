@@ -6,8 +6,9 @@ On this machine, everything a condition makes lives under one directory per virt
 (hostdirs.base_dir) or carries that pid in its name (network namespaces `vb-<pid>-<n>`, podman
 volumes labelled `virtbench.pid`), and helper processes get SIGKILL when virtbench dies
 (`setpriv --pdeathsig`). So if a run is killed outright, the next one can tell what was left behind
-and whose it was, and remove it (`cleanup_stale`): mounts are detached, loop devices released,
-namespaces deleted; nothing belonging to a live process is touched. On a remote machine there is no
+and whose it was, and remove it (`leftovers`, the ledger's finder of this kind: machines/ledger.py):
+mounts are detached, loop devices released, namespaces deleted; nothing belonging to a live process
+is touched. On a remote machine there is no
 parent process to tie helpers to: Applied.close() stops them, a run killed outright leaves them.
 """
 
@@ -20,7 +21,6 @@ import re
 import shutil
 import signal
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,10 +28,7 @@ from pathlib import Path
 from .. import hostdirs, sizes
 from ..errors import ConditionUnavailable
 from ..hostdirs import PREFIX
-from ..machines import Machine, local, owners
-
-_lock = threading.RLock()
-_stale_checked = False
+from ..machines import Machine, ledger, local, owners
 
 
 class HostCommandFailed(RuntimeError):
@@ -39,9 +36,7 @@ class HostCommandFailed(RuntimeError):
 
 
 def base_dir() -> Path:
-    """This process's directory for condition files on this machine (created on first use, after
-    removing what killed runs left)."""
-    cleanup_stale()
+    """This process's directory for condition files on this machine (created on first use)."""
     return hostdirs.base_dir()
 
 
@@ -54,7 +49,6 @@ def new_dir(kind: str) -> Path:
 
 def machine_dir(machine: Machine, kind: str) -> str:
     """A fresh directory on `machine` for one condition's files; the caller removes it (remove_tree)."""
-    cleanup_stale()
     try:
         return machine.scratch_dir(kind)
     except OSError as exc:
@@ -110,7 +104,6 @@ class Helper:
         self._own_log = log is None
         try:
             if log is None:
-                cleanup_stale()
                 log = machine.scratch_file("helper")
             self.log = str(log)
             self.argv = argv
@@ -206,7 +199,6 @@ def loop_attach(machine: Machine, backing: Path, direct_io: bool = True) -> str:
     dev = run(machine, [*argv, str(backing)], timeout=60).strip()
     # Once its FUSE backing is gone a loop device shows just '/<name>' as its file: the ledger is
     # how a later run still finds it if this one is killed.
-    cleanup_stale()
     machine.remember(LOOP_LEDGER, f"{dev}:{backing.name}")
     return dev
 
@@ -277,14 +269,9 @@ def _owner_alive(pid: int, start: str) -> bool:
     return not owners.owner_dead({"pid": pid, "pidstart": start}, here=True)
 
 
-def cleanup_stale() -> list[str]:
-    """Remove what dead virtbench processes left here: mounts, loops, namespaces, volumes, files."""
-    global _stale_checked
-    with _lock:
-        if _stale_checked:
-            return []
-        _stale_checked = True
-    here = local()
+def leftovers(here: Machine) -> list[str]:
+    """Remove what dead virtbench processes left on this machine (`here`): mounts, loops,
+    namespaces, volumes, files."""
     removed: list[str] = []
     root = os.geteuid() == 0
     for d in sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}*")):
@@ -325,3 +312,6 @@ def cleanup_stale() -> list[str]:
                     removed.append(f"{cmd} volume {name}")
         break
     return removed
+
+
+ledger.register(ledger.Finder("condition mounts, loop devices, namespaces and volumes", leftovers, here_only=True))
