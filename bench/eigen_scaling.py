@@ -26,14 +26,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from virtbench import paths  # noqa: E402
+from virtbench.kernels import native_bin_dir  # noqa: E402
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 LAYOUTS = [(1, 1), (2, 1), (1, 2)]  # (ranks, threads)
 
 
 def run(cls: str, ranks: int, threads: int, allreduce: int) -> dict:
-    argv = [*MPIRUN, "-np", str(ranks), str(paths.native_bin_dir() / "vb-eigen"), cls, "--threads", str(threads),
+    argv = [*MPIRUN, "-np", str(ranks), str(native_bin_dir() / "vb-eigen"), cls, "--threads", str(threads),
             "--allreduce-bytes", str(allreduce)]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=7200)
     if res.returncode != 0:

@@ -21,11 +21,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from virtbench import paths, stats  # noqa: E402
+from virtbench import stats  # noqa: E402
+from virtbench.kernels import native_bin_dir  # noqa: E402
 
 
 def direct(test: str, duration: float) -> float:
-    out = subprocess.run([str(paths.native_bin_dir() / "vb-system"), test, "--duration", str(duration)],
+    out = subprocess.run([str(native_bin_dir() / "vb-system"), test, "--duration", str(duration)],
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out)["rate"]
 

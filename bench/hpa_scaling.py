@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hpa_vs_naive import hpa_argv, paths, questgen  # noqa: E402
+from hpa_vs_naive import hpa_argv, native_bin_dir, questgen  # noqa: E402
 
 BAR, GOAL = 1.6, 1.8
 PASS_COLS = ("pass", "candidates", "frequent", "bytes_sent", "time_s", "gen_s", "count_s", "exchange_s",
@@ -76,13 +76,13 @@ def main() -> None:
     ap.add_argument("--setsid", action="store_true", help="every rank in its own session (see above)")
     args = ap.parse_args()
     ranks = [int(r) for r in args.ranks.split(",")]
-    variants = [parse_variant(v) for v in args.variant] or [("vb-hpa", paths.native_bin_dir() / "vb-hpa", [])]
+    variants = [parse_variant(v) for v in args.variant] or [("vb-hpa", native_bin_dir() / "vb-hpa", [])]
     base = ranks[0]
     times: dict[tuple[str, int], list[tuple[float, float, list[dict]]]] = {}
     itemsets: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="vb-hpa-scaling-") as tmp:
         for r in ranks:
-            questgen(paths.native_bin_dir(), Path(tmp) / f"d{r}", args.transactions, args.items, parts=r)
+            questgen(native_bin_dir(), Path(tmp) / f"d{r}", args.transactions, args.items, parts=r)
         out = Path(tmp) / "itemsets"
         for _ in range(args.rounds):
             for label, binary, extra in variants:

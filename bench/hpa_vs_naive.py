@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from virtbench import paths  # noqa: E402
+from virtbench.kernels import native_bin_dir  # noqa: E402
 
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
@@ -51,7 +51,7 @@ def main() -> None:
     ap.add_argument("--support", type=float, default=0.01)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    bindir = paths.native_bin_dir()
+    bindir = native_bin_dir()
     with tempfile.TemporaryDirectory(prefix="vb-hpa-bench-") as tmp:
         prefix = Path(tmp) / "data"
         questgen(bindir, prefix, args.transactions, args.items)

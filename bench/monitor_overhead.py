@@ -26,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from virtbench import monitor, paths  # noqa: E402
+from virtbench import monitor  # noqa: E402
+from virtbench.kernels import native_bin_dir  # noqa: E402
 
 SHELL_LOOP = ("while :; do cat /proc/stat /proc/meminfo /proc/net/dev /proc/diskstats > /dev/null; "
               "sleep {interval}; done")
@@ -37,7 +38,7 @@ def schedstat_s(pid: int, proc_root: str = "/proc") -> float:
 
 
 def host_sampler(seconds: float, interval: float) -> dict:
-    exe = paths.native_bin_dir() / monitor.BIN
+    exe = native_bin_dir() / monitor.BIN
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "m.jsonl"
         t0 = time.monotonic()

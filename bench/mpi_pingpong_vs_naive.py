@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from virtbench import paths  # noqa: E402
+from virtbench.kernels import native_bin_dir  # noqa: E402
 
 NAIVE_C = r"""
 #include <mpi.h>
@@ -74,7 +74,7 @@ def mpirun(transport: str) -> list[str]:
 
 
 def ours(transport: str, max_bytes: int) -> dict[int, tuple[float, float]]:
-    out = subprocess.run([*mpirun(transport), str(paths.native_bin_dir() / "vb-mpibench"), "pingpong",
+    out = subprocess.run([*mpirun(transport), str(native_bin_dir() / "vb-mpibench"), "pingpong",
                           "--max-bytes", str(max_bytes), "--time-budget", "0.1"],
                          capture_output=True, text=True, check=True, timeout=600).stdout
     return {r["bytes"]: (r["t_avg_us"], r["t_avg_us"]) for r in map(json.loads, out.splitlines())}

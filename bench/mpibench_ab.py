@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from virtbench import paths  # noqa: E402
+from virtbench.kernels import native_bin_dir  # noqa: E402
 
 # Issue 15: an established MPI micro-benchmark suite, PingPong half round trip [us], same machine kind.
 REFERENCE_PINGPONG = {1: 0.36, 1024: 0.80, 65536: 5.0, 1 << 20: 66.0, 4 << 20: 390.0}
@@ -45,7 +45,7 @@ def once(binary: str, op: str, max_bytes: str, ranks: int, iterations: int) -> d
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("a", help="binary A (e.g. the previous vb-mpibench)")
-    ap.add_argument("b", nargs="?", default=str(paths.native_bin_dir() / "vb-mpibench"), help="binary B")
+    ap.add_argument("b", nargs="?", default=str(native_bin_dir() / "vb-mpibench"), help="binary B")
     ap.add_argument("--op", default="pingpong")
     ap.add_argument("--max-bytes", default="4M")
     ap.add_argument("--ranks", type=int, default=2)

@@ -27,13 +27,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from virtbench import paths  # noqa: E402
+from virtbench.kernels import native_bin_dir  # noqa: E402
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--bind-to", "none"]
 
 
 def run(kernel: str, ranks: int) -> dict:
-    res = subprocess.run([*MPIRUN, "-np", str(ranks), str(paths.native_bin_dir() / "vb-npb"), kernel, "A"],
+    res = subprocess.run([*MPIRUN, "-np", str(ranks), str(native_bin_dir() / "vb-npb"), kernel, "A"],
                          capture_output=True, text=True, timeout=1800)
     if res.returncode != 0:
         raise SystemExit(f"vb-npb {kernel} A on {ranks} rank(s) failed:\n{res.stderr[-2000:]}")
@@ -44,7 +44,7 @@ def profile(kernel: str, top: int = 6) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="vb-perf-") as tmp:
         data = Path(tmp) / "perf.data"
         rec = subprocess.run(["perf", "record", "-q", "-o", str(data), "--", *MPIRUN, "-np", "1",
-                              str(paths.native_bin_dir() / "vb-npb"), kernel, "A"],
+                              str(native_bin_dir() / "vb-npb"), kernel, "A"],
                              capture_output=True, text=True, timeout=1800)
         if rec.returncode != 0:
             return [f"(perf record failed: {rec.stderr.strip().splitlines()[-1:]})"]

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from npb_class_a import MPIRUN  # noqa: E402  (also puts src/ on sys.path)
-from virtbench import paths  # noqa: E402
+from virtbench.kernels import native_bin_dir  # noqa: E402
 
 KERNELS = ("mg", "ep", "cg")
 RANKS = (1, 2)
@@ -103,7 +103,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
-    bins = args.bin or [paths.native_bin_dir() / "vb-npb"]
+    bins = args.bin or [native_bin_dir() / "vb-npb"]
     for b in bins:
         if not b.is_file():
             ap.error(f"{b} does not exist: build it with `make -C native` or pass --bin PATH")

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from npb_class_a import MPIRUN  # noqa: E402  (also puts src/ on sys.path)
 from npb_mg_ep import run as run_vb  # noqa: E402  (one verified vb-npb class A run: its Mop/s)
-from virtbench import paths  # noqa: E402
+from virtbench.kernels import native_bin_dir  # noqa: E402
 
 RANKS = (1, 2)
 BAR_MG_CG = {1: 1.45, 2: 1.6}  # issue 15's "done when", measured on the issue's machine
@@ -66,7 +66,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--verbose", action="store_true", help="also print every round's Mop/s")
     args = ap.parse_args()
-    vb = args.bin or paths.native_bin_dir() / "vb-npb"
+    vb = args.bin or native_bin_dir() / "vb-npb"
     kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
     if not vb.is_file():
         ap.error(f"{vb} does not exist: build it with `make -C native` or pass --bin PATH")

@@ -6,14 +6,14 @@ import shutil
 
 import pytest
 
-from virtbench import image, paths, procs
+from virtbench import image, kernels, paths, procs
 from virtbench.errors import MissingTool, UserError
 
 
 @pytest.fixture(scope="session")
 def guest_image():
     """The guest image for the current native kernels (built if missing), imported into podman."""
-    if not (paths.native_bin_dir() / "vb-system").exists() and "VIRTBENCH_BIN" not in os.environ:
+    if not (kernels.native_bin_dir() / "vb-system").exists() and "VIRTBENCH_BIN" not in os.environ:
         procs.run(["make", "-s", "-C", str(paths.PROJECT_ROOT / "native")], timeout=900)
     try:
         image.native_files()

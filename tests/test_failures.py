@@ -156,17 +156,17 @@ def test_some_repetitions_failed_are_said_once_with_the_whole_reason(tmp_path):
     """A kernel that crashes on every other call (a stand-in wrapper around the real vb-system): the
     failure is said once per cell, on the workload's row, with the line after the colon, in the
     terminal, the JSON and the report alike."""
-    from virtbench import paths
+    from virtbench.kernels import native_bin_dir
 
     fake = tmp_path / "bin"
     fake.mkdir()
-    for f in paths.native_bin_dir().iterdir():
+    for f in native_bin_dir().iterdir():
         if f.name != "vb-system":
             (fake / f.name).symlink_to(f)
     (fake / "vb-system").write_text(
         "#!/bin/sh\nn=$(cat %s 2>/dev/null || echo 0); n=$((n+1)); echo $n > %s\n"
         "if [ $((n %% 2)) -eq 0 ]; then echo 'vb-system: the kernel stopped:' >&2; echo '  out of cheese' >&2; "
-        "exit 3; fi\nexec %s \"$@\"\n" % (tmp_path / "n", tmp_path / "n", paths.native_bin_dir() / "vb-system"))
+        "exit 3; fi\nexec %s \"$@\"\n" % (tmp_path / "n", tmp_path / "n", native_bin_dir() / "vb-system"))
     (fake / "vb-system").chmod(0o755)
     db = str(tmp_path / "r.sqlite")
     env = {**os.environ, "VIRTBENCH_BIN": str(fake)}

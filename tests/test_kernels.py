@@ -25,13 +25,13 @@ def as_package(tmp_path, monkeypatch):
 def test_clone_keeps_native_build_bin(monkeypatch):
     monkeypatch.delenv("VIRTBENCH_BIN", raising=False)
     assert paths.is_clone()
-    assert paths.native_bin_dir() == paths.PROJECT_ROOT / "native" / "build" / "bin"
+    assert kernels.native_bin_dir() == paths.PROJECT_ROOT / "native" / "build" / "bin"
     assert paths.suites_dir() == paths.PROJECT_ROOT / "suites"
     assert kernels.advice() == "make -C native"
 
 
 def test_package_dir_is_content_addressed(as_package, monkeypatch):
-    bindir = paths.native_bin_dir()
+    bindir = kernels.native_bin_dir()
     assert bindir == as_package / "native" / kernels.build_key() / "bin"
     assert kernels.advice() == "virtbench build"
     assert "Makefile" in kernels.source_files() and "system/main.c" in kernels.source_files()
@@ -39,13 +39,13 @@ def test_package_dir_is_content_addressed(as_package, monkeypatch):
     monkeypatch.setenv("CFLAGS", "-O1")
     kernels.build_key.cache_clear()
     kernels.toolchain.cache_clear()
-    assert paths.native_bin_dir() != bindir
+    assert kernels.native_bin_dir() != bindir
 
 
 def test_package_build_once_then_reused(as_package):
     lines = []
     bindir = kernels.ensure(log=lines.append)
-    assert bindir == paths.native_bin_dir() and (bindir / "vb-system").is_file()
+    assert bindir == kernels.native_bin_dir() and (bindir / "vb-system").is_file()
     assert any("building virtbench's native kernels" in line for line in lines)
     record = json.loads((bindir.parent / "build.json").read_text())
     assert record["key"] == bindir.parent.name and "vb-system" in record["files"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from virtbench import monitor, paths, procs, suite
+from virtbench import kernels, monitor, paths, procs, suite
 from virtbench.errors import SuiteError
 from virtbench.monitor import series
 from virtbench.runner import Runner
@@ -19,7 +19,7 @@ DATA = Path(__file__).parent / "data" / "monitor"
 
 
 def _bin() -> Path:
-    exe = paths.native_bin_dir() / monitor.BIN
+    exe = kernels.native_bin_dir() / monitor.BIN
     if not exe.exists():
         procs.run(["make", "-s", "-C", str(paths.PROJECT_ROOT / "native" / "monitor")], timeout=300)
     return exe
@@ -153,7 +153,7 @@ def test_host_session_sees_busy_cpu():
     idle_trace = idle.stop().traces[0]
     s = monitor.Session.start({}, environment="host", interval=0.2)
     sampler_pid = int(Path(s._samplers[0].pidfile).read_text().split()[0])
-    res = procs.run([paths.native_bin_dir() / "vb-system", "dhrystone", "--duration", "1.5", "--copies", "2",
+    res = procs.run([kernels.native_bin_dir() / "vb-system", "dhrystone", "--duration", "1.5", "--copies", "2",
                      "--dir", "/tmp"], timeout=60)
     assert res.ok, res.stderr
     result = s.stop()

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from virtbench import conditions, paths
+from virtbench import conditions, kernels, paths
 from virtbench.conditions import ConditionUnavailable, hostnet
 from virtbench.drivers.base import DriverContext
 from virtbench.drivers.host import HostDriver
@@ -18,7 +18,7 @@ from virtbench.machines import local
 from virtbench.model import EnvSpec, Shape
 from vbleftovers import assert_clean
 
-PROXY = paths.native_bin_dir() / "vb-delayproxy"
+PROXY = kernels.native_bin_dir() / "vb-delayproxy"
 if not PROXY.exists():
     subprocess.run(["make", "-s", "-C", str(paths.PROJECT_ROOT / "native" / "delayproxy")], check=False)
 pytestmark = pytest.mark.skipif(not PROXY.exists(), reason="vb-delayproxy is not built (make -C native)")

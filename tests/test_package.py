@@ -54,7 +54,7 @@ def test_wheel_works_outside_the_checkout(tmp_path):
     assert "(package 0.1.0 at " in vb("--version").stdout
     where = json.loads(sh([venv / "bin" / "python", "-c", (
         "import json; from virtbench import image, kernels, paths; "
-        "print(json.dumps([paths.__file__, str(paths.native_bin_dir()), str(paths.suites_dir()), "
+        "print(json.dumps([paths.__file__, str(kernels.native_bin_dir()), str(paths.suites_dir()), "
         "sorted(kernels.source_files())]))")], cwd=work, env=env).stdout)
     assert where[0].startswith(str(venv)) and where[1].startswith(str(tmp_path / "data" / "native"))
     assert where[2].startswith(str(venv)) and "system/main.c" in where[3]

@@ -229,7 +229,7 @@ def test_study_reports_in_chromium(store, tmp_path):
 def test_study_sections_with_only_failures(tmp_path):
     """A real MPI run whose kernel always fails (a stand-in vb-mpibench with markup in its error): the report
     says what is missing, escapes the tool's text, and every study section copes with failure-only rows."""
-    from virtbench import paths
+    from virtbench.kernels import native_bin_dir
     from virtbench.report import build, emit
     from virtbench.report.data import load
     from virtbench.report.model import Document
@@ -237,7 +237,7 @@ def test_study_sections_with_only_failures(tmp_path):
 
     fake = tmp_path / "bin"
     fake.mkdir()
-    for f in paths.native_bin_dir().iterdir():
+    for f in native_bin_dir().iterdir():
         if f.name != "vb-mpibench":
             (fake / f.name).symlink_to(f)
     (fake / "vb-mpibench").write_text("#!/bin/sh\necho 'vb-mpibench: <b>broken</b> & failing' >&2\nexit 3\n")

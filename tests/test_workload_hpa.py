@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from virtbench import analysis, paths, shapes, suite, workloads
+from virtbench import analysis, shapes, suite, workloads
+from virtbench.kernels import native_bin_dir
 from virtbench.drivers import container
 from virtbench.drivers.base import DriverContext
 from virtbench.drivers.host import HostDriver
@@ -43,7 +44,7 @@ def _sha(lines):
 def test_mining_equals_the_reference_miner(tmp_path):
     ref = _reference()
     gen = tmp_path / "d"
-    subprocess.run([str(paths.native_bin_dir() / "vb-questgen"), "--transactions", str(D), "--items", str(N),
+    subprocess.run([str(native_bin_dir() / "vb-questgen"), "--transactions", str(D), "--items", str(N),
                     "--out", str(gen)], check=True, capture_output=True, timeout=60)
     transactions = ref.read_transactions(str(gen))
     expected = {}

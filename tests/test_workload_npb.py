@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from virtbench import analysis, paths, suite, workloads
+from virtbench import analysis, suite, workloads
+from virtbench.kernels import native_bin_dir
 from virtbench.errors import SuiteError, UserError
 from virtbench.model import EnvSpec, Shape
 from virtbench.runner import Runner
@@ -174,7 +175,7 @@ def test_pseudo_app_rank_limits_are_the_binarys(kernel):
     """One rank above the Python limit, vb-npb itself refuses (exit 2, before computing)."""
     top = npb.max_ranks(kernel, "S")
     assert npb.rank_problem(kernel, "S", top) is None and npb.rank_problem(kernel, "S", top + 1)
-    binary = paths.native_bin_dir() / "vb-npb"
+    binary = native_bin_dir() / "vb-npb"
     res = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(top + 1), str(binary),
                           kernel, "S"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and res.stdout == "" and kernel in res.stderr, res.stderr

@@ -111,7 +111,6 @@ void vb_die(int status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    vb_scratch_remove();   /* never leave temporary files behind */
     fprintf(stderr, "vb-system: %s\n", line);
-    exit(status);
+    exit(status);   /* runs the atexit handlers: scratch.c's removal of its directory */
 }

@@ -27,6 +27,9 @@ char *vb_scratch_create(const char *base)
         vb_die(VB_EXIT_RUNTIME, "--dir %s: cannot create a temporary directory: %s", base, strerror(err));
     }
     memcpy(scratch_path, tmpl, sizeof scratch_path);
+    /* exit() from anywhere (vb_die too) removes it: harness.c need not know this file. */
+    if (atexit(vb_scratch_remove) != 0)
+        vb_die(VB_EXIT_RUNTIME, "cannot register the removal of %s", tmpl);
     /* A copy of the path: forked copies clear scratch_path (see below). */
     char *dup = strdup(tmpl);
     if (!dup)

@@ -27,6 +27,7 @@ from collections import defaultdict
 from typing import Any
 
 from . import monitor, scaling, stats, workloads
+from .outcomes import reason_line
 from .store import Store, canonical
 
 # Sample metadata that differs per repetition; not lifted into a result's metadata.
@@ -468,21 +469,6 @@ def _sample_warnings(metas: list[dict]) -> list[str]:
         for w in dict.fromkeys(m.get("warnings") or []):
             counts[str(w)] += 1
     return [w if k == len(metas) else f"{w} ({k} of {len(metas)} samples)" for w, k in counts.items()]
-
-
-def reason_line(reason: str | None, limit: int = 300) -> str:
-    """The first line of a failure's reason, for summaries. A line that ends with a colon only
-    introduces what follows ("cannot start ssh on its hosts:" then ssh's own message), so the next
-    non-empty lines are joined to it until one says something."""
-    lines = [ln.strip() for ln in (reason or "").splitlines() if ln.strip()]
-    if not lines:
-        return "unknown"
-    text = lines[0]
-    for ln in lines[1:]:
-        if not text.endswith(":"):
-            break
-        text += " " + ln
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _top(reasons: list[str]) -> str:

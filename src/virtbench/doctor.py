@@ -103,7 +103,7 @@ def _condition_checks() -> list[dict[str, Any]]:
         for kind, (ok, why) in storage.availability().items():
             out.append({"name": f"storage {kind}", "ok": ok, "detail": "ready" if ok else why,
                         "fix": "" if ok else "cells with this target are skipped with this reason"})
-        proxy = (paths.native_bin_dir() / hostnet.PROXY_BIN).exists()
+        proxy = (kernels.native_bin_dir() / hostnet.PROXY_BIN).exists()
         for key, kind in (("delay_ms", "netem"), ("rate_mbit", "tbf")):
             ok, why = hostnet.tc_supports(kind)
             if ok:
@@ -121,7 +121,7 @@ def _condition_checks() -> list[dict[str, Any]]:
 
 def _kernels_check() -> dict[str, Any]:
     """Built or not, and what builds them for the way virtbench was installed (clone or package)."""
-    bin_dir = paths.native_bin_dir()
+    bin_dir = kernels.native_bin_dir()
     built = sorted(p.name for p in bin_dir.glob("vb-*")) if bin_dir.exists() else []
     kind = "clone" if paths.is_clone() else "installed package"
     detail = f"{bin_dir} ({kind}): {', '.join(built) or 'none built'}"

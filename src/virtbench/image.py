@@ -116,7 +116,7 @@ def _arch() -> str:
 
 def native_files() -> dict[str, Path]:
     """The native kernels that go into the image, by name; UserError if they are not built."""
-    bindir = paths.native_bin_dir()
+    bindir = kernels.native_bin_dir()
     files = {p.name: p for p in sorted(bindir.iterdir()) if p.is_file()} if bindir.is_dir() else {}
     if "vb-system" not in files:
         raise UserError(f"native kernels are not built (no vb-system in {bindir})",

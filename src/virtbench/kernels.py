@@ -89,6 +89,18 @@ def package_bin_dir() -> Path:
     return paths.data_dir() / "native" / build_key() / "bin"
 
 
+def native_bin_dir() -> Path:
+    """Directory holding virtbench's own compiled kernels (the same files go into the guest image):
+    native/build/bin in a clone (`make -C native`); in an installed package a directory under the
+    data directory named by the hash of sources, compilers and flags (`virtbench build`)."""
+    override = os.environ.get("VIRTBENCH_BIN")
+    if override:
+        return Path(override)
+    if paths.is_clone():
+        return paths.PROJECT_ROOT / "native" / "build" / "bin"
+    return package_bin_dir()
+
+
 def advice() -> str:
     """What builds the kernels for the way virtbench was installed."""
     if os.environ.get("VIRTBENCH_BIN"):
@@ -117,7 +129,7 @@ def ensure(log: Callable[[str], None] | None = None, force: bool = False) -> Pat
     """The built kernels' directory, building them first if vb-system is not there (or if force).
     With VIRTBENCH_BIN set the caller chose the files: nothing is built."""
     log = log or (lambda line: None)
-    bindir = paths.native_bin_dir()
+    bindir = native_bin_dir()
     if os.environ.get("VIRTBENCH_BIN") or ((bindir / "vb-system").is_file() and not force):
         return bindir
     if paths.is_clone():

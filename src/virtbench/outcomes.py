@@ -18,10 +18,24 @@ EXIT_SOME_FAILED = 3  # some cells have results, others failed or never ran
 EXIT_NONE_SUCCEEDED = 4  # no cell has results
 
 
+def reason_line(reason: str | None, limit: int = 300) -> str:
+    """The first line of a failure's reason, for summaries. A line that ends with a colon only
+    introduces what follows ("cannot start ssh on its hosts:" then ssh's own message), so the next
+    non-empty lines are joined to it until one says something."""
+    lines = [ln.strip() for ln in (reason or "").splitlines() if ln.strip()]
+    if not lines:
+        return "unknown"
+    text = lines[0]
+    for ln in lines[1:]:
+        if not text.endswith(":"):
+            break
+        text += " " + ln
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def cell_outcomes(store: Store, run_id: str) -> dict[str, Any]:
     """{cells, with_results, skipped, failed: [...], not_run: [...]} of a stored run; each failed or
     not-run entry has cell_key, workload, params, condition, environment, attempts, failures, reason."""
-    from .analysis import reason_line
     from .suite import cell_environments
 
     run = store.run(run_id)

@@ -43,20 +43,6 @@ def native_src_dir() -> Path:
     return PROJECT_ROOT / "native" if is_clone() else PACKAGE_DIR / "native"
 
 
-def native_bin_dir() -> Path:
-    """Directory holding virtbench's own compiled kernels (the same files go into the guest image):
-    native/build/bin in a clone (`make -C native`); in an installed package a directory under the
-    data directory named by the hash of sources, compilers and flags (`virtbench build`)."""
-    override = os.environ.get("VIRTBENCH_BIN")
-    if override:
-        return Path(override)
-    if is_clone():
-        return PROJECT_ROOT / "native" / "build" / "bin"
-    from . import kernels
-
-    return kernels.package_bin_dir()
-
-
 def suites_dir() -> Path:
     return PROJECT_ROOT / "suites" if is_clone() else PACKAGE_DIR / "suites"
 

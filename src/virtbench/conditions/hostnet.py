@@ -18,7 +18,7 @@ import socket
 import threading
 from dataclasses import dataclass, field
 
-from .. import paths
+from .. import kernels
 from ..errors import ConditionUnavailable
 from ..machines import Machine, local
 from ..hostdirs import owner_tag
@@ -38,9 +38,7 @@ def proxy_bin(machine: Machine) -> str:
 
     path = f"{ship.ensure_native(machine).bin_dir}/{PROXY_BIN}"
     if not machine.exists(path):
-        from ..kernels import advice
-
-        raise ConditionUnavailable(f"{PROXY_BIN} is not built in {paths.native_bin_dir()} (run: {advice()})")
+        raise ConditionUnavailable(f"{PROXY_BIN} is not built in {kernels.native_bin_dir()} (run: {kernels.advice()})")
     return path
 
 

@@ -23,6 +23,7 @@ from .. import hostdirs
 from ..hostdirs import owner_tag
 from ..instances import DiskHotplug, GuestRelay, SharedNfsMount, VolumeAttach
 from ..machines import Machine, local
+from ..nfsclient import kernel_nfs_client, kube_play_nfs_refusal  # noqa: F401  (also asked of this module)
 from . import hostnet, network, vmdisk
 from .base import Applied, ConditionUnavailable, Instance
 from .hostres import (Helper, HostCommandFailed, free_bytes, human, is_mounted, is_root, loop_attach, loop_detach,
@@ -336,29 +337,6 @@ exec ganesha.nfsd -F -L "$2" -f "$1" -p "$3"
 """
 
 
-_NO_NFS_CLIENT = ("no NFS client (no nfs/nfs4 in /proc/filesystems, 'modprobe nfs' failed), and no "
-                  "user-space NFS client can mount a file system; a VM mounts NFS with its own kernel "
-                  "(storage=nfs or nfs-datastore with the vm driver), and remote storage works here with "
-                  "storage=nbd or storage=iscsi")
-
-
-def kernel_nfs_client(machine: Machine | None = None) -> tuple[bool, str]:
-    """Has the kernel of `machine` (default: this one) an NFS client, after trying to load it?"""
-    m = machine or local()
-
-    def has() -> bool:
-        names = {ln.split()[-1] for ln in m.read_text("/proc/filesystems").splitlines() if ln.strip()}
-        return bool(names & {"nfs", "nfs4"})
-
-    if has():
-        return True, ""
-    if m.which("modprobe"):
-        m.run(["modprobe", "-q", "nfs"], timeout=60)
-        if has():
-            return True, ""
-    return False, f"the kernel of {m.place} has {_NO_NFS_CLIENT}"
-
-
 def _host_mount_refusal(inst: Instance) -> str | None:
     """Why the host-mounted ways cannot serve `inst` here, or None."""
     ok, why = kernel_nfs_client()
@@ -368,17 +346,6 @@ def _host_mount_refusal(inst: Instance) -> str | None:
         return (f"storage=nfs in a container is mounted by the host's kernel NFS client and passed in "
                 f"(as a pod's PersistentVolume): {why}")
     return f"storage=nfs on {inst.machine.name} is mounted by its kernel NFS client: {why}"
-
-
-def kube_play_nfs_refusal(share: str, machine: Machine) -> str | None:
-    """Why the kube-play backend cannot mount the pods driver's `nfs_share` on `machine`, or None:
-    its NFS claim is a podman volume that the machine's kernel NFS client mounts at pod start (the
-    same client the container way needs)."""
-    ok, why = kernel_nfs_client(machine)
-    if ok:
-        return None
-    return (f"storage=nfs in a kube-play pod: nfs_share {share} is a podman NFS volume, mounted by the "
-            f"host's kernel NFS client when the pod starts (as a pod's PersistentVolume): {why}")
 
 
 POD_MOUNTED_BY = {"kubernetes": "kubelet (PersistentVolume)", "kube-play": "podman (kube play volume)"}

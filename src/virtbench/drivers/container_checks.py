@@ -6,9 +6,9 @@ import secrets
 import time
 
 from .. import image
+from ..engine import mark_imported
 from ..lifecycle import LifecycleOps
 from .base import DriverContext
-from .container import ContainerDriver, mark_imported
 
 
 class ContainerLifecycle(LifecycleOps):
@@ -48,8 +48,9 @@ class ContainerLifecycle(LifecycleOps):
                 lambda: None
         # The committed image is known to the engine; tell the driver so it does not try to import it.
         mark_imported(inst.engine.cmd, snap.tag, inst.machine)
-        other = ContainerDriver(DriverContext(self.driver.context.run_id, self.driver.context.workdir, snap,
-                                              self.driver.context.machines))
+        # A driver of the same kind on the snapshot (its class from the instance: the driver module imports us).
+        other = type(self.driver)(DriverContext(self.driver.context.run_id, self.driver.context.workdir, snap,
+                                                self.driver.context.machines))
 
         def cleanup() -> None:
             inst._cli("rmi", "-f", snap.tag, timeout=120)

@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .. import cpuset, paths
+from .. import cpuset, kernels
 from ..model import EnvSpec, ExecResult
 from ..errors import UserError
 from .base import Driver, Instance, OptionSpec, Problem, ScratchSpace, Traits
@@ -42,7 +42,7 @@ class HostInstance(Instance):
         shutil.copy2(src, dest)
 
     def bin(self, name: str) -> str:
-        return str(paths.native_bin_dir() / name)
+        return str(kernels.native_bin_dir() / name)
 
     def scratch_dir(self) -> str:
         return str(self._scratch)
@@ -73,11 +73,9 @@ class HostDriver(Driver):
 
     def check(self) -> list[Problem]:
         problems = []
-        if not (paths.native_bin_dir() / "vb-system").exists():
-            from ..kernels import advice
-
-            problems.append(Problem(f"native kernels not built in {paths.native_bin_dir()}",
-                                    f"run: {advice()}"))
+        if not (kernels.native_bin_dir() / "vb-system").exists():
+            problems.append(Problem(f"native kernels not built in {kernels.native_bin_dir()}",
+                                    f"run: {kernels.advice()}"))
         return problems
 
     def provision(self, env: EnvSpec, count: int = 1, role: str = "main") -> list[Instance]:

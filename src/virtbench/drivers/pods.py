@@ -398,7 +398,7 @@ class PodsDriver(Driver):
             raise UserError(f"option nfs_share: {exc}") from None
         if opts["backend"] == "kubernetes":
             return share, None
-        from ..conditions.targets import kube_play_nfs_refusal
+        from ..nfsclient import kube_play_nfs_refusal
 
         return share, kube_play_nfs_refusal(opts["nfs_share"], self.context.machines.get(opts["machine"] or None))
 

@@ -63,7 +63,7 @@ def remote_dir(machine: Machine) -> str:
 
 def native_manifest() -> dict[str, str]:
     """name -> SHA-256 of every built kernel."""
-    bindir = paths.native_bin_dir()
+    bindir = kernels.native_bin_dir()
     files = sorted(p for p in bindir.iterdir() if p.is_file()) if bindir.is_dir() else []
     if not any(p.name == "vb-system" for p in files):
         raise UserError(f"native kernels are not built (no vb-system in {bindir})",
@@ -138,7 +138,7 @@ def ensure_native(machine: Machine, make_dirs: tuple[str, ...] = ()) -> Shipped:
     `make_dirs` are created in the same round trip (an instance's scratch directory)."""
     if machine.is_local:
         manifest = native_manifest()
-        return Shipped(str(paths.native_bin_dir()), manifest_hash(manifest), "local")
+        return Shipped(str(kernels.native_bin_dir()), manifest_hash(manifest), "local")
     manifest = native_manifest()
     h = manifest_hash(manifest)
     key = (machine.name, h)
@@ -159,7 +159,7 @@ def ensure_native(machine: Machine, make_dirs: tuple[str, ...] = ()) -> Shipped:
     res = machine.run(check, timeout=60)
     how, code = "cached", res.returncode
     if code == 10:
-        files = {n: paths.native_bin_dir() / n for n in manifest}
+        files = {n: kernels.native_bin_dir() / n for n in manifest}
         runs = _install(machine, base, h, files, "bin/", "the native kernels", probe="bin/vb-system")
         how, code = "shipped", 0 if runs else 11
     shipped = Shipped(bin_dir, h, how)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import paths
+from .. import kernels
 from ..instances import Instance
 from ..machines import Machine, local
 from ..model import Sample
@@ -50,7 +50,7 @@ def scope_for(inst: Instance) -> str | None:
 
 
 def host_binary() -> Path:
-    return paths.native_bin_dir() / BIN
+    return kernels.native_bin_dir() / BIN
 
 
 @dataclass
@@ -108,9 +108,7 @@ def _machine_sampler(machine: Machine, as_host: bool, directory: Path, interval:
     if as_host:
         exe = host_binary()
         if not exe.exists():
-            from ..kernels import advice
-
-            raise MonitorUnavailable(f"{exe} is not built (run: {advice()})")
+            raise MonitorUnavailable(f"{exe} is not built (run: {kernels.advice()})")
         return _Sampler(machine.run, HOST, HOST, str(exe), str(directory), "host", interval, lifetime, token,
                         extra=("--watch-pid", str(os.getpid())))
     from ..machines import ship

@@ -7,7 +7,7 @@ import re
 from collections import Counter, defaultdict
 
 from .. import ratio_methods
-from ..analysis import reason_line
+from ..outcomes import reason_line
 from . import fmt
 from .data import RunData
 from .model import Facts, Note, Section, Table

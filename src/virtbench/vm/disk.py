@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import paths
-from ..conditions.base import ConditionUnavailable
-from ..errors import MissingTool, UserError
+from ..errors import ConditionUnavailable, MissingTool, UserError
 from ..machines import Machine, local
 from ..machines.ssh import make_keypair
 from . import guest, initrd

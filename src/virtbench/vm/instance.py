@@ -22,20 +22,17 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .. import image
 from ..instances import Instance
 from ..errors import UserError
 from ..model import EnvSpec, ExecResult
-from ..machines.ssh import SSH_ERROR, GuestMachine
+from ..machines.ssh import SSH_ERROR, GuestMachine, KeyPair
 from . import disk, guest, qemu, segment
 from .qemu import DEVICE_MODELS, NIC_DEVICES
 from .segment import Segment
 from .site import Site
-
-if TYPE_CHECKING:
-    from ..drivers.vm import VmDriver
 
 SCRATCH = "/var/tmp/vb-scratch"
 DEFAULT_MEMORY_MB = 1024
@@ -59,8 +56,21 @@ class BootFailure(UserError):
         self.console_tail = console_tail
 
 
+class VmMaker(Protocol):
+    """What a VM asks of the driver that made it (drivers/vm.py's VmDriver, a layer above this one)."""
+
+    @property
+    def image(self) -> image.ImageInfo: ...
+
+    def boot_files(self, flavour: str, site: Site | None = None) -> disk.BootFiles: ...
+
+    def keypair(self) -> KeyPair: ...
+
+    def _forget(self, inst: VmInstance) -> None: ...
+
+
 class VmInstance(Instance):
-    def __init__(self, name: str, env: EnvSpec, role: str, index: int, driver: VmDriver, site: Site,
+    def __init__(self, name: str, env: EnvSpec, role: str, index: int, driver: VmMaker, site: Site,
                  workdir: Path, mdir: Path, base: disk.BaseDisk, settings: dict[str, Any]):
         super().__init__(name, env, role, index)
         self.driver = driver

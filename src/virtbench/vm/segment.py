@@ -12,14 +12,11 @@ import ipaddress
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .. import procs
 from ..errors import UserError
 from . import qemu
-
-if TYPE_CHECKING:
-    from .instance import VmInstance
 
 # 10.213.N.0/24, N counting the segments of this process (separate L2 segments, so two processes
 # using the same N never meet); multicast groups 239.213.x.y on a random port.
@@ -88,7 +85,25 @@ class Segment:
         return {"mechanism": SEGMENT_MECHANISM, "group": self.name, "subnet": str(self.network)}
 
 
-def pick(instances: Sequence[VmInstance], new: Callable[[], Segment]) -> tuple[Segment, list[VmInstance]]:
+class Member(Protocol):
+    """What a segment asks of a VM: vm/instance.py's VmInstance, which imports this module. join
+    and leave hot-plug the NIC through the VM's QMP under its lock."""
+
+    name: str
+    hostname: str
+    address: str | None
+    segment: Segment | None
+    segment_nic: dict[str, str] | None
+    s: dict[str, Any]
+    qmp: Any
+    _lock: Any
+    _nics: int
+
+    def exec(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
+             env: Any = None) -> Any: ...
+
+
+def pick(instances: Sequence[Member], new: Callable[[], Segment]) -> tuple[Segment, list[Member]]:
     """The segment most of these VMs are on already (e.g. the runner replaced a dead member), else a
     new one; and the VMs still to join it, their addresses handed out here (not by joining threads)."""
     counts: dict[int, int] = {}
@@ -106,7 +121,7 @@ def pick(instances: Sequence[VmInstance], new: Callable[[], Segment]) -> tuple[S
     return seg, todo
 
 
-def connect(seg: Segment, instances: Sequence[VmInstance], todo: Sequence[VmInstance]) -> None:
+def connect(seg: Segment, instances: Sequence[Member], todo: Sequence[Member]) -> None:
     """Join `todo` to `seg` (in parallel), then write every member's name into each /etc/hosts."""
     errors: list[BaseException] = []
 
@@ -127,7 +142,7 @@ def connect(seg: Segment, instances: Sequence[VmInstance], todo: Sequence[VmInst
                             f"{res.describe_failure()}", "see the guest's console log")
 
 
-def join(inst: VmInstance, seg: Segment) -> str:
+def join(inst: Member, seg: Segment) -> str:
     """Hot-plug a NIC on `seg` (QMP netdev_add + device_add) and give it the VM's address there."""
     if inst.segment is seg:
         return inst.address
@@ -160,7 +175,7 @@ def join(inst: VmInstance, seg: Segment) -> str:
     return inst.address
 
 
-def leave(inst: VmInstance) -> None:
+def leave(inst: Member) -> None:
     """Unplug the cluster NIC (best effort: the address goes at once, the device when the guest lets go)."""
     nic, inst.segment_nic = inst.segment_nic, None
     if inst.segment is not None:

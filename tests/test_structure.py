@@ -1,0 +1,248 @@
+"""The structure stays seen: no import circle inside src/virtbench, no import against the layers of
+docs/architecture.md, and no circle between the C translation units of one native program.
+
+A static check over the source text (ast for Python), so an import inside a function or under
+TYPE_CHECKING counts as much as one at the top: each is a dependency a reader has to follow.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+DOC = ROOT / "docs" / "architecture.md"
+
+# Top to bottom; a module imports from its own layer or below. A module belongs to the layer of the
+# longest name here that is it or a package holding it ("virtbench" alone: the package's __init__).
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("commands", ("cli", "cli_reproduce", "runner", "boot", "checks", "report", "reproduce", "studies",
+                  "doctor", "api", "export")),
+    ("results and plans", ("analysis", "outcomes", "plan", "suite", "scaling", "render")),
+    ("act on instances", ("workloads", "conditions", "cluster", "monitor", "sysinfo")),
+    ("make instances", ("drivers", "pods", "cloud", "kubetestbed", "vm.lifecycle")),
+    ("below the drivers", ("vm", "engine", "cpuset", "lifecycle", "instances", "nfsclient")),
+    ("the seam", ("machines",)),
+    ("foundations", ("procs", "hostdirs", "paths", "model", "errors", "sizes", "kernels", "image", "store",
+                     "stats", "shapes", "tomlpos", "published", "cpugiven", "virtbench")),
+]
+
+
+def modules(src: Path = SRC) -> dict[str, tuple[Path, bool]]:
+    """Dotted module name -> (file, is a package's __init__)."""
+    out = {}
+    for path in sorted((src / "virtbench").rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        out[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
+    return out
+
+
+def imports(src: Path = SRC) -> dict[str, dict[str, int]]:
+    """Module -> {module of virtbench it imports: line}. `from pkg import sub` names the submodule;
+    the package too when the importer is outside it (its __init__ runs first), not from inside it
+    (a submodule's own package is always initialized before it)."""
+    mods = modules(src)
+
+    def owner(name: str) -> str:
+        while name not in mods and "." in name:
+            name = name.rsplit(".", 1)[0]
+        return name
+
+    graph: dict[str, dict[str, int]] = {}
+    for mod, (path, is_pkg) in mods.items():
+        deps: dict[str, int] = {}
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    base = base[:len(base) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in mods]
+                targets = subs + ([target] if len(subs) < len(node.names) else [])
+            for t in targets:
+                if t == "virtbench" or t.startswith("virtbench."):
+                    dep = owner(t)
+                    # From outside a package, importing its submodule runs its __init__ first.
+                    parts = dep.split(".")
+                    for n in range(2, len(parts) + 1):
+                        pkg = ".".join(parts[:n])
+                        if pkg in mods and pkg != mod and not mod.startswith(pkg + ".") and (pkg == dep or mods[pkg][1]):
+                            deps.setdefault(pkg, node.lineno)
+        graph[mod] = deps
+    return graph
+
+
+def circles(graph: dict[str, dict[str, int]] | dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def layer_of(mod: str) -> int | None:
+    rel = mod.removeprefix("virtbench.") if mod != "virtbench" else "virtbench"
+    best, depth = None, -1
+    for i, (_, names) in enumerate(LAYERS):
+        for name in names:
+            if (rel == name or rel.startswith(name + ".")) and name.count(".") > depth:
+                best, depth = i, name.count(".")
+    return best
+
+
+def against_layers(graph: dict[str, dict[str, int]]) -> list[str]:
+    bad = []
+    for mod, deps in sorted(graph.items()):
+        for dep, line in sorted(deps.items()):
+            if layer_of(dep) < layer_of(mod):
+                bad.append(f"{mod} (layer '{LAYERS[layer_of(mod)][0]}', line {line}) imports {dep} "
+                           f"(layer '{LAYERS[layer_of(dep)][0]}', above it)")
+    return bad
+
+
+def test_every_module_has_a_layer():
+    unplaced = [m for m in modules() if layer_of(m) is None]
+    assert not unplaced, f"put these modules into a layer of LAYERS (and docs/architecture.md): {unplaced}"
+
+
+def test_no_python_import_circle():
+    found = circles(imports())
+    assert not found, "import circles (give them a one-way dependency):\n" + "\n".join(map(str, found))
+
+
+def test_no_import_against_the_layers():
+    bad = against_layers(imports())
+    assert not bad, "imports against the layering:\n" + "\n".join(bad)
+
+
+def test_the_docs_show_these_layers():
+    """docs/architecture.md's layer diagram has a row per entry of LAYERS, in this order, that starts
+    with its title and names its modules (packages as `vm/`, `vm/lifecycle`)."""
+    text = DOC.read_text()
+    block = text[text.index("## Layers"):]
+    block = block[block.index("```") + 3:]
+    rows = [ln for ln in block[:block.index("```")].splitlines() if ln.strip()]
+    assert [row.split("  ")[0] for row in rows] == [title for title, _ in LAYERS]
+    for row, (title, names) in zip(rows, LAYERS):
+        named = {n.replace("/", ".") for n in re.findall(r"[a-z_]+(?:/[a-z_]+)?", row[len(title):])}
+        assert set(names) <= named, f"layer {title!r}: docs/architecture.md does not name {set(names) - named}"
+
+
+# -- the checks check: a small package with a circle and an upward import ----------------------------
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / "src" / "virtbench" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "src"
+
+
+def test_the_checks_find_a_lazy_circle_and_an_upward_import(tmp_path):
+    src = _write(tmp_path, {
+        "__init__.py": "",
+        "paths.py": "def f():\n    from . import kernels\n",
+        "kernels.py": "from . import paths\n",
+        "machines/__init__.py": "",
+        "machines/base.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..drivers import x\n",
+        "drivers/__init__.py": "",
+    })
+    graph = imports(src)
+    assert graph["virtbench.paths"] == {"virtbench.kernels": 2}
+    assert circles(graph) == [["virtbench.kernels", "virtbench.paths"]]
+    assert against_layers(graph) == [
+        "virtbench.machines.base (layer 'the seam', line 3) imports virtbench.drivers (layer 'make instances', "
+        "above it)"]
+
+
+def test_a_submodule_import_is_no_dependency_on_its_package(tmp_path):
+    src = _write(tmp_path, {
+        "__init__.py": "",
+        "monitor/__init__.py": "from .session import Session\n",
+        "monitor/session.py": "from . import series\n",
+        "monitor/series.py": "",
+    })
+    graph = imports(src)
+    assert graph["virtbench.monitor.session"] == {"virtbench.monitor.series": 1}
+    assert circles(graph) == []
+
+
+def test_importing_a_submodule_from_outside_runs_its_package(tmp_path):
+    src = _write(tmp_path, {
+        "__init__.py": "",
+        "cli/__init__.py": "from ..cli_reproduce import reproduce\n",
+        "cli/common.py": "",
+        "cli_reproduce.py": "def reproduce():\n    from .cli.common import out\n",
+    })
+    graph = imports(src)
+    assert graph["virtbench.cli_reproduce"] == {"virtbench.cli": 2, "virtbench.cli.common": 2}
+    assert circles(graph) == [["virtbench.cli", "virtbench.cli_reproduce"]]
+
+
+# -- C: no circle of calls between the translation units of one program ------------------------------
+
+_DEF = re.compile(r"^[A-Za-z_][\w \t\*]*?\b(vb_\w+)\s*\([^;{]*\)\s*\{", re.M)
+_USE = re.compile(r"\b(vb_\w+)\s*\(")
+
+
+def c_units(directory: Path) -> dict[str, set[str]]:
+    """Translation unit -> the other units whose vb_ functions it calls."""
+    texts = {p.name: re.sub(r"/\*.*?\*/|//[^\n]*", "", p.read_text(), flags=re.S)
+             for p in sorted(directory.glob("*.c"))}
+    defined = {name: unit for unit, text in texts.items() for name in _DEF.findall(text)}
+    return {unit: {defined[n] for n in _USE.findall(text) if defined.get(n, unit) != unit}
+            for unit, text in texts.items()}
+
+
+NATIVE_PROGRAMS = sorted(p.parent for p in (ROOT / "native").glob("*/Makefile") if list(p.parent.glob("*.c")))
+
+
+@pytest.mark.parametrize("directory", NATIVE_PROGRAMS, ids=lambda p: p.name)
+def test_no_c_circle(directory):
+    found = circles(c_units(directory))
+    assert not found, f"{directory.name}: translation units that call each other: {found}"
+
+
+def test_the_c_check_finds_a_circle(tmp_path):
+    (tmp_path / "harness.c").write_text("void vb_die(int s)\n{\n    vb_scratch_remove();\n}\n")
+    (tmp_path / "scratch.c").write_text("/* vb_none() */\nvoid vb_scratch_remove(void) {\n    vb_die(1);\n}\n")
+    assert c_units(tmp_path) == {"harness.c": {"scratch.c"}, "scratch.c": {"harness.c"}}
+    assert circles(c_units(tmp_path)) == [["harness.c", "scratch.c"]]
