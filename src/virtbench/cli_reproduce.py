@@ -90,7 +90,7 @@ def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, 
     """Run the five studies' experiments (or those of the STUDIES named: 000 ... 004) on the platforms
     this machine reaches, within --budget, and score each study's published findings against the
     results: holds, differs, or not measured (with why)."""
-    from .cli import _emit_json, _ensure_kernels, _inventory_path, err, out
+    from .cli_common import _emit_json, _ensure_kernels, _inventory_path, err, out
     from .reproduce import Reproducer, cloud_options, machine_facts, parse_budget, plan, left_out_always, spec_for
 
     store = Store(db or paths.default_db())
@@ -135,7 +135,7 @@ def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, 
 
 def show(store: Store, run_id: str, as_json: bool) -> None:
     """A reproduce run's scorecard and plan (also `virtbench show RUN_ID`)."""
-    from .cli import _emit_json, out
+    from .cli_common import _emit_json, out
     from .studies import card
 
     data = card.result(store, run_id)

@@ -1,0 +1,148 @@
+"""The commands that read stored runs: runs, show, compare, report, export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from . import analysis, render
+from .cli_common import DB_HELP, _emit_json, _store, err, out
+from .store import Store
+
+
+def _show(store: Store, run_id: str, as_json: bool) -> None:
+    if store.run(run_id)["spec"].get("kind") == "reproduce":  # its scorecard and plan
+        from .cli_reproduce import show as show_reproduce
+
+        show_reproduce(store, run_id, as_json)
+        return
+    if store.run(run_id)["spec"].get("kind") == "boot":  # a `virtbench boot` run: its own table
+        from . import boot as boot_mod
+
+        data = boot_mod.results(store, run_id)
+        if as_json:
+            _emit_json(data)
+        else:
+            boot_mod.render(out, data)
+        return
+    data = analysis.results(store, run_id)
+    if as_json:
+        _emit_json(data)
+        return
+    outcome = data.get("outcome") or {}
+    missing = len(outcome.get("failed", [])) + len(outcome.get("not_run", []))
+    status = data["status"] + (f"; {missing} of {outcome['cells'] - outcome['skipped']} cells have no results"
+                               if missing else "")
+    kinds = [e["kind"] for e in store.events(data["run_id"])]
+    if "resumed" in kinds:  # repetitions from more than one session
+        status += f"; interrupted and resumed {kinds.count('resumed')} time(s)"
+    if "retry-failed" in kinds:
+        status += f"; failed cells retried {kinds.count('retry-failed')} time(s)"
+    out.print(f"run [bold]{data['run_id']}[/bold] ({status}), suite {data['suite']}, "
+              f"baseline [bold]{data['baseline']}[/bold]")
+    for env in store.environments(data["run_id"]):  # a VM's accelerator: KVM, or TCG emulation
+        on = [m for m in env["facts"].get("machines") or [] if m != "localhost"]
+        if on:
+            mf = env["facts"].get("machine_facts") or {}
+            testbed = any(mf.get(m, {}).get("testbed") for m in on)
+            out.print(f"{env['name']}: on {', '.join(on)}" + (" (testbed hosts: one machine's kernel and CPU; "
+                      "the figures measure the network path and the remote machinery)" if testbed else ""),
+                      highlight=False)
+        if env["facts"].get("accelerator"):
+            note = env["facts"].get("accelerator_note") or "hardware virtualization"
+            out.print(f"{env['name']}: QEMU accelerator [bold]{env['facts']['accelerator']}[/bold] ({note})",
+                      highlight=False)
+    if not data["results"]:
+        out.print("[yellow]this run has no results yet[/yellow]")
+        render.failed_cells(out, data)
+        return
+    render.results_tables(out, data)
+
+
+@click.command()
+@click.option("--db", help=DB_HELP)
+@click.option("--json", "as_json", is_flag=True)
+def runs(db, as_json) -> None:
+    """List stored runs, newest first."""
+    rows = _store(db).runs()
+    if as_json:
+        _emit_json(rows)
+    elif not rows:
+        out.print("no runs stored yet; start one with: virtbench run suites/quick.toml")
+    else:
+        render.runs_table(out, rows)
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--db", help=DB_HELP)
+@click.option("--json", "as_json", is_flag=True)
+def show(run_id, db, as_json) -> None:
+    """Show a stored run's results (same shape as `run --json`)."""
+    _show(_store(db), run_id, as_json)
+
+
+@click.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--db", help=DB_HELP)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--html", "html_file", type=click.Path(dir_okay=False),
+              help="also write the comparison as an HTML file")
+def compare(run_a, run_b, db, as_json, html_file) -> None:
+    """Compare RUN_B against RUN_A, matching workload, parameters, metric and environment."""
+    data = analysis.compare(_store(db), run_a, run_b)
+    if html_file:
+        from . import report
+
+        report.write_compare(_store(db), run_a, run_b, html_file)
+        err.print(f"wrote {html_file}", highlight=False)
+    if as_json:
+        _emit_json(data)
+    elif not data["results"]:
+        out.print("the two runs have no (workload, params, metric, environment) in common")
+    else:
+        render.compare_table(out, data)
+
+
+@click.command("report")
+@click.argument("run_ids", nargs=-1, required=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False),
+              help="file to write [default: virtbench-report-RUN_ID.html; Markdown goes to stdout]")
+@click.option("--format", "fmt", type=click.Choice(["html", "md"]), default="html", show_default=True)
+@click.option("--figures", "figures_dir", type=click.Path(file_okay=False),
+              help="also write each chart as SVG and PNG here")
+@click.option("--db", help=DB_HELP)
+def report_cmd(run_ids, output, fmt, figures_dir, db) -> None:
+    """Write one self-contained report (HTML, or Markdown tables) of one or more stored runs."""
+    from . import report
+
+    if output is None and fmt == "html":
+        output = f"virtbench-report-{run_ids[0]}.html"
+    text = report.write(_store(db), list(run_ids), output, fmt=fmt, figures_dir=figures_dir)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        err.print(f"wrote {output}" + (f" and the figures in {figures_dir}" if figures_dir else ""), highlight=False)
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), help="file [default: stdout]")
+@click.option("--timeseries", is_flag=True,
+              help="the monitor's series: CSV of the series instead of the samples, or added to the JSON")
+@click.option("--db", help=DB_HELP)
+def export(run_id, fmt, output, timeseries, db) -> None:
+    """Export a run: CSV (one row per sample) or JSON (everything stored)."""
+    from . import export as export_mod
+
+    store = _store(db)
+    text = export_mod.to_csv(store, run_id, timeseries=timeseries) if fmt == "csv" else \
+        export_mod.to_json(store, run_id, timeseries=timeseries)
+    if output:
+        Path(output).write_text(text)
+        err.print(f"wrote {output}")
+    else:
+        click.echo(text, nl=False)
