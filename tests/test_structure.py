@@ -25,7 +25,8 @@ DOC = ROOT / "docs" / "architecture.md"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("commands", ("cli", "cli_*", "runner", "boot", "checks", "report", "reproduce", "studies",
                   "doctor", "api", "export")),
-    ("results and plans", ("analysis", "outcomes", "plan", "estimates", "suite", "scaling", "render")),
+    ("results and plans", ("analysis", "outcomes", "plan", "estimates", "suite", "scaling", "render",
+                           "ratio_methods")),
     ("act on instances", ("workloads", "conditions", "cluster", "monitor", "sysinfo")),
     ("make instances", ("drivers", "pods", "cloud", "kubetestbed", "vm.lifecycle")),
     ("below the drivers", ("vm", "engine", "cpuset", "lifecycle", "instances", "nfsclient")),
@@ -79,7 +80,8 @@ def imports(src: Path = SRC) -> dict[str, dict[str, int]]:
                     parts = dep.split(".")
                     for n in range(2, len(parts) + 1):
                         pkg = ".".join(parts[:n])
-                        if pkg in mods and pkg != mod and not mod.startswith(pkg + ".") and (pkg == dep or mods[pkg][1]):
+                        outside = pkg != mod and not mod.startswith(pkg + ".")
+                        if pkg in mods and outside and (pkg == dep or mods[pkg][1]):
                             deps.setdefault(pkg, node.lineno)
         graph[mod] = deps
     return graph
