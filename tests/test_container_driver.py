@@ -1,5 +1,6 @@
 """Container driver against a real podman: limits, exec, copies, timeouts, kills, teardown, leftovers."""
 
+import os
 import shutil
 import subprocess
 import time
@@ -241,3 +242,37 @@ def test_oom_marker_stays_out_of_the_users_directory(driver, tmp_path, monkeypat
         assert marker.exists() and list(here.iterdir()) == []
     finally:
         inst.teardown()
+
+
+def test_a_run_sweeps_this_machine_first_and_names_each_removal_in_its_notes(guest_image, tmp_path):
+    """Through the runner: a killed run's container (its owner's pid gone) is removed before the run
+    starts anything, and the run's notes name it; a live owner's container stays."""
+    from virtbench import suite
+    from virtbench.runner import Events, Runner
+    from virtbench.store import Store
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left, kept = f"vb-left-{uuid.uuid4().hex[:8]}", f"vb-kept-{uuid.uuid4().hex[:8]}"
+    for name, pid in ((left, dead.pid), (kept, os.getpid())):
+        res = procs.run(["podman", "create", "--name", name, "--label", "virtbench=1", "--label", "virtbench.run=old",
+                         "--label", f"virtbench.pid={pid}", guest_image.tag, "true"], timeout=60)
+        assert res.ok, res.stderr
+
+    class Notes(Events):
+        def __init__(self):
+            self.notes: list[str] = []
+
+        def note(self, message: str) -> None:
+            self.notes.append(message)
+
+    events = Notes()
+    try:
+        matrix = suite.adhoc("system", {"test": "dhrystone", "duration": "0.2"}, ["container"], repeat=1)
+        Runner(Store(tmp_path / "r.sqlite"), matrix, events=events).start()
+        assert f"removed a leftover of an earlier run: container {left} (run old)" in events.notes, events.notes
+        assert not any(kept in n for n in events.notes)
+        assert procs.run(["podman", "container", "exists", left], timeout=60).returncode == 1
+        assert procs.run(["podman", "container", "exists", kept], timeout=60).ok
+    finally:
+        procs.run(["podman", "rm", "-f", left, kept], timeout=60)
