@@ -20,8 +20,6 @@ class FakeInstance(Instance):
     def exec(self, argv, timeout=None, stdin=None, env=None):
         return ExecResult(list(argv), 0, "", "", time.time(), time.time())
 
-    def copy_in(self, src, dest): ...
-    def copy_out(self, src, dest): ...
     def bin(self, name): return name
     def scratch_dir(self): return "/tmp"
     def metadata(self): return {**super().metadata(), "accelerator": "fake"}

@@ -134,13 +134,13 @@ def test_copy_in_and_out(pair, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("payload\n")
     dest = f"{a.scratch_dir()}/in.txt"
-    a.copy_in(src, dest)
+    a.inside.put(src, dest)
     assert a.exec(["cat", dest]).stdout == "payload\n"
     assert a.exec(["sh", "-c", f"echo result > {a.scratch_dir()}/out.txt"]).ok
-    a.copy_out(f"{a.scratch_dir()}/out.txt", tmp_path / "out.txt")
+    a.inside.get(f"{a.scratch_dir()}/out.txt", tmp_path / "out.txt")
     assert (tmp_path / "out.txt").read_text() == "result\n"
     with pytest.raises(OSError):
-        a.copy_out("/no/such/file", tmp_path / "x")
+        a.inside.get("/no/such/file", tmp_path / "x")
 
 
 def test_timeout_kills_inside(pair):

@@ -90,12 +90,12 @@ def test_exec_and_copies(remote, tmp_path):
     assert res.timed_out and not res.ok
     src = tmp_path / "in.txt"
     src.write_text("payload\n")
-    inst.copy_in(src, f"{inst.scratch_dir()}/in.txt")
+    inst.inside.put(src, f"{inst.scratch_dir()}/in.txt")
     assert inst.exec(["cat", f"{inst.scratch_dir()}/in.txt"]).stdout == "payload\n"
-    inst.copy_out(f"{inst.scratch_dir()}/in.txt", tmp_path / "out.txt")
+    inst.inside.get(f"{inst.scratch_dir()}/in.txt", tmp_path / "out.txt")
     assert (tmp_path / "out.txt").read_text() == "payload\n"
     with pytest.raises(OSError):
-        inst.copy_out("/no/such/file", tmp_path / "x")
+        inst.inside.get("/no/such/file", tmp_path / "x")
     assert inst.host_mount_dir is None  # storage conditions stay local for now
 
 

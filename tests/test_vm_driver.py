@@ -117,11 +117,11 @@ def test_copy_in_and_out_binary(booted, tmp_path):
     blob = os.urandom(300_000) + b"\x00\xff\n\r"
     src = tmp_path / "in.bin"
     src.write_bytes(blob)
-    inst.copy_in(src, f"{inst.scratch_dir()}/in.bin")
-    inst.copy_out(f"{inst.scratch_dir()}/in.bin", tmp_path / "out.bin")
+    inst.inside.put(src, f"{inst.scratch_dir()}/in.bin")
+    inst.inside.get(f"{inst.scratch_dir()}/in.bin", tmp_path / "out.bin")
     assert (tmp_path / "out.bin").read_bytes() == blob
     with pytest.raises(OSError):
-        inst.copy_out("/no/such/file", tmp_path / "x")
+        inst.inside.get("/no/such/file", tmp_path / "x")
 
 
 def test_attach_disk(booted):

@@ -401,7 +401,7 @@ def _setup_ssh(inst: Instance) -> None:
         for name, data in (("id", private), ("authorized_keys", public)):
             (tmp / name).write_bytes(data)
             os.chmod(tmp / name, 0o600)
-            inst.copy_in(tmp / name, f"{d}/{name}")
+            inst.inside.put(tmp / name, f"{d}/{name}", mode=0o600)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     _check(inst.exec(["sh", "-c", _SSHD_SCRIPT, "sh", d, str(SSH_PORT)], timeout=SETUP_TIMEOUT),

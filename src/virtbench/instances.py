@@ -102,6 +102,9 @@ class Instance(ABC):
         self.lifecycle: dict[str, float] = {}
         self.address: str | None = None  # reachable IP for peers, when the driver knows one
         self.machine: Machine = local()  # the machine the instance runs on (drivers set theirs)
+        # The machine inside it: its files are copied in and out with inside.put/get. The machine it
+        # runs on for a bare or SSH host; a container, a VM's guest and a pod set their own.
+        self.inside: Machine | None = self.machine
         self._torn_down = False
 
     @property
@@ -142,14 +145,6 @@ class Instance(ABC):
     def exec(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
              env: Mapping[str, str] | None = None) -> ExecResult:
         """Run an argument list (never a shell string) inside the instance."""
-
-    @abstractmethod
-    def copy_in(self, src: Path, dest: str) -> None:
-        """Copy a local file into the instance."""
-
-    @abstractmethod
-    def copy_out(self, src: str, dest: Path) -> None:
-        """Copy a file from the instance to the local machine."""
 
     @abstractmethod
     def bin(self, name: str) -> str:

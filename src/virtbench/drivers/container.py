@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from .. import cpuset, engine, hostdirs, image, procs
@@ -135,12 +134,6 @@ class ContainerInstance(Instance):
         if res.returncode != 0 and not res.timed_out and not self.alive():
             res.stderr = res.stderr.rstrip() + f"\ninstance {self.name} is not running (container stopped or killed)"
         return res
-
-    def copy_in(self, src: Path, dest: str) -> None:
-        self.inside.put(src, dest)
-
-    def copy_out(self, src: str, dest: Path) -> None:
-        self.inside.get(src, dest)
 
     def bin(self, name: str) -> str:
         return f"{image.GUEST_BIN_DIR}/{name}"

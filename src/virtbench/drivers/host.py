@@ -35,12 +35,6 @@ class HostInstance(Instance):
     def metadata(self) -> dict:
         return {**super().metadata(), **({"cpuset": self.cpuset} if self.cpuset else {})}
 
-    def copy_in(self, src: Path, dest: str) -> None:
-        shutil.copy2(src, dest)
-
-    def copy_out(self, src: str, dest: Path) -> None:
-        shutil.copy2(src, dest)
-
     def bin(self, name: str) -> str:
         return str(kernels.native_bin_dir() / name)
 

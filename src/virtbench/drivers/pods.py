@@ -29,7 +29,6 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .. import image, procs
@@ -184,7 +183,7 @@ class ClusterPod(_PodMixin, Instance):
         cluster = group.backend
         # self.machine stays this machine (where the client runs, what the monitor watches); the
         # pod itself is a Machine that commands go to
-        self.pod_machine = KubePodMachine(cluster.api, cluster.namespace, self.pod, CONTAINER, self.address)
+        self.inside = self.pod_machine = KubePodMachine(cluster.api, cluster.namespace, self.pod, CONTAINER, self.address)
         self.facts = {"node": spec.get("nodeName"), "node_ip": status.get("hostIP"),
                       "qos_class": status.get("qosClass"),
                       "image": (spec.get("containers") or [{}])[0].get("image"),
@@ -220,12 +219,6 @@ class ClusterPod(_PodMixin, Instance):
         if gone := self._gone(argv):
             return gone
         return self.pod_machine.run(argv, timeout=timeout, stdin=stdin, env=env)
-
-    def copy_in(self, src: Path, dest: str) -> None:
-        self.pod_machine.put(Path(src), dest)
-
-    def copy_out(self, src: str, dest: Path) -> None:
-        self.pod_machine.get(src, Path(dest))
 
     def bin(self, name: str) -> str:
         return f"{image.GUEST_BIN_DIR}/{name}"

@@ -12,7 +12,6 @@ import ipaddress
 import socket
 import threading
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from .. import procs
@@ -46,7 +45,7 @@ class SshInstance(Instance):
         super().__init__(name, env, role, index)
         self._release = release
         self._mark = scratch.rstrip("/").rsplit("/", 1)[-1]  # run id and instance name: unique
-        self.machine = machine
+        self.machine = self.inside = machine  # a host's inside is the host
         self.shipped = shipped
         self._scratch = scratch
         self.address = address
@@ -59,12 +58,6 @@ class SshInstance(Instance):
         # Everything the instance starts carries its marker, so teardown finds it (an MPI cluster's
         # sshd, a server a workload left behind) without touching anything else on the host.
         return self.machine.run(argv, timeout=timeout, stdin=stdin, env={**(env or {}), MARK: self._mark})
-
-    def copy_in(self, src: Path, dest: str) -> None:
-        self.machine.put(src, dest)
-
-    def copy_out(self, src: str, dest: Path) -> None:
-        self.machine.get(src, dest)
 
     def bin(self, name: str) -> str:
         return f"{self.shipped.bin_dir}/{name}"

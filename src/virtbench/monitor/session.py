@@ -97,7 +97,7 @@ class _Sampler:
 
 def _instance_sampler(inst: Instance, scope: str, interval: float, lifetime: float, token: str) -> _Sampler:
     return _Sampler(inst.exec, inst.name, inst.role, inst.bin(BIN), inst.scratch_dir().rstrip("/"), scope,
-                    interval, lifetime, token, copy_in=inst.copy_in)
+                    interval, lifetime, token, copy_in=inst.inside.put)
 
 
 def _machine_sampler(machine: Machine, as_host: bool, directory: Path, interval: float, lifetime: float,

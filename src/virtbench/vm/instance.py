@@ -294,12 +294,6 @@ class VmInstance(Instance):
             res.stderr = res.stderr.rstrip() + f"\ninstance {self.name} is not running (QEMU exited)"
         return res
 
-    def copy_in(self, src: Path, dest: str) -> None:
-        self.inside.put(src, dest)
-
-    def copy_out(self, src: str, dest: Path) -> None:
-        self.inside.get(src, dest)
-
     def bin(self, name: str) -> str:
         return f"{image.GUEST_BIN_DIR}/{name}"
 
