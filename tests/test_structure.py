@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import fnmatch
 import re
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -172,55 +171,44 @@ def test_the_docs_show_these_layers():
         assert set(names) <= named, f"layer {title!r}: docs/architecture.md does not name {set(names) - named}"
 
 
-# -- the checks check: a small package with a circle and an upward import ----------------------------
+# -- the checks check, on small packages ----------------------------------------------------------
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / "src" / "virtbench" / rel
+CASES = {
+    "a lazy circle and an upward import under TYPE_CHECKING": (
+        {"paths.py": "def f():\n    from . import kernels\n",
+         "kernels.py": "from . import paths\n",
+         "machines/__init__.py": "",
+         "machines/base.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..drivers import x\n",
+         "drivers/__init__.py": ""},
+        ("virtbench.paths", {"virtbench.kernels": 2}),
+        [["virtbench.kernels", "virtbench.paths"]],
+        ["virtbench.machines.base (layer 'the seam', line 3) imports virtbench.drivers (layer 'make instances', "
+         "above it)"]),
+    "a submodule's import of its sibling is no dependency on its package": (
+        {"monitor/__init__.py": "from .session import Session\n",
+         "monitor/session.py": "from . import series\n",
+         "monitor/series.py": ""},
+        ("virtbench.monitor.session", {"virtbench.monitor.series": 1}), [], []),
+    "importing a submodule from outside runs its package": (
+        {"cli/__init__.py": "from ..cli_reproduce import reproduce\n",
+         "cli/common.py": "",
+         "cli_reproduce.py": "def reproduce():\n    from .cli.common import out\n"},
+        ("virtbench.cli_reproduce", {"virtbench.cli": 2, "virtbench.cli.common": 2}),
+        [["virtbench.cli", "virtbench.cli_reproduce"]], []),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_checks_on_a_small_package(tmp_path, case):
+    files, (module, deps), found, bad = CASES[case]
+    for rel, text in {"__init__.py": "", **files}.items():
+        path = tmp_path / "src" / "virtbench" / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    return root / "src"
-
-
-def test_the_checks_find_a_lazy_circle_and_an_upward_import(tmp_path):
-    src = _write(tmp_path, {
-        "__init__.py": "",
-        "paths.py": "def f():\n    from . import kernels\n",
-        "kernels.py": "from . import paths\n",
-        "machines/__init__.py": "",
-        "machines/base.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..drivers import x\n",
-        "drivers/__init__.py": "",
-    })
-    graph = imports(src)
-    assert graph["virtbench.paths"] == {"virtbench.kernels": 2}
-    assert circles(graph) == [["virtbench.kernels", "virtbench.paths"]]
-    assert against_layers(graph) == [
-        "virtbench.machines.base (layer 'the seam', line 3) imports virtbench.drivers (layer 'make instances', "
-        "above it)"]
-
-
-def test_a_submodule_import_is_no_dependency_on_its_package(tmp_path):
-    src = _write(tmp_path, {
-        "__init__.py": "",
-        "monitor/__init__.py": "from .session import Session\n",
-        "monitor/session.py": "from . import series\n",
-        "monitor/series.py": "",
-    })
-    graph = imports(src)
-    assert graph["virtbench.monitor.session"] == {"virtbench.monitor.series": 1}
-    assert circles(graph) == []
-
-
-def test_importing_a_submodule_from_outside_runs_its_package(tmp_path):
-    src = _write(tmp_path, {
-        "__init__.py": "",
-        "cli/__init__.py": "from ..cli_reproduce import reproduce\n",
-        "cli/common.py": "",
-        "cli_reproduce.py": "def reproduce():\n    from .cli.common import out\n",
-    })
-    graph = imports(src)
-    assert graph["virtbench.cli_reproduce"] == {"virtbench.cli": 2, "virtbench.cli.common": 2}
-    assert circles(graph) == [["virtbench.cli", "virtbench.cli_reproduce"]]
+    graph = imports(tmp_path / "src")
+    assert graph[module] == deps
+    assert circles(graph) == found
+    assert against_layers(graph) == bad
 
 
 # -- C: no circle of calls between the translation units of one program ------------------------------

@@ -88,9 +88,7 @@ class ImageInfo:
 
 
 def images_dir() -> Path:
-    path = paths.data_dir() / "images"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return paths.data_dir("images")
 
 
 @lru_cache(maxsize=None)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from .image import GUEST_BIN_DIR
 from .machines import Machine, Pool, ledger, local
 from .model import EnvSpec, ExecResult
 
@@ -176,6 +177,14 @@ class Instance(ABC):
     @abstractmethod
     def _destroy(self) -> None:
         """Driver-specific teardown."""
+
+
+class GuestImageInstance(Instance):
+    """An instance that runs the guest image (a container, a VM, a pod): virtbench's kernels are
+    where the image put them."""
+
+    def bin(self, name: str) -> str:
+        return f"{GUEST_BIN_DIR}/{name}"
 
 
 @dataclass

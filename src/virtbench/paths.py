@@ -26,10 +26,11 @@ def pip_advice(extra: str) -> str:
     return f"pip install 'virtbench[{extra}]' (into the environment virtbench is installed in)"
 
 
-def data_dir() -> Path:
-    """The user's data directory (override with VIRTBENCH_DATA)."""
+def data_dir(sub: str = "") -> Path:
+    """The user's data directory (override with VIRTBENCH_DATA), or its subdirectory `sub`; made if
+    missing."""
     override = os.environ.get("VIRTBENCH_DATA")
-    path = Path(override) if override else Path(platformdirs.user_data_dir("virtbench"))
+    path = (Path(override) if override else Path(platformdirs.user_data_dir("virtbench"))) / sub
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -20,6 +20,7 @@ from ..engine import CLI_TIMEOUT, Engine, ensure_image, mark_imported, pick_engi
 from ..errors import ConditionUnavailable, MissingTool, UserError
 from ..machines import Machine, ledger, local, ship
 from ..model import EnvSpec, ExecResult
+from ..instances import GuestImageInstance
 from .base import Driver, DriverContext, Instance, OptionSpec, Problem, ScratchSpace, Traits
 
 # What other modules (pods, tests) read from here; the engine module holds them now.
@@ -49,7 +50,7 @@ def _safe(text: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_.-]+", "-", text).strip("-.") or "x"
 
 
-class ContainerInstance(Instance):
+class ContainerInstance(GuestImageInstance):
     def __init__(self, name: str, env: EnvSpec, role: str, index: int, engine: Engine, info: image.ImageInfo,
                  machine: Machine | None = None):
         super().__init__(name, env, role, index)
@@ -134,9 +135,6 @@ class ContainerInstance(Instance):
         if res.returncode != 0 and not res.timed_out and not self.alive():
             res.stderr = res.stderr.rstrip() + f"\ninstance {self.name} is not running (container stopped or killed)"
         return res
-
-    def bin(self, name: str) -> str:
-        return f"{image.GUEST_BIN_DIR}/{name}"
 
     def scratch_dir(self) -> str:
         return SCRATCH

@@ -39,6 +39,7 @@ from ..pods import BACKENDS, CONTAINER, manifests
 from ..pods.kubeplay import leftovers as kubeplay_leftovers
 from ..pods.phases import RESOLUTION, from_pod_object
 from . import container
+from ..instances import GuestImageInstance
 from .base import Driver, Instance, OptionSpec, Problem, Traits
 
 READY_TIMEOUT = 120.0
@@ -161,7 +162,7 @@ class PlayPod(_PodMixin, container.ContainerInstance):
         self.driver.release(self)
 
 
-class ClusterPod(_PodMixin, Instance):
+class ClusterPod(_PodMixin, GuestImageInstance):
     """A pod on a Kubernetes cluster; commands, copies and background processes through the API
     server's exec (machines/kubepod.py), so the pod is one more Machine."""
 
@@ -219,9 +220,6 @@ class ClusterPod(_PodMixin, Instance):
         if gone := self._gone(argv):
             return gone
         return self.pod_machine.run(argv, timeout=timeout, stdin=stdin, env=env)
-
-    def bin(self, name: str) -> str:
-        return f"{image.GUEST_BIN_DIR}/{name}"
 
     def scratch_dir(self) -> str:
         return _scratch(self.pod, bool(self.group.scratch_claim))

@@ -74,9 +74,7 @@ def format_size(size: int | None) -> str:
 
 
 def vm_root() -> Path:
-    path = paths.data_dir() / "vm"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return paths.data_dir("vm")
 
 
 @dataclass(frozen=True)

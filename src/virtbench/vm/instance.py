@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from .. import image
-from ..instances import Instance
+from ..image import ImageInfo
+from ..instances import GuestImageInstance
 from ..errors import UserError
 from ..model import EnvSpec, ExecResult
 from ..machines.ssh import SSH_ERROR, GuestMachine, KeyPair
@@ -60,7 +60,7 @@ class VmMaker(Protocol):
     """What a VM asks of the driver that made it (drivers/vm.py's VmDriver, a layer above this one)."""
 
     @property
-    def image(self) -> image.ImageInfo: ...
+    def image(self) -> ImageInfo: ...
 
     def boot_files(self, flavour: str, site: Site | None = None) -> disk.BootFiles: ...
 
@@ -69,7 +69,7 @@ class VmMaker(Protocol):
     def _forget(self, inst: VmInstance) -> None: ...
 
 
-class VmInstance(Instance):
+class VmInstance(GuestImageInstance):
     def __init__(self, name: str, env: EnvSpec, role: str, index: int, driver: VmMaker, site: Site,
                  workdir: Path, mdir: Path, base: disk.BaseDisk, settings: dict[str, Any]):
         super().__init__(name, env, role, index)
@@ -293,9 +293,6 @@ class VmInstance(Instance):
         if res.returncode == SSH_ERROR and not res.timed_out and not self.alive():
             res.stderr = res.stderr.rstrip() + f"\ninstance {self.name} is not running (QEMU exited)"
         return res
-
-    def bin(self, name: str) -> str:
-        return f"{image.GUEST_BIN_DIR}/{name}"
 
     def scratch_dir(self) -> str:
         return SCRATCH
