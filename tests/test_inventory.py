@@ -7,6 +7,7 @@ import pytest
 
 from virtbench.errors import UserError
 from virtbench.machines import inventory as inv
+from virtbench.machines import sshconfig
 from virtbench.machines.inventory import HostSpec, Inventory, expand_hosts
 
 DATA = Path(__file__).parent / "data" / "inventories"
@@ -226,18 +227,18 @@ def test_from_ssh_config(tmp_path):
     (tmp_path / "config").write_text(SSH_CONFIG.replace("Include extra.conf", f"Include {tmp_path}/extra.conf"))
     (tmp_path / "extra.conf").write_text("host gpu-box\n  hostname 10.2.0.1\n")
     path = tmp_path / "config"
-    assert inv.ssh_config_hosts(path) == ["bench1", "bench2", "gateway", "gpu-box"]
-    every = inv.from_ssh_config(None, path)
+    assert sshconfig.ssh_config_hosts(path) == ["bench1", "bench2", "gateway", "gpu-box"]
+    every = sshconfig.from_ssh_config(None, path)
     assert list(every.hosts) == ["bench1", "bench2", "gateway", "gpu-box"]
     assert every.hosts["bench1"] == HostSpec("bench1", groups=("ssh_config",))
     assert every.hosts["bench1"].address is None and every.hosts["bench1"].user is None  # ssh resolves the rest
-    some = inv.from_ssh_config(["gateway", "other.example.org"], path)
+    some = sshconfig.from_ssh_config(["gateway", "other.example.org"], path)
     assert list(some.hosts) == ["gateway", "other.example.org"]  # an unknown name is a plain destination
     assert some.groups == {"all": ["gateway", "other.example.org"], "ssh_config": ["gateway"]}
     assert [h.name for h in some.select("ssh_config")] == ["gateway"]
     with pytest.raises(UserError, match="no concrete Host"):
-        inv.from_ssh_config(None, tmp_path / "missing")
-    assert isinstance(inv.from_ssh_config(["x"], tmp_path / "missing"), Inventory)
+        sshconfig.from_ssh_config(None, tmp_path / "missing")
+    assert isinstance(sshconfig.from_ssh_config(["x"], tmp_path / "missing"), Inventory)
 
 
 def test_ssh_config_address():
@@ -245,5 +246,5 @@ def test_ssh_config_address():
 
     if not shutil.which("ssh"):
         pytest.skip("no ssh client")
-    got = inv.ssh_config_address("192.0.2.44")  # `ssh -G`: HostName and Port only
+    got = sshconfig.ssh_config_address("192.0.2.44")  # `ssh -G`: HostName and Port only
     assert got is None or (got[0] == "192.0.2.44" and isinstance(got[1], int))

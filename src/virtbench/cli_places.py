@@ -45,6 +45,7 @@ def hosts_cmd(inventory, pattern, boot_probe, k8s, as_json) -> None:
         raise UserError("hosts needs --inventory (or --kubernetes for a cluster's nodes)")
     from .machines import inventory as inventory_mod
     from .machines.probe import probe_hosts
+    from .machines.sshconfig import ssh_config_address
     from .machines import machine_for
     from .vm.site import kvm_column
 
@@ -52,11 +53,11 @@ def hosts_cmd(inventory, pattern, boot_probe, k8s, as_json) -> None:
 
     specs = inventory_mod.load(inventory).select(pattern)
     if as_json:
-        rows = probe_hosts(specs, machine_for, resolve=inventory_mod.ssh_config_address, boot=boot)
+        rows = probe_hosts(specs, machine_for, resolve=ssh_config_address, boot=boot)
         _emit_json(rows)
     else:
         with err.status(f"probing {len(specs)} host(s)"):
-            rows = probe_hosts(specs, machine_for, resolve=inventory_mod.ssh_config_address, boot=boot)
+            rows = probe_hosts(specs, machine_for, resolve=ssh_config_address, boot=boot)
         render.hosts_table(out, rows)
     if not all(r["reachable"] for r in rows):
         sys.exit(1)

@@ -125,7 +125,7 @@ def _ssh_destination(name: str) -> HostSpec:
     (ssh then applies the user's config when it connects)."""
     import socket
 
-    from .inventory import ssh_config_hosts
+    from .sshconfig import ssh_config_hosts
 
     user_host = name.rpartition("@")[2]
     if name not in ssh_config_hosts():

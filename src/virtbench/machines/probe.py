@@ -126,7 +126,7 @@ def probe_hosts(specs: Sequence, connect: Callable[[Any], Machine], workers: int
                 boot: Callable[[Machine], str] | None = None) -> list[dict[str, Any]]:
     """Probe every host in parallel (at most `workers` at once); rows in the order of `specs`,
     each with the host's `name` and `address` (never its user or key). `resolve(name)` gives
-    (host, port) for hosts without an address (ssh's own config: `inventory.ssh_config_address`)."""
+    (host, port) for hosts without an address (ssh's own config: `sshconfig.ssh_config_address`)."""
     def one(spec) -> dict[str, Any]:
         row = {"name": spec.name, "address": _address(spec, resolve)}
         machine = None
