@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from virtbench.workloads import web  # noqa: E402
+from virtbench.workloads import nginx, web  # noqa: E402
 
 
 def start_nginx(tmp: Path, workers: int, size: int) -> tuple[int, Path]:
@@ -36,11 +36,11 @@ def start_nginx(tmp: Path, workers: int, size: int) -> tuple[int, Path]:
     (tmp / "www").mkdir(exist_ok=True)
     (tmp / "logs").mkdir(exist_ok=True)
     (tmp / "www" / "index.html").write_bytes(b"x" * size)
-    conf = web._server_conf(workers, f"127.0.0.1:{port}", str(tmp))
+    conf = nginx.server_conf(workers, f"127.0.0.1:{port}", str(tmp))
     (tmp / "nginx.conf").write_text(conf)
     subprocess.run(["nginx", "-e", str(tmp / "logs/startup.log"), "-c", str(tmp / "nginx.conf"), "-p", f"{tmp}/",
                     "-g", f"pid {tmp}/nginx.pid;"], check=True)
-    web._wait_ready("127.0.0.1", port, size)
+    nginx.wait_ready("127.0.0.1", port, size)
     return port, tmp / "nginx.pid"
 
 

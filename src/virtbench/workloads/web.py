@@ -35,7 +35,6 @@ segment the VM driver gives clusters.
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import os
@@ -56,7 +55,7 @@ from ..instances import Instance
 from ..errors import MissingTool, WorkloadFailed
 from ..model import EnvSpec, Sample
 from .base import MetricSpec, Param, RunContext, Workload
-from . import netutil
+from . import netutil, nginx
 
 PORT = 8080  # inside an instance with its own network namespace
 # Measured: one nginx container with one worker uses 5.7 MB in its memory cgroup, plus 2 MB for
@@ -64,36 +63,7 @@ PORT = 8080  # inside an instance with its own network namespace
 REPLICA_MEMORY_MB = 16
 LATENCY_MODEL = "closed-loop (wrk 4): service time per request; subject to coordinated omission"
 WRK_TIMEOUT_S = 5  # a request slower than this counts as a timeout error
-READY_TIMEOUT = 15.0
 BRIDGE_PORTS = 1024  # the Linux bridge's port limit (BR_MAX_PORTS): every container's veth is one
-
-# $1 = prefix directory, $2 = file size in bytes; nginx.conf on stdin. nginx daemonizes once its
-# sockets listen, so the exec returns with the server up.
-_START = r"""
-set -e
-mkdir -p "$1/www" "$1/logs"
-head -c "$2" /dev/zero | tr '\0' x > "$1/www/index.html"
-cat > "$1/nginx.conf"
-nginx -e "$1/logs/startup.log" -c "$1/nginx.conf" -p "$1/" -g "pid $1/nginx.pid;"
-"""
-
-# $1 = prefix. Prints the /proc/PID/stat lines of the master and its workers (their CPU times),
-# the clock tick, then stops nginx and waits until it is gone (SIGKILL after 5 s).
-_STATS_AND_STOP = r"""
-pidfile="$1/nginx.pid"
-[ -s "$pidfile" ] || { echo "no nginx running"; rm -rf "$1"; exit 0; }
-master=$(cat "$pidfile")
-echo "CLK_TCK $(getconf CLK_TCK)"
-for p in $master $(pgrep -P "$master"); do cat "/proc/$p/stat" 2>/dev/null || true; done
-kill -TERM "$master" 2>/dev/null || true
-i=0
-while kill -0 "$master" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
-if kill -0 "$master" 2>/dev/null; then
-  for p in $(pgrep -P "$master") $master; do kill -KILL "$p" 2>/dev/null || true; done
-  echo "KILLED"
-fi
-rm -rf "$1"
-"""
 
 # wrk's done() hook: its statistics as one JSON line (latencies in microseconds).
 _LUA_DONE = r"""
@@ -209,7 +179,7 @@ def parse_wrk(text: str) -> dict[str, Any]:
 
 
 def parse_proc_stats(text: str) -> tuple[float, int]:
-    """_STATS_AND_STOP's output -> (CPU seconds of nginx's master and workers, processes)."""
+    """nginx.STATS_AND_STOP's output -> (CPU seconds of nginx's master and workers, processes)."""
     hz, ticks, procs = 100.0, 0, 0
     for line in text.splitlines():
         if line.startswith("CLK_TCK "):
@@ -279,7 +249,7 @@ class Web(Workload):
         on_host = traits_of(env.driver).host_process  # nginx runs here, not from the guest image
         for tool, package in (("wrk", "wrk"), *((("nginx", "nginx-light"),) if on_host else ())):
             try:
-                _which(tool)
+                nginx.which(tool)
             except MissingTool:
                 problems.append(f"{tool} is not installed on the host (apt-get install {package})")
         from .mpijob import instance_memory_mb
@@ -314,7 +284,7 @@ class Web(Workload):
 
     # -- one repetition -----------------------------------------------------------------------
     def execute(self, instances: dict[str, list[Instance]], params: dict[str, Any], ctx: RunContext) -> str:
-        wrk = _which("wrk")
+        wrk = nginx.which("wrk")
         servers = instances["server"]
         lb = instances["lb"][0] if params["balancer"] == "nginx" else None
         token = secrets.token_hex(4)
@@ -335,13 +305,13 @@ class Web(Workload):
                 port = _free_port() if _is_loopback(inst) else PORT
                 prefix = f"{inst.scratch_dir().rstrip('/')}/vb-web-{token}-s{i}"
                 listen = f"127.0.0.1:{port}" if _is_loopback(inst) else str(port)
-                _start_nginx(inst, prefix, _server_conf(params["workers"], listen, prefix), params["file_size"],
+                nginx.start(inst, prefix, nginx.server_conf(params["workers"], listen, prefix), params["file_size"],
                              lock, started)
                 return inst, port
 
             backends = _parallel(start_server, list(enumerate(servers)))
             for inst, port in backends:
-                _wait_ready(*ctx.applied.route(*_endpoint(inst, port)), params["file_size"])
+                nginx.wait_ready(*ctx.applied.route(*_endpoint(inst, port)), params["file_size"])
             target = ctx.applied.route(*_endpoint(*backends[0]))
             if params["balancer"] == "service":
                 # The platform's balancer in front of the servers, wrk outside it (study 004's Service).
@@ -351,16 +321,16 @@ class Web(Workload):
                                          f"has none): use pods with backend = \"kubernetes\", or balancer = \"nginx\"")
                 address, port, report["balancer"] = service(servers, PORT)
                 target = ctx.applied.route(address, port)
-                _wait_ready(*target, params["file_size"])
+                nginx.wait_ready(*target, params["file_size"])
             if lb is not None:
                 port = _free_port() if _is_loopback(lb) else PORT
                 listen = f"127.0.0.1:{port}" if _is_loopback(lb) else str(port)
                 upstreams = [f"{inst.address}:{p}" for inst, p in backends]
                 prefix = f"{lb.scratch_dir().rstrip('/')}/vb-web-{token}-lb"
-                _start_nginx(lb, prefix, _lb_conf(params["lb_workers"], listen, prefix, upstreams), 1, lock,
+                nginx.start(lb, prefix, nginx.lb_conf(params["lb_workers"], listen, prefix, upstreams), 1, lock,
                              started)
                 target = ctx.applied.route(*_endpoint(lb, port))
-                _wait_ready(*target, params["file_size"])
+                nginx.wait_ready(*target, params["file_size"])
 
             # Load.
             threads = params["threads"] or min(params["connections"], host_cpus)
@@ -383,7 +353,7 @@ class Web(Workload):
         finally:
             # Stop every nginx we started, whatever happened; their CPU times come with it.
             stats = {id(inst): text for (inst, _), text, exc in
-                     _parallel_safe(lambda it: _stop_nginx(*it), list(started))}
+                     _parallel_safe(lambda it: nginx.stop(*it), list(started))}
             for inst, prefix in started:
                 text = stats.get(id(inst)) or ""
                 cpu_s, procs = parse_proc_stats(text) if text else (math.nan, 0)
@@ -474,110 +444,6 @@ def peak(results: Any, *, environment: str | None = None, metric: str = "request
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-def _which(tool: str) -> str:
-    for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/bin", "/usr/sbin"]:
-        path = os.path.join(d, tool)
-        if os.access(path, os.X_OK):
-            return path
-    raise MissingTool(tool, {"wrk": "wrk", "nginx": "nginx-light"}.get(tool, tool), "the web workload needs it")
-
-
-def _server_conf(workers: int, listen: str, prefix: str) -> str:
-    return f"""# virtbench web server
-user root;
-worker_processes {workers};
-error_log {prefix}/logs/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    tcp_nodelay on;
-    keepalive_timeout 65;
-    keepalive_requests 100000000;
-    open_file_cache max=16 inactive=300s;
-    open_file_cache_valid 300s;
-    client_body_temp_path {prefix}/tmp_body;
-    proxy_temp_path {prefix}/tmp_proxy;
-    default_type application/octet-stream;
-    server {{
-        listen {listen} backlog=4096;
-        root {prefix}/www;
-        location / {{ }}
-    }}
-}}
-"""
-
-
-def _lb_conf(workers: int, listen: str, prefix: str, upstreams: list[str]) -> str:
-    servers = "\n".join(f"        server {u};" for u in upstreams)
-    return f"""# virtbench web balancer: round robin over keep-alive upstream connections
-user root;
-worker_processes {workers or "auto"};
-error_log {prefix}/logs/error.log warn;
-events {{ worker_connections 8192; }}
-http {{
-    access_log off;
-    tcp_nodelay on;
-    keepalive_timeout 65;
-    keepalive_requests 100000000;
-    client_body_temp_path {prefix}/tmp_body;
-    proxy_temp_path {prefix}/tmp_proxy;
-    upstream servers {{
-{servers}
-        keepalive {max(32, 4 * len(upstreams))};
-        keepalive_requests 100000000;
-    }}
-    server {{
-        listen {listen} backlog=4096;
-        location / {{
-            proxy_pass http://servers;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-        }}
-    }}
-}}
-"""
-
-
-def _start_nginx(inst: Instance, prefix: str, conf: str, size: int, lock: threading.Lock, started: list) -> None:
-    if inst.traits.host_process:
-        _which("nginx")
-    with lock:
-        started.append((inst, prefix))  # before the exec: a half-started nginx is stopped too
-    res = inst.exec(["sh", "-c", _START, "sh", prefix, str(size)], timeout=60, stdin=conf.encode())
-    if not res.ok:
-        raise WorkloadFailed(f"nginx did not start in {inst.name}: {res.describe_failure()}",
-                             res.stdout[-2000:] + res.stderr[-2000:])
-
-
-def _stop_nginx(inst: Instance, prefix: str) -> str:
-    res = inst.exec(["sh", "-c", _STATS_AND_STOP, "sh", prefix], timeout=60)
-    return res.stdout
-
-
-def _wait_ready(host: str, port: int, size: int) -> None:
-    """GET the file until it comes back whole (nginx listens before its workers run)."""
-    deadline = time.monotonic() + READY_TIMEOUT
-    last = ""
-    while time.monotonic() < deadline:
-        conn = http.client.HTTPConnection(host, port, timeout=2)
-        try:
-            conn.request("GET", "/index.html")
-            resp = conn.getresponse()
-            body = resp.read()
-            if resp.status == 200 and len(body) == size:
-                return
-            last = f"HTTP {resp.status}, {len(body)} bytes"
-        except OSError as exc:
-            last = str(exc)
-        finally:
-            conn.close()
-        time.sleep(0.05)
-    raise WorkloadFailed(f"http://{host}:{port}/index.html did not answer within {READY_TIMEOUT:g} s: {last}")
-
 
 def _run_measured(argv: list[str], timeout: float) -> dict[str, Any]:
     """Run argv, returning its output, wall time and CPU time (its rusage, from wait4)."""
