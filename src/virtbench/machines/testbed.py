@@ -13,12 +13,15 @@ A testbed belongs to someone: `owner.json` in its state dir says who made it and
 whose inventory names it registers itself under `runs/` while it runs, so `down` refuses to pull the
 hosts from under a live run (`--force` overrides) and `up` on a taken name says whose it is. The
 default name includes the user, and the default subnet is the first free one, so two users of one
-machine do not collide.
+machine do not collide (the records are testbed_owner.py's).
+
+About 520 lines as one module on purpose: `up`, `down` and the discovery by name are one job and
+must agree on every name (namespaces, links, mounts, processes, state files); apart, each half
+would have to restate them.
 """
 
 from __future__ import annotations
 
-import getpass
 import ipaddress
 import json
 import os
@@ -28,16 +31,15 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from .. import procs
 from ..errors import UserError
 from ..model import ExecResult
 from . import ssh
+# used_by and live_runs are the runner's and tests' way in: testbed.used_by(...)
+from .testbed_owner import STATE_ROOT, live_runs, owner, owner_text, state_dir, used_by, user  # noqa: F401
 
-STATE_ROOT = Path("/var/lib/virtbench-testbed")
 HOST_DIR = "/var/lib/virtbench-host"  # each host's own data dir (virtbench_dir in the inventory)
 SSHD = "/usr/sbin/sshd"
 SHARED_NOTE = ("testbed hosts share one kernel and CPU: their figures measure the network path and the "
@@ -45,11 +47,6 @@ SHARED_NOTE = ("testbed hosts share one kernel and CPU: their figures measure th
 
 # sshd processes started by this Python process, reaped in down() so none stay as zombies.
 _children: dict[str, list[subprocess.Popen]] = {}
-
-
-def user() -> str:
-    """Who is running this: the user behind sudo, if any (testbeds need root)."""
-    return os.environ.get("SUDO_USER") or getpass.getuser()
 
 
 def default_name() -> str:
@@ -68,81 +65,6 @@ def free_subnet() -> str:
         if not any(n.overlaps(net) for n in used):
             return str(net)
     raise UserError(f"no free /24 in {SUBNET_POOL} for a testbed", "choose one with --subnet")
-
-
-def state_dir(prefix: str = "vbtb") -> Path:
-    return STATE_ROOT / prefix
-
-
-# -- who owns it, and which runs use it -------------------------------------------------------------
-
-def owner(prefix: str) -> dict | None:
-    """{user, uid, host, created, pid} of whoever ran `up`, or None (no record)."""
-    try:
-        return json.loads((state_dir(prefix) / "owner.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _owner_text(rec: dict | None) -> str:
-    if not rec:
-        return "by an unknown user (no owner record)"
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(rec.get("created", 0)))
-    return f"by {rec.get('user', '?')} at {when}"
-
-
-def _start_time(pid: int) -> str | None:
-    """A process's start time in clock ticks since boot (field 22 of /proc/PID/stat): with the pid it
-    names one process, also after the pid is reused."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def live_runs(prefix: str) -> list[dict]:
-    """The runs registered as using testbed `prefix` whose process still runs (same boot, pid and
-    start time); records of runs that died without cleaning up are ignored."""
-    out = []
-    for f in sorted((state_dir(prefix) / "runs").glob("*.json")):
-        try:
-            rec = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
-        if rec.get("boot_id") == _boot_id() and _start_time(rec.get("pid", -1)) == rec.get("start_time"):
-            out.append(rec)
-    return out
-
-
-@contextmanager
-def used_by(prefixes: list[str], run_id: str, db: str = "") -> Iterator[None]:
-    """While the block runs, run `run_id` is registered with each testbed of `prefixes` that is up
-    here (a testbed on another machine, or one this user cannot write to, is left alone)."""
-    made = []
-    rec = {"run_id": run_id, "user": user(), "pid": os.getpid(), "start_time": _start_time(os.getpid()),
-           "boot_id": _boot_id(), "host": socket.gethostname(), "db": db, "since": time.time()}
-    for prefix in prefixes:
-        if not re.fullmatch(r"[a-z][a-z0-9]{0,9}", prefix) or not state_dir(prefix).is_dir():
-            continue
-        try:
-            (state_dir(prefix) / "runs").mkdir(exist_ok=True)
-            path = state_dir(prefix) / "runs" / f"{run_id}.json"
-            path.write_text(json.dumps(rec))
-            made.append(path)
-        except OSError:
-            pass
-    try:
-        yield
-    finally:
-        for path in made:
-            path.unlink(missing_ok=True)
 
 
 def host_name(prefix: str, k: int) -> str:
@@ -259,7 +181,7 @@ def down(prefix: str = "vbtb", *, force: bool = False) -> list[str]:
     if (runs := live_runs(prefix)) and not force:
         names = ", ".join(f"{r['run_id']} (user {r.get('user', '?')}, pid {r.get('pid')})" for r in runs)
         raise UserError(f"testbed {prefix} is in use by run {names}; removing it would fail that run's "
-                        f"repetitions (made {_owner_text(owner(prefix))})",
+                        f"repetitions (made {owner_text(owner(prefix))})",
                         f"wait until the run ends, or remove it anyway: virtbench testbed down --name {prefix} --force")
     removed = [f"containers on {h}" for h in _remove_containers(prefix)]
     pids = _pids(prefix)
@@ -440,7 +362,7 @@ def up(count: int, inventory_path, *, prefix: str = "vbtb", subnet: str | None =
         rec = owner(prefix)
         runs = live_runs(prefix)
         mine = rec is not None and rec.get("user") == user()
-        raise UserError(f"testbed {prefix!r} already exists, made {_owner_text(rec)}"
+        raise UserError(f"testbed {prefix!r} already exists, made {owner_text(rec)}"
                         + (f", in use by run {', '.join(r['run_id'] for r in runs)}" if runs else "")
                         + f" ({', '.join(left[:3])}{' ...' if len(left) > 3 else ''})",
                         (f"remove it first: virtbench testbed down --name {prefix}" if mine or rec is None else
