@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("make instances", ("drivers", "pods", "cloud", "kubetestbed", "vm.lifecycle")),
     ("below the drivers", ("vm", "engine", "cpuset", "lifecycle", "instances", "nfsclient")),
     ("the seam", ("machines",)),
-    ("foundations", ("procs", "hostdirs", "paths", "model", "errors", "sizes", "kernels", "image", "store",
+    ("foundations", ("procs", "fanout", "hostdirs", "paths", "model", "errors", "sizes", "kernels", "image", "store",
                      "stats", "shapes", "tomlpos", "published", "cpugiven", "virtbench")),
 ]
 

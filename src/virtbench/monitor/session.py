@@ -20,12 +20,11 @@ import secrets
 import shutil
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import kernels
+from .. import fanout, kernels
 from ..instances import Instance
 from ..machines import Machine, local
 from ..model import Sample
@@ -120,21 +119,6 @@ def _machine_sampler(machine: Machine, as_host: bool, directory: Path, interval:
                     "host", interval, lifetime, token)
 
 
-def _parallel(fn, items: list) -> list[tuple[Any, Any, Exception | None]]:
-    """fn over items in threads (podman exec takes ~0.1-0.5 s each): (item, result, error)."""
-    if not items:
-        return []
-
-    def call(item):
-        try:
-            return item, fn(item), None
-        except Exception as exc:  # every failure becomes a note
-            return item, None, exc
-
-    with ThreadPoolExecutor(max_workers=min(16, len(items))) as pool:
-        return list(pool.map(call, items))
-
-
 class Session:
     """The samplers of one repetition."""
 
@@ -175,7 +159,7 @@ class Session:
                 return _machine_sampler(*what, session._dir, interval, life, token)
             return _instance_sampler(what[0], what[1], interval, life, token)
 
-        for (kind, what), sampler, exc in _parallel(begin, jobs):
+        for (kind, what), sampler, exc in fanout.each(begin, jobs):
             if exc is not None:
                 where = "host: " if kind == "machine" and what[1] else ""
                 session.notes.append(f"monitor: {where}{exc}")
@@ -189,7 +173,7 @@ class Session:
         result = Result(notes=list(self.notes))
         outputs: list[tuple[str, str, str]] = []
         try:
-            for sampler, text, exc in _parallel(lambda s: s.stop(), self._samplers):
+            for sampler, text, exc in fanout.each(lambda s: s.stop(), self._samplers):
                 if exc is not None:
                     result.notes.append(f"monitor: {exc}")
                 else:

@@ -46,10 +46,10 @@ import subprocess
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .. import fanout
 from ..drivers import traits_of
 from ..instances import Instance
 from ..errors import MissingTool, WorkloadFailed
@@ -309,7 +309,7 @@ class Web(Workload):
                              lock, started)
                 return inst, port
 
-            backends = _parallel(start_server, list(enumerate(servers)))
+            backends = fanout.all_of(start_server, list(enumerate(servers)))
             for inst, port in backends:
                 nginx.wait_ready(*ctx.applied.route(*_endpoint(inst, port)), params["file_size"])
             target = ctx.applied.route(*_endpoint(*backends[0]))
@@ -353,7 +353,7 @@ class Web(Workload):
         finally:
             # Stop every nginx we started, whatever happened; their CPU times come with it.
             stats = {id(inst): text for (inst, _), text, exc in
-                     _parallel_safe(lambda it: nginx.stop(*it), list(started))}
+                     fanout.each(lambda it: nginx.stop(*it), list(started))}
             for inst, prefix in started:
                 text = stats.get(id(inst)) or ""
                 cpu_s, procs = parse_proc_stats(text) if text else (math.nan, 0)
@@ -483,26 +483,3 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _parallel(fn, items: list) -> list:
-    """fn over items in threads; the first error is raised after all have finished."""
-    results = _parallel_safe(fn, items)
-    for _, _, exc in results:
-        if exc is not None:
-            raise exc
-    return [r for _, r, _ in results]
-
-
-def _parallel_safe(fn, items: list) -> list[tuple[Any, Any, BaseException | None]]:
-    if not items:
-        return []
-
-    def call(item):
-        try:
-            return item, fn(item), None
-        except Exception as exc:
-            return item, None, exc
-
-    with ThreadPoolExecutor(max_workers=min(16, len(items))) as pool:
-        return list(pool.map(call, items))
