@@ -11,8 +11,6 @@ the Python reference miner.
 """
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,11 +19,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "native" / "hpa"
-PREBUILT = ROOT / "native" / "build" / "bin"
 DATA = ROOT / "tests" / "data" / "hpa"
 sys.path.insert(0, str(ROOT / "tests"))
 
 import hpa_reference  # noqa: E402
+import npbkit  # noqa: E402
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
 D, N, SEED = 2000, 100, 7
@@ -39,18 +37,8 @@ SUMMARY_KEYS = ["summary", "transactions", "items", "support", "confidence", "mi
 
 @pytest.fixture(scope="module")
 def bins(tmp_path_factory):
-    if not shutil.which("mpirun"):
-        pytest.skip("Open MPI (mpirun) not installed")
-    if shutil.which("make") and shutil.which(os.environ.get("MPICC", "mpicc")):
-        bindir = tmp_path_factory.mktemp("bin")
-        build = subprocess.run(["make", "-s", "-C", str(SRC), f"BINDIR={bindir}"],
-                               capture_output=True, text=True, timeout=120)
-        assert build.returncode == 0, f"build failed:\n{build.stderr}"
-        assert "warning" not in build.stderr, f"build warnings:\n{build.stderr}"
-        return bindir
-    if (PREBUILT / "vb-hpa").exists() and (PREBUILT / "vb-questgen").exists():
-        return PREBUILT
-    pytest.skip("no mpicc and no prebuilt vb-hpa / vb-questgen")
+    # the vb-hpa and vb-questgen of one build: their directory
+    return npbkit.build(tmp_path_factory, SRC, "vb-hpa").parent
 
 
 def questgen(bins, out, parts=1, seed=SEED, transactions=D, items=N):

@@ -8,16 +8,15 @@ so the file takes a few seconds.
 """
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+import npbkit
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "native" / "mpibench"
-PREBUILT = ROOT / "native" / "build" / "bin" / "vb-mpibench"
 DATA = ROOT / "tests" / "data" / "mpibench"
 
 KEYS = ["op", "bytes", "ranks", "iterations", "t_min_us", "t_avg_us", "t_max_us", "mbps", "version"]
@@ -29,18 +28,7 @@ MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
 
 @pytest.fixture(scope="module")
 def vb_mpibench(tmp_path_factory):
-    if not shutil.which("mpirun"):
-        pytest.skip("Open MPI (mpirun) not installed")
-    if shutil.which("make") and shutil.which(os.environ.get("MPICC", "mpicc")):
-        bindir = tmp_path_factory.mktemp("bin")
-        build = subprocess.run(["make", "-s", "-C", str(SRC), f"BINDIR={bindir}"],
-                               capture_output=True, text=True, timeout=120)
-        assert build.returncode == 0, f"build failed:\n{build.stderr}"
-        assert "warning" not in build.stderr, f"build warnings:\n{build.stderr}"
-        return bindir / "vb-mpibench"
-    if PREBUILT.exists():
-        return PREBUILT
-    pytest.skip("no mpicc and no prebuilt native/build/bin/vb-mpibench")
+    return npbkit.build(tmp_path_factory, SRC, "vb-mpibench")
 
 
 def mpirun(np, binary, *args, timeout=60):
