@@ -107,6 +107,11 @@ class Machine(ABC):
         self._facts: dict[str, Any] | None = None
         self._root: bool | None = None
 
+    @classmethod
+    def from_host(cls, spec: Any) -> Machine:
+        """This kind of machine for an inventory host (a HostSpec), as factory.machine_for makes it."""
+        return cls(spec)
+
     @property
     def is_local(self) -> bool:
         return False

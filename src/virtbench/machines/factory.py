@@ -5,11 +5,18 @@ through their instances, not through an inventory."""
 
 from __future__ import annotations
 
+import importlib
+
 from ..errors import UserError
 from .base import Machine
 from .inventory import HostSpec
 
-KINDS = ("ssh", "local")
+# ansible_connection -> the Machine class that serves it (made with Machine.from_host): one line per
+# kind of place, imported on use.
+KINDS: dict[str, str] = {
+    "ssh": "virtbench.machines.ssh:SshMachine",
+    "local": "virtbench.machines.local:LocalMachine",
+}
 
 
 def connection_kind(spec: HostSpec) -> str:
@@ -21,14 +28,9 @@ def connection_kind(spec: HostSpec) -> str:
 def machine_for(spec: HostSpec) -> Machine:
     """A Machine for one inventory host, not yet connected (Machine.connect says what is wrong)."""
     kind = connection_kind(spec)
-    if kind == "ssh":
-        from .ssh import SshMachine
-
-        return SshMachine(spec)
-    if kind == "local":
-        from .local import LocalMachine
-
-        return LocalMachine(spec.name)
-    raise UserError(f"host '{spec.name}': ansible_connection={kind} is not a connection virtbench has",
-                    f"use one of: {', '.join(KINDS)} (containers, pods and VM guests are environments, "
-                    "not inventory hosts)")
+    if kind not in KINDS:
+        raise UserError(f"host '{spec.name}': ansible_connection={kind} is not a connection virtbench has",
+                        f"use one of: {', '.join(KINDS)} (containers, pods and VM guests are environments, "
+                        "not inventory hosts)")
+    module, _, cls = KINDS[kind].partition(":")
+    return getattr(importlib.import_module(module), cls).from_host(spec)

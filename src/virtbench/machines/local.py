@@ -74,6 +74,10 @@ class LocalMachine(Machine):
         super().__init__(name, "127.0.0.1")
         self._children: dict[int, subprocess.Popen] = {}
 
+    @classmethod
+    def from_host(cls, spec) -> LocalMachine:
+        return cls(spec.name)  # this machine under the host's inventory name
+
     @property
     def is_local(self) -> bool:
         return True
