@@ -260,3 +260,21 @@ def test_study_sections_with_only_failures(tmp_path):
     doc = build.document(Store(db), [run_id])
     doc.parts[0].sections += sections
     assert "Traceback" not in emit(Document(doc.title, doc.generated_at, doc.parts), None)
+
+
+def test_beside_study_labels_a_kubernetes_testbed_and_an_emulated_vm():
+    """The published 32 pods and 1 VM x 8 workers stand beside our pods, labelled as a Kubernetes testbed
+    on one machine, and beside our VM, labelled as emulated when QEMU had only TCG."""
+    from virtbench.report.data import RunData
+    from virtbench.report.sections import web
+
+    envs = [{"name": "pods", "driver": "pods", "facts": {"backend": "kubernetes", "cluster_testbed": True}},
+            {"name": "vm", "driver": "vm", "facts": {"accelerator": "tcg"}}]
+    data = RunData(run={"id": "r"}, results={"baseline": "host", "environments": ["pods", "vm"]}, environments=envs,
+                   instances=[], attempts=[], sample_count=0)
+    peaks = [("replicas", "balancer=service", {"environment": "pods", "median": 14670.0, "params": {"replicas": 1}}, {}),
+             ("workers", "", {"environment": "vm", "median": 788.6, "params": {"workers": 2}}, {})]
+    (table,) = web._beside_study(data, peaks)
+    ours = {row[1]: row[5] for row in table.rows}
+    assert ours["32 pods"] == "pods (Kubernetes testbed on one machine) (balancer=service)"
+    assert ours["1 VM, 8 workers"].startswith("vm (emulated: TCG")

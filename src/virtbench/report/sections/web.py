@@ -25,7 +25,8 @@ HIDE = ("duration", "replica_memory_mb", "lb_workers", "threads")
 def build(data: RunData, rows: list[dict]) -> Section:
     section = Section(sid(data, "web"), "Web serving (study 004)", intro=(
         "Requests per second served by nginx (wrk on the host, closed loop) against the number of replicas "
-        "behind the nginx balancer and against the worker processes of one server, per environment, with "
+        "behind the balancer (nginx, or a Kubernetes Service) and against the worker processes of one server, "
+        "per environment, with "
         "95 % CIs; then the peak of each curve with the CPU use measured there, beside the study's."))
     peaks = []
     for by, label in SWEEPS:
@@ -90,8 +91,11 @@ def _peak_table(data: RunData, peaks: list) -> Table:
 
 
 def _pods_label(data: RunData, env: str) -> str:
-    """What a pods environment ran on: a Kubernetes cluster (the testbed: one machine) or podman."""
+    """What a pods environment ran on: a Kubernetes cluster (the testbed: one machine) or podman; a VM
+    without KVM is said to be emulated, beside the study's hardware-virtualized one."""
     facts = data.env(env).get("facts") or {}
+    if str(facts.get("accelerator", "")).lower() == "tcg":
+        return " (emulated: TCG, not virtualization overhead)"
     if facts.get("backend") == "kubernetes":
         return " (Kubernetes testbed on one machine)" if facts.get("cluster_testbed") else " (Kubernetes cluster)"
     return " (podman pods)" if facts.get("backend") == "kube-play" else ""
