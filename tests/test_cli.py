@@ -119,7 +119,8 @@ def test_workloads_listing():
 
 
 @pytest.mark.parametrize("args,needle,hint", [
-    (["show", "nope"], "run id 'nope' is not in", "virtbench runs"),
+    (["show", "nope"], "no results database at", "--db"),
+    (["report", "nope"], "no results database at", "--db"),
     (["run", "--workload", "nosuch"], "unknown workload 'nosuch'", "system"),
     (["run", "--workload", "system", "--envs", "bare"], "unknown environment 'bare'", "container"),
     (["run", "--workload", "system", "--param", "copies"], "not KEY=VALUE", "--param"),
@@ -132,6 +133,20 @@ def test_bad_input_says_what_and_how(tmp_path, args, needle, hint):
     assert res.returncode == 2, res.stderr
     assert needle in res.stderr and hint in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_unknown_run_in_a_database_that_exists(two_runs):
+    db, _ = two_runs
+    res = vb("show", "nope", "--db", db, check=False)
+    assert res.returncode == 2 and "run id 'nope' is not in" in res.stderr and "virtbench runs" in res.stderr
+
+
+def test_reading_commands_do_not_create_a_database(tmp_path):
+    # A mistyped --db must not leave an empty database behind (and then say the run is not in it).
+    for args in (["runs"], ["show", "x"], ["export", "x"], ["compare", "x", "y"]):
+        res = vb(*args, "--db", str(tmp_path / "typo.sqlite"), check=False)
+        assert res.returncode == 2 and "no results database at" in res.stderr, (args, res.stderr)
+    assert not (tmp_path / "typo.sqlite").exists()
 
 
 def test_help_lists_subcommands():

@@ -22,7 +22,12 @@ out = Console(width=None if sys.stdout.isatty() else 200)
 DB_HELP = "results database: a SQLite file path or a postgresql:// URL [default: the user's data directory]"
 
 
-def _store(db: str | None) -> Store:
+def _store(db: str | None, *, reading: bool = False) -> Store:
+    """The results database. Commands that only read (runs, show, report, compare, export) must not
+    create an empty database at a mistyped --db path and then say the run is not in it."""
+    if reading and db and "://" not in db and not Path(db).expanduser().exists():
+        raise UserError(f"no results database at {db}",
+                        "check the --db path (virtbench run writes one there), or leave --db out for the default")
     return Store(db or paths.default_db())
 
 

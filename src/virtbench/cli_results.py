@@ -65,7 +65,7 @@ def _show(store: Store, run_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def runs(db, as_json) -> None:
     """List stored runs, newest first."""
-    rows = _store(db).runs()
+    rows = _store(db, reading=True).runs()
     if as_json:
         _emit_json(rows)
     elif not rows:
@@ -80,7 +80,7 @@ def runs(db, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def show(run_id, db, as_json) -> None:
     """Show a stored run's results (same shape as `run --json`)."""
-    _show(_store(db), run_id, as_json)
+    _show(_store(db, reading=True), run_id, as_json)
 
 
 @click.command()
@@ -92,11 +92,11 @@ def show(run_id, db, as_json) -> None:
               help="also write the comparison as an HTML file")
 def compare(run_a, run_b, db, as_json, html_file) -> None:
     """Compare RUN_B against RUN_A, matching workload, parameters, metric and environment."""
-    data = analysis.compare(_store(db), run_a, run_b)
+    data = analysis.compare(_store(db, reading=True), run_a, run_b)
     if html_file:
         from . import report
 
-        report.write_compare(_store(db), run_a, run_b, html_file)
+        report.write_compare(_store(db, reading=True), run_a, run_b, html_file)
         err.print(f"wrote {html_file}", highlight=False)
     if as_json:
         _emit_json(data)
@@ -120,7 +120,7 @@ def report_cmd(run_ids, output, fmt, figures_dir, db) -> None:
 
     if output is None and fmt == "html":
         output = f"virtbench-report-{run_ids[0]}.html"
-    text = report.write(_store(db), list(run_ids), output, fmt=fmt, figures_dir=figures_dir)
+    text = report.write(_store(db, reading=True), list(run_ids), output, fmt=fmt, figures_dir=figures_dir)
     if output is None:
         click.echo(text, nl=False)
     else:
@@ -138,7 +138,7 @@ def export(run_id, fmt, output, timeseries, db) -> None:
     """Export a run: CSV (one row per sample) or JSON (everything stored)."""
     from . import export as export_mod
 
-    store = _store(db)
+    store = _store(db, reading=True)
     text = export_mod.to_csv(store, run_id, timeseries=timeseries) if fmt == "csv" else \
         export_mod.to_json(store, run_id, timeseries=timeseries)
     if output:
