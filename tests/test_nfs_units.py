@@ -37,31 +37,31 @@ def test_nfs_kinds_are_remote_storage(value):
 
 
 def test_pods_without_nfs_share_are_told_to_set_it():
-    from virtbench.conditions import targets
+    from virtbench.conditions import nfs, targets
 
     for backend in ("kubernetes", "kube-play"):
         with pytest.raises(targets.ConditionUnavailable, match='set nfs_share = "SERVER:/EXPORT"'):
-            targets.pod_nfs_choice(backend, "", None, False)
+            nfs.pod_nfs_choice(backend, "", None, False)
 
 
 def test_pods_with_nfs_share_use_its_mount():
-    from virtbench.conditions import targets
+    from virtbench.conditions import nfs
 
-    k8s = targets.pod_nfs_choice("kubernetes", "nfs.example.org:/bench", None, False)
+    k8s = nfs.pod_nfs_choice("kubernetes", "nfs.example.org:/bench", None, False)
     assert k8s["storage_mounted_by"] == "kubelet (PersistentVolume)" and k8s["storage_fs"] == "nfs4"
     assert "nfs.example.org:/bench" in k8s["storage_mechanism"] and k8s["storage_nfs_share"] == "nfs.example.org:/bench"
-    play = targets.pod_nfs_choice("kube-play", "10.0.0.5:/x", None, False)
+    play = nfs.pod_nfs_choice("kube-play", "10.0.0.5:/x", None, False)
     assert play["storage_mounted_by"] == "podman (kube play volume)"
     assert "podman NFS volume" in play["storage_mechanism"]
 
 
 def test_pod_share_refusal_and_network_conditions():
-    from virtbench.conditions import targets
+    from virtbench.conditions import nfs, targets
 
     with pytest.raises(targets.ConditionUnavailable, match="^why not$"):
-        targets.pod_nfs_choice("kube-play", "h:/x", "why not", False)
+        nfs.pod_nfs_choice("kube-play", "h:/x", "why not", False)
     with pytest.raises(targets.ConditionUnavailable, match="delay_ms/rate_mbit cannot be put in the path"):
-        targets.pod_nfs_choice("kubernetes", "h:/x", None, True)
+        nfs.pod_nfs_choice("kubernetes", "h:/x", None, True)
 
 
 def test_kube_play_refusal_matches_the_containers_on_this_kernel():
@@ -69,7 +69,7 @@ def test_kube_play_refusal_matches_the_containers_on_this_kernel():
     share is refused with the same kernel reason as the container way."""
     from types import SimpleNamespace
 
-    from virtbench.conditions import targets
+    from virtbench.conditions import nfs, targets
     from virtbench.drivers import traits_of
     from virtbench.machines import local
     from virtbench.model import EnvSpec, Shape
@@ -79,7 +79,7 @@ def test_kube_play_refusal_matches_the_containers_on_this_kernel():
     if ok:
         assert got is None
         return
-    ctr = targets._host_mount_refusal(SimpleNamespace(env=EnvSpec("c", "container", Shape("native"), {}), name="c",
+    ctr = nfs._host_mount_refusal(SimpleNamespace(env=EnvSpec("c", "container", Shape("native"), {}), name="c",
                                                       traits=traits_of("container")))
     assert got.startswith("storage=nfs in a kube-play pod: nfs_share 10.0.0.5:/vb is a podman NFS volume")
     assert got.endswith(why) and ctr.endswith(why) and "no NFS client" in why
@@ -108,10 +108,10 @@ class _FakeClusterPod:
 
 
 def test_storage_nfs_on_a_cluster_pod_is_its_share_directory():
-    from virtbench.conditions import base, targets
+    from virtbench.conditions import base, nfs
 
     pod, applied = _FakeClusterPod(), base.Applied()
-    path, meta = targets.nfs(pod, None, applied)
+    path, meta = nfs.nfs(pod, None, applied)
     assert path == pod.nfs_dir() and pod.ran == [["mkdir", "-p", path]]
     assert meta["storage_mounted_by"] == "kubelet (PersistentVolume)"
     assert applied.close() == [] and pod.ran[-1] == ["rm", "-rf", path]  # nothing left on the user's share

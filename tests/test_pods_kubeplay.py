@@ -206,7 +206,7 @@ def test_nfs_share_in_kube_play_pods(driver, tmp_path):
     the same kernel reason as the container way. With one, nfs-ganesha on a server link is the
     share, and each pod writes in a directory of its own on it."""
     from virtbench import conditions
-    from virtbench.conditions import base, targets
+    from virtbench.conditions import base, nfs, targets
     from virtbench.machines import local
 
     ok, why = targets.kernel_nfs_client()
@@ -214,8 +214,8 @@ def test_nfs_share_in_kube_play_pods(driver, tmp_path):
     try:
         share = "127.0.0.1:/vb"
         if ok:  # a real server for the real mount
-            srv = targets._Ganesha(type("I", (), {"machine": local()})(), applied, "test")
-            share = f"{srv.link.ns_addr}:{targets.NFS_PSEUDO}"
+            srv = nfs._Ganesha(type("I", (), {"machine": local()})(), applied, "test")
+            share = f"{srv.link.ns_addr}:{nfs.NFS_PSEUDO}"
         insts = driver.provision(EnvSpec("pods", "pods", SMALL, {"nfs_share": share}), 2, "main")
         run = f"virtbench.run={driver.context.run_id}"
         meta = insts[0].metadata()

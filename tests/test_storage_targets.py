@@ -137,13 +137,13 @@ def test_ganesha_serves_nfsv3_to_qemus_client(host):
     """The datastore's server side without a VM: nfs-ganesha (v3 + v4) and rpcbind on a server
     link; qemu-img makes and reads an image on the export through QEMU's NFS driver (libnfs)."""
     need("nfs-datastore")
-    from virtbench.conditions import targets
+    from virtbench.conditions import nfs
 
     (inst,) = host["main"]
     applied = conditions.Applied()
     try:
-        srv = targets._Ganesha(inst, applied, "storage=nfs-datastore", v3=True)
-        url = f"nfs://{srv.link.ns_addr}{targets.NFS_PSEUDO}/t.img"
+        srv = nfs._Ganesha(inst, applied, "storage=nfs-datastore", v3=True)
+        url = f"nfs://{srv.link.ns_addr}{nfs.NFS_PSEUDO}/t.img"
         res = subprocess.run(["qemu-img", "create", "-q", "-f", "raw", url, "8M"], capture_output=True,
                              text=True, timeout=60)
         assert res.returncode == 0, res.stderr

@@ -31,12 +31,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import UserError
-from . import targets
+from . import nfs, targets
 from .base import Applied, Condition, Instance
 from .hostres import HostCommandFailed, parse_size
 from .targets import availability, kernel_nfs_client  # noqa: F401  (doctor and tests ask this module)
 
 KINDS = ("local", "tmpfs", "volume", "nbd", "iscsi", "nfs", "nfs-datastore", "cloud-volume")
+MAKERS: dict[str, targets.Maker] = {
+    "local": targets.local_disk, "tmpfs": targets.tmpfs, "volume": targets.volume, "nbd": targets.nbd,
+    "iscsi": targets.iscsi, "nfs": nfs.nfs, "nfs-datastore": nfs.nfs_datastore, "cloud-volume": targets.cloud_volume,
+}
 
 
 def split(value: str) -> tuple[str, int | None]:
@@ -99,7 +103,7 @@ class Storage(Condition):
                     if is_external(value):
                         path, meta = targets.nbd_external(inst, parse_external(value), applied)
                     else:
-                        path, meta = targets.MAKERS[kind](inst, size, applied)
+                        path, meta = MAKERS[kind](inst, size, applied)
                 except HostCommandFailed as exc:
                     # not a limit of this machine but a fault: recorded as a failed attempt
                     raise UserError(f"storage={value} could not be set up: {exc}") from None

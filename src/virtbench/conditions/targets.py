@@ -10,6 +10,7 @@ everything it made. Commands run through the executor of the instance's machine.
   device with direct I/O -> ext4; the kernel's NFS client) or by QEMU for a VM.
 Mounts are made by the machine; a container sees them through its /vb-mnt propagation mount
 (hostdirs). Remote targets are made on this machine only so far: elsewhere the cell is skipped.
+The NFS targets (nfs, nfs-datastore) are nfs.py's; storage.py holds the table of makers.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from pathlib import Path
 
 from .. import hostdirs
 from ..hostdirs import owner_tag
-from ..instances import DiskHotplug, GuestRelay, SharedNfsMount, VolumeAttach
+from ..instances import VolumeAttach
 from ..machines import Machine, local
 from ..nfsclient import kernel_nfs_client, kube_play_nfs_refusal  # noqa: F401  (also asked of this module)
-from . import hostnet, network, vmdisk
+from . import hostnet, vmdisk
 from .base import Applied, ConditionUnavailable, Instance
 from .hostres import (Helper, HostCommandFailed, free_bytes, human, is_mounted, is_root, loop_attach, loop_detach,
                       machine_dir, new_dir, next_id, remove_tree, require_root, require_tools, run, umount,
@@ -39,7 +40,7 @@ Maker = Callable[[Instance, int | None, Applied], tuple[str | None, dict]]
 
 # -- where a mount goes ------------------------------------------------------------------------------
 
-def _mount_point(inst: Instance, kind: str, applied: Applied) -> tuple[str, str]:
+def mount_point(inst: Instance, kind: str, applied: Applied) -> tuple[str, str]:
     """(directory on the machine to mount on, the same directory as the instance sees it)."""
     m = inst.machine
     if inst.traits.is_machine:  # it sees its machine's own file system
@@ -68,7 +69,7 @@ def fs_type(inst: Instance, path: str) -> str:
     return res.stdout.strip() if res.ok else "unknown"
 
 
-def _here_only(inst: Instance, what: str) -> Machine:
+def here_only(inst: Instance, what: str) -> Machine:
     """The instance's machine, when it is this one; targets with servers, links and FUSE are made
     here only so far."""
     if not inst.machine.is_local:
@@ -96,7 +97,7 @@ def tmpfs(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict
         return vmdisk.tmpfs(inst, size, applied)
     m = inst.machine
     require_root(m, "storage=tmpfs")
-    mount_dir, inside = _mount_point(inst, "tmpfs", applied)
+    mount_dir, inside = mount_point(inst, "tmpfs", applied)
     opts = f"size={size},mode=1777" if size else "size=25%,mode=1777"
     run(m, ["mount", "-t", "tmpfs", "-o", opts, "virtbench-tmpfs", mount_dir])
     applied.defer(lambda: umount(m, mount_dir))
@@ -117,7 +118,7 @@ def volume(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dic
     if not (inst.traits.host_process or inst.traits.engine_container):
         raise ConditionUnavailable(f"storage=volume is a container-engine volume; a {inst.env.driver} "
                                    "instance has its own disk (storage=local)")
-    m = _here_only(inst, "storage=volume")
+    m = here_only(inst, "storage=volume")
     cmd = _engine_cmd(inst)
     name = f"vb-vol-{owner_tag()}-{next_id()}"
     run(m, [cmd, "volume", "create", "--label", "virtbench.cond=1", name], timeout=120)
@@ -129,7 +130,7 @@ def volume(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dic
     if inst.traits.host_process:
         return source, {**meta, "storage_fs": fs_type(inst, source)}
     require_root(m, "storage=volume in a running container")
-    mount_dir, inside = _mount_point(inst, "volume", applied)
+    mount_dir, inside = mount_point(inst, "volume", applied)
     run(m, ["mount", "--bind", source, mount_dir])
     applied.defer(lambda: umount(m, mount_dir))
     return inside, {**meta, "storage_fs": fs_type(inst, inside)}
@@ -137,7 +138,7 @@ def volume(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dic
 
 # -- remote block devices ----------------------------------------------------------------------------
 
-def _image(m: Machine, workdir: Path, size: int, what: str) -> Path:
+def image_file(m: Machine, workdir: Path, size: int, what: str) -> Path:
     """A sparse disk image with an ext4 file system, made on the server's side before export."""
     _check_space(workdir, size, what)
     img = workdir / "disk.img"
@@ -174,7 +175,7 @@ def _attach_nbd(m: Machine, uri: str, workdir: Path, mount_dir: str, applied: Ap
 
 def nbd_external(inst: Instance, export: tuple[str, int, str], applied: Applied) -> tuple[str, dict]:
     """An export someone else serves: its file system is mounted as it is (never formatted)."""
-    m = _here_only(inst, "storage=nbd://...")
+    m = here_only(inst, "storage=nbd://...")
     require_root(m, "storage=nbd://...")
     if not vmdisk.is_vm(inst):
         require_tools(m, "storage=nbd://...", {"nbdfuse": "libnbd-bin", "losetup": "mount"})
@@ -191,7 +192,7 @@ def nbd_external(inst: Instance, export: tuple[str, int, str], applied: Applied)
                       "storage_mechanism": "an existing NBD export; QEMU's NBD client, virtio disk"}
     workdir = new_dir("nbdx")
     applied.defer(lambda: remove_tree(m, workdir))
-    mount_dir, inside = _mount_point(inst, "nbd", applied)
+    mount_dir, inside = mount_point(inst, "nbd", applied)
     _attach_nbd(m, f"nbd://{hostnet.fmt_addr(dial_host, dial_port)}/{name}", workdir, mount_dir, applied, fstype="")
     return inside, {"storage_fs": fs_type(inst, inside), "storage_mechanism":
                     "an existing NBD export; nbdfuse + loop (direct I/O) on the host"}
@@ -199,7 +200,7 @@ def nbd_external(inst: Instance, export: tuple[str, int, str], applied: Applied)
 
 def _server_side(inst: Instance, kind: str, size: int | None, applied: Applied):
     """(machine, work dir, formatted disk image, server link) for a remote target of `inst`."""
-    m = _here_only(inst, f"storage={kind}")
+    m = here_only(inst, f"storage={kind}")
     require_root(m, f"storage={kind}")
     tools = {"mkfs.ext4": "e2fsprogs", "ip": "iproute2", "nsenter": "util-linux"}
     if not vmdisk.is_vm(inst):
@@ -207,14 +208,14 @@ def _server_side(inst: Instance, kind: str, size: int | None, applied: Applied):
     require_tools(m, f"storage={kind}", tools)
     workdir = new_dir(kind)
     applied.defer(lambda: remove_tree(m, workdir))
-    img = _image(m, workdir, size or REMOTE_DEFAULT_SIZE, f"storage={kind}")
+    img = image_file(m, workdir, size or REMOTE_DEFAULT_SIZE, f"storage={kind}")
     link = hostnet.Link.create(m)
     applied.defer(link.destroy)
     return m, workdir, img, link
 
 
 def nbd(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
-    require_tools(_here_only(inst, "storage=nbd"), "storage=nbd", {"nbdkit": "nbdkit"})
+    require_tools(here_only(inst, "storage=nbd"), "storage=nbd", {"nbdkit": "nbdkit"})
     m, workdir, img, link = _server_side(inst, "nbd", size, applied)
     server = Helper(m, ["nbdkit", "--foreground", "--exit-with-parent", "--ipaddr", link.ns_addr,
                         "--port", str(NBD_PORT), "file", f"file={img}"],
@@ -227,7 +228,7 @@ def nbd(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
                               "nbd", applied)
         return path, {"storage_fs": "ext4", "storage_mechanism":
                       "nbdkit on a server link; QEMU's NBD client, virtio disk, ext4 in the guest"}
-    mount_dir, inside = _mount_point(inst, "nbd", applied)
+    mount_dir, inside = mount_point(inst, "nbd", applied)
     _attach_nbd(m, f"nbd://{hostnet.fmt_addr(host, port)}", workdir, mount_dir, applied)
     return inside, {"storage_fs": "ext4", "storage_mechanism":
                     "nbdkit on a server link; nbdfuse + loop (direct I/O) + ext4 on the host"}
@@ -250,7 +251,7 @@ def _tgt_control_port() -> int:
 
 
 def iscsi(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
-    _here_only(inst, "storage=iscsi")
+    here_only(inst, "storage=iscsi")
     iscsi_initiator()
     m, workdir, img, link = _server_side(inst, "iscsi", size, applied)
     cport = _tgt_control_port()
@@ -287,210 +288,10 @@ def iscsi(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict
                        name="qemu-nbd (iSCSI initiator)", log=workdir / "qemu-nbd.log")
     applied.defer(initiator.stop)
     wait_for(sock.exists, 60, "qemu-nbd to log in to the iSCSI target", initiator)
-    mount_dir, inside = _mount_point(inst, "iscsi", applied)
+    mount_dir, inside = mount_point(inst, "iscsi", applied)
     _attach_nbd(m, f"nbd+unix:///?socket={sock}", workdir, mount_dir, applied)
     return inside, {"storage_fs": "ext4", "storage_mechanism":
                     "tgt on a server link; user-space initiator (qemu-nbd/libiscsi) + nbdfuse + loop + ext4"}
-
-
-# -- NFS -----------------------------------------------------------------------------------------------
-# Four ways, as study 004 had them (`storage_mounted_by` in every sample says which):
-#   host       storage=nfs on a bare host: its kernel NFSv4.1 client mounts the export;
-#   container  storage=nfs in a container: the host mounts it, the container sees it through its
-#              /vb-mnt propagation mount (as a pod sees a PersistentVolume its node mounted);
-#   guest      storage=nfs in a VM: the guest kernel's NFSv4.1 client, over the VM's user-mode
-#              network: a guestfwd relay (vm/instance.py) opens exactly 10.0.2.100:2049 to the server;
-#   hypervisor storage=nfs-datastore in a VM: QEMU's NFS block driver (libnfs) opens a disk image on
-#              the export, with no mount anywhere (an ESXi NFS datastore), hot-plugged as a virtio
-#              disk with ext4 in the guest.
-# The server is nfs-ganesha (user space: no kernel nfsd) on a server link. libnfs in QEMU 7.2
-# speaks NFSv3 only (QEMU sets no version), which finds the NFS and MOUNT ports through a
-# portmapper on port 111: for the datastore ganesha also serves v3, and rpcbind runs beside it in
-# the link's namespace with a private /run (its socket path is fixed), where ganesha registers
-# (ganesha will not start v3 unregistered). libnfs then dials those port numbers on the address it
-# asked, so a delay proxy in its path keeps them (network.route_same_port).
-
-NFS_MOUNT_PORT, PORTMAP_PORT = 20048, 111
-NFS_PSEUDO = "/vb"
-GANESHA_CONF = """NFS_CORE_PARAM {{ Protocols = {protocols}; NFS_Port = {port}; MNT_Port = {mnt_port};
-  Bind_addr = {addr}; Enable_NLM = false; Enable_RQUOTA = false; Mount_Path_Pseudo = true; }}
-NFSV4 {{ Graceless = true; RecoveryBackend = fs; }}
-NFS_KRB5 {{ Active_krb5 = false; }}
-EXPORT {{ Export_Id = 1; Path = {export}; Pseudo = {pseudo}; Access_Type = RW; Squash = No_Root_Squash;
-  Protocols = {protocols}; Transports = TCP; SecType = sys; FSAL {{ Name = VFS; }} }}
-LOG {{ Default_Log_Level = WARN; }}
-"""
-# Run in the link's namespace under `unshare --mount`: ganesha's recovery directory (and rpcbind's
-# /run) private to this server, so servers of concurrent runs do not share them.
-# $1 config, $2 log, $3 pid file, $4 = 1: start rpcbind first (NFSv3).
-_GANESHA_START = r"""
-set -e
-mkdir -p /var/lib/nfs/ganesha
-mount -t tmpfs vb-nfs-state /var/lib/nfs/ganesha
-if [ "$4" = 1 ]; then
-  mount -t tmpfs vb-nfs-run /run
-  mkdir -p /run/rpcbind
-  rpcbind -f &
-  i=0; while [ ! -S /run/rpcbind.sock ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-fi
-exec ganesha.nfsd -F -L "$2" -f "$1" -p "$3"
-"""
-
-
-def _host_mount_refusal(inst: Instance) -> str | None:
-    """Why the host-mounted ways cannot serve `inst` here, or None."""
-    ok, why = kernel_nfs_client()
-    if ok:
-        return None
-    if inst.traits.engine_container:
-        return (f"storage=nfs in a container is mounted by the host's kernel NFS client and passed in "
-                f"(as a pod's PersistentVolume): {why}")
-    return f"storage=nfs on {inst.machine.name} is mounted by its kernel NFS client: {why}"
-
-
-POD_MOUNTED_BY = {"kubernetes": "kubelet (PersistentVolume)", "kube-play": "podman (kube play volume)"}
-
-
-def pod_nfs_choice(backend: str, share: str, refusal: str | None, routed: bool) -> dict[str, str]:
-    """What storage=nfs is for a pod (pure): the environment's `nfs_share`, mounted when the pod was
-    made, or ConditionUnavailable saying why not. A condition cannot add a volume to running pods,
-    so the condition's own server is never used here; `routed`: delay_ms/rate_mbit are in effect,
-    and they cannot sit in the path of a mount made before the cell."""
-    if not share:
-        raise ConditionUnavailable(
-            "storage=nfs with the pods driver mounts the environment's NFS share in every pod when the pods "
-            "are made (a PersistentVolume and its claim; a condition cannot add a volume to running pods): "
-            "set nfs_share = \"SERVER:/EXPORT\" on the pods environment (an export the cluster's nodes reach; "
-            "kube-play: this machine)")
-    if refusal:
-        raise ConditionUnavailable(refusal)
-    if routed:
-        raise ConditionUnavailable(
-            f"delay_ms/rate_mbit cannot be put in the path to nfs_share {share}: the pods mounted it when they "
-            "were made, before the cell's network conditions; use storage=nbd or iscsi for a delayed remote "
-            "disk, or delay the path to the share outside virtbench")
-    how = ("a PersistentVolume + claim, mounted by the node's kubelet (kernel NFSv4.1 client)"
-           if backend == "kubernetes" else
-           "the claim's podman NFS volume (kube play), mounted by the host's kernel NFSv4.1 client")
-    return {"storage_fs": "nfs4", "storage_mounted_by": POD_MOUNTED_BY.get(backend, backend),
-            "storage_mechanism": f"the existing NFS export {share} (nfs_share); {how}",
-            "storage_nfs_share": share}
-
-
-class _Ganesha:
-    """nfs-ganesha exporting a fresh directory on a server link (NFSv4.1; NFSv3 + rpcbind with v3)."""
-
-    def __init__(self, inst: Instance, applied: Applied, what: str, v3: bool = False):
-        m = self.machine = _here_only(inst, what)
-        require_root(m, what)
-        tools = {"ganesha.nfsd": "nfs-ganesha nfs-ganesha-vfs", "ip": "iproute2", "nsenter": "util-linux",
-                 "unshare": "util-linux"}
-        if v3:
-            tools["rpcbind"] = "rpcbind"
-        require_tools(m, what, tools)
-        if not list(Path("/usr/lib").glob("*/ganesha/libfsalvfs.so*")):
-            raise ConditionUnavailable(f"{what}: nfs-ganesha has no VFS backend (apt-get install nfs-ganesha-vfs)")
-        self.workdir = workdir = new_dir("nfs")
-        applied.defer(lambda: remove_tree(m, workdir))
-        self.export = workdir / "export"
-        self.export.mkdir()
-        self.export.chmod(0o777)
-        self.link = link = hostnet.Link.create(m)
-        applied.defer(link.destroy)
-        protocols = "3, 4" if v3 else "4"
-        conf = workdir / "ganesha.conf"
-        conf.write_text(GANESHA_CONF.format(protocols=protocols, port=NFS_PORT, mnt_port=NFS_MOUNT_PORT,
-                                            addr=link.ns_addr, export=self.export, pseudo=NFS_PSEUDO))
-        server = Helper(m, ["unshare", "--mount", "--propagation", "private", "sh", "-c", _GANESHA_START, "sh",
-                            str(conf), str(workdir / "ganesha.log"), str(workdir / "ganesha.pid"),
-                            "1" if v3 else "0"],
-                        name="nfs-ganesha", netns=link.netns, log=workdir / "ganesha.out")
-        applied.defer(server.stop)
-        ports = [NFS_PORT, NFS_MOUNT_PORT, PORTMAP_PORT] if v3 else [NFS_PORT]
-        wait_for(lambda: all(hostnet.can_connect(link.ns_addr, p) for p in ports), 60,
-                 "nfs-ganesha to listen", server)
-        self.server = server
-
-
-def nfs(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
-    if isinstance(inst, DiskHotplug):  # a guest with a kernel of its own mounts the export itself
-        return _nfs_guest(inst, applied)
-    if isinstance(inst, SharedNfsMount):
-        return _nfs_pod(inst, applied)
-    m = _here_only(inst, "storage=nfs")
-    refusal = _host_mount_refusal(inst)
-    if refusal:
-        raise ConditionUnavailable(refusal)
-    require_tools(m, "storage=nfs", {"mount.nfs4": "nfs-common"})
-    srv = _Ganesha(inst, applied, "storage=nfs")
-    host, port = applied.route(srv.link.ns_addr, NFS_PORT)
-    mount_dir, inside = _mount_point(inst, "nfs", applied)
-    run(m, ["mount", "-t", "nfs4", "-o", f"vers=4.1,proto=tcp,port={port},hard,timeo=600",
-            f"{host}:{NFS_PSEUDO}", mount_dir], timeout=120)
-    applied.defer(lambda: umount(m, mount_dir))
-    if inst.traits.engine_container:
-        return inside, {"storage_fs": "nfs4", "storage_mounted_by": "container", "storage_mechanism":
-                        "nfs-ganesha on a server link; the host's kernel NFSv4.1 client, bind-propagated into "
-                        "the container (as a pod's PersistentVolume)"}
-    return inside, {"storage_fs": "nfs4", "storage_mounted_by": "host",
-                    "storage_mechanism": "nfs-ganesha on a server link; the host's kernel NFSv4.1 client"}
-
-
-def _nfs_pod(inst: Instance, applied: Applied) -> tuple[str, dict]:
-    """The pod's own mount of the environment's nfs_share (drivers/pods.py), a directory per pod."""
-    meta = pod_nfs_choice(getattr(inst, "backend_name", ""), getattr(inst, "nfs_share", ""),
-                          getattr(inst, "nfs_refusal", None), applied.routed)
-    d = inst.nfs_dir()
-    res = inst.exec(["mkdir", "-p", d], timeout=120)
-    if not res.ok:
-        raise HostCommandFailed(f"cannot make {d} on nfs_share {inst.nfs_share} in {inst.name}: "
-                                f"{res.describe_failure()} (the export must let the pod's root user write: "
-                                "no_root_squash, or a top directory with mode 1777)")
-    applied.defer(lambda: inst.exec(["rm", "-rf", d], timeout=600))  # the share is the user's: leave nothing
-    return d, meta
-
-
-def _nfs_guest(inst: Instance, applied: Applied) -> tuple[str, dict]:
-    """The guest kernel mounts the export, reaching the server through the VM's guestfwd relay."""
-    if not isinstance(inst, GuestRelay):
-        raise ConditionUnavailable(f"storage=nfs in {inst.name}: this VM cannot relay a guest connection "
-                                   "to the NFS server (no guestfwd)")
-    m = _here_only(inst, "storage=nfs")
-    require_tools(m, "storage=nfs in a VM", {"socat": "socat"})
-    srv = _Ganesha(inst, applied, "storage=nfs")
-    target = applied.route(srv.link.ns_addr, NFS_PORT)
-    addr, port = inst.set_relay(NFS_PORT, target)
-    applied.defer(lambda: inst.set_relay(NFS_PORT, None))
-    path = vmdisk.nfs_mount(inst, addr, port, NFS_PSEUDO, applied)
-    return path, {"storage_fs": "nfs4", "storage_mounted_by": "guest", "storage_mechanism":
-                  "nfs-ganesha on a server link; the guest kernel's NFSv4.1 client over QEMU user-mode "
-                  "networking (guestfwd relay)"}
-
-
-def nfs_datastore(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
-    """The VM's disk is an image file on the export, opened by QEMU's NFS client (libnfs, NFSv3)."""
-    if not vmdisk.is_vm(inst):
-        raise ConditionUnavailable(f"storage=nfs-datastore puts a VM's disk image on NFS, opened by the "
-                                   f"hypervisor; a {inst.env.driver} instance has no hypervisor (use storage=nfs)")
-    if not list(Path("/usr/lib").glob("*/qemu/block-nfs.so")):
-        raise ConditionUnavailable("storage=nfs-datastore: QEMU's NFS block driver is missing "
-                                   "(apt-get install qemu-block-extra)")
-    srv = _Ganesha(inst, applied, "storage=nfs-datastore", v3=True)
-    # NFSv3 asks the portmapper (port 111) for the MOUNT and NFS ports and dials them on the same
-    # address: a delay proxy in the path must keep every port number (network.route_same_port).
-    routes = {network.route_same_port(applied, srv.link.ns_addr, p)
-              for p in (PORTMAP_PORT, NFS_MOUNT_PORT, NFS_PORT)}
-    hosts = {h for h, _ in routes}
-    if len(hosts) != 1 or any(p not in (PORTMAP_PORT, NFS_MOUNT_PORT, NFS_PORT) for _, p in routes):
-        raise HostCommandFailed(f"the routes to the NFS server do not share one address: {sorted(routes)}")
-    host = hosts.pop()
-    img = _image(srv.machine, srv.export, size or REMOTE_DEFAULT_SIZE, "storage=nfs-datastore")
-    img.chmod(0o666)
-    path = vmdisk.hotplug(inst, {"driver": "nfs", "server": {"type": "inet", "host": host},
-                                 "path": f"{NFS_PSEUDO}/{img.name}"}, "nfs", applied)
-    return path, {"storage_fs": "ext4", "storage_mounted_by": "hypervisor", "storage_mechanism":
-                  "nfs-ganesha on a server link; QEMU's NFS client (libnfs, NFSv3) opens the disk image on the "
-                  "export (datastore, no mount), virtio disk, ext4 in the guest"}
 
 
 # -- cloud volumes --------------------------------------------------------------------------------------
@@ -503,12 +304,6 @@ def cloud_volume(inst: Instance, size: int | None, applied: Applied) -> tuple[st
     path, meta, undo = inst.attach_volume(size)
     applied.defer(undo)
     return path, meta
-
-
-MAKERS: dict[str, Maker] = {
-    "local": local_disk, "tmpfs": tmpfs, "volume": volume, "nbd": nbd, "iscsi": iscsi, "nfs": nfs,
-    "nfs-datastore": nfs_datastore, "cloud-volume": cloud_volume,
-}
 
 
 def availability() -> dict[str, tuple[bool, str]]:
