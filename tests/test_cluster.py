@@ -4,7 +4,6 @@ PingPong and an NPB kernel across the bridge, and torn down with nothing left be
 
 import os
 import shutil
-import uuid
 
 import pytest
 
@@ -15,6 +14,8 @@ from virtbench.runner import Runner
 from virtbench.store import Store
 from virtbench.workloads import mpi
 from virtbench.workloads.base import RunContext
+
+from instkit import container_driver, ours  # noqa: F401  (container_driver: the fixture `driver`)
 
 HAVE_PODMAN = bool(shutil.which("podman")) and procs.run(["podman", "info"], timeout=60).ok
 podman = pytest.mark.skipif(not HAVE_PODMAN, reason="podman is not installed or 'podman info' fails")
@@ -131,20 +132,6 @@ def test_warnings_of_the_harness_reach_the_samples():
 
 # -- real containers ------------------------------------------------------------------------------
 
-def _ours(run_id):
-    res = procs.run(["podman", "ps", "-a", "-q", "--filter", f"label=virtbench.run={run_id}"], timeout=60)
-    return res.stdout.split()
-
-
-@pytest.fixture
-def driver(guest_image, tmp_path):
-    from virtbench.drivers import container
-    d = container.ContainerDriver(DriverContext(f"t{uuid.uuid4().hex[:10]}", tmp_path, guest_image))
-    yield d
-    for cid in _ours(d.context.run_id):  # whatever a failing test left behind
-        procs.run(["podman", "rm", "-f", "-t", "0", cid], timeout=60)
-
-
 @podman
 def test_two_container_cluster_pingpong_and_npb(driver):
     env = EnvSpec("ctr", "container", Shape("native"), {"engine": "auto", "runtime": "auto", "cgroup_manager": "auto"})
@@ -174,7 +161,7 @@ def test_two_container_cluster_pingpong_and_npb(driver):
     finally:
         for n in nodes:
             n.teardown()
-    assert _ours(driver.context.run_id) == []
+    assert ours(driver.context.run_id) == []
 
 
 @podman
@@ -210,4 +197,4 @@ def test_runner_brings_up_and_tears_down_a_container_cluster(guest_image, tmp_pa
     ctr = [r for r in rows if r["environment"] == "container"]
     assert all(r["metadata"]["cluster_mode"] == "ssh" for r in ctr)
     assert all(r["ratio"] is not None for r in ctr)  # compared with the host
-    assert _ours(run_id) == []
+    assert ours(run_id) == []

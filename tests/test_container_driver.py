@@ -15,6 +15,8 @@ from virtbench.errors import MissingTool, UserError
 from virtbench.machines import ledger, local
 from virtbench.model import EnvSpec, Shape
 
+from instkit import container_driver, ours  # noqa: F401  (container_driver: the fixture `driver`)
+
 pytestmark = pytest.mark.podman
 
 if not shutil.which("podman"):
@@ -23,19 +25,6 @@ if not procs.run(["podman", "info"], timeout=60).ok:
     pytest.skip("podman is installed but 'podman info' fails", allow_module_level=True)
 
 SMALL = EnvSpec("ctr", "container", Shape("t", vcpus=1, memory_mb=256))
-
-
-def ours(run_id):
-    res = procs.run(["podman", "ps", "-a", "-q", "--filter", f"label=virtbench.run={run_id}"], timeout=60)
-    return res.stdout.split()
-
-
-@pytest.fixture
-def driver(guest_image, tmp_path):
-    d = container.ContainerDriver(DriverContext(f"t{uuid.uuid4().hex[:10]}", tmp_path, guest_image))
-    yield d
-    for cid in ours(d.context.run_id):  # whatever a failing test left behind
-        procs.run(["podman", "rm", "-f", "-t", "0", cid], timeout=60)
 
 
 @pytest.fixture(scope="module")

@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from virtbench.drivers.base import DriverContext
-from virtbench.drivers.host import HostDriver
 from virtbench.errors import WorkloadFailed
-from virtbench.model import EnvSpec, Shape
 from virtbench.workloads import RunContext, get
 from virtbench.workloads.bonnie import parse_csv
 from virtbench.workloads.ddsweep import parse_phases
 from virtbench.workloads.diskutil import parse_dd, scaled
+
+from instkit import host_instance  # noqa: F401  (the fixture `host`)
 
 DATA = Path(__file__).parent / "data"
 
@@ -104,14 +103,6 @@ def test_scaling_keeps_whole_blocks():
 
 
 # -- real runs ---------------------------------------------------------------------------------------
-
-@pytest.fixture
-def host(tmp_path):
-    env = EnvSpec("host", "host", Shape("native"), {"scratch": str(tmp_path)})
-    (inst,) = HostDriver(DriverContext("t", tmp_path)).provision(env)
-    yield inst
-    inst.teardown()
-
 
 def _run(host, name, **over):
     wl = get(name)

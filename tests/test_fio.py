@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from virtbench.drivers.base import DriverContext
-from virtbench.drivers.host import HostDriver
 from virtbench.errors import WorkloadFailed
-from virtbench.model import EnvSpec, Shape
 from virtbench.workloads import RunContext, get
 from virtbench.workloads.fio import parse_fio
+
+from instkit import host_instance  # noqa: F401  (the fixture `host`)
 
 DATA = Path(__file__).parent / "data" / "fio"
 
@@ -91,14 +90,6 @@ def test_fio_command():
     argv = wl.fio_args(_defaults(rw="randread", bs="4k", iodepth=16, runtime=2), "/dev/loop7", True)
     assert "--ioengine=libaio" in argv and "--time_based" in argv and "--filename=/dev/loop7" in argv
     assert not any(a.startswith("--end_fsync") for a in argv)
-
-
-@pytest.fixture
-def host(tmp_path):
-    env = EnvSpec("host", "host", Shape("native"), {"scratch": str(tmp_path)})
-    (inst,) = HostDriver(DriverContext("t", tmp_path)).provision(env)
-    yield inst
-    inst.teardown()
 
 
 def _run(host, **over):
