@@ -610,7 +610,7 @@ def boot_grid(exp: Experiment, tier: Tier, cloud: dict[str, Any] | None = None):
     g = boot_mod.load_suite(paths.suites_dir() / exp.suite)
     g.concurrency = list(tier.boot["concurrency"])
     g.repeat = tier.repeat
-    if g.driver == "cloud":
+    if "cloud" in exp.needs:  # the experiment's declared need, not its driver's name
         if not cloud:
             raise UserError(f"experiment {exp.id}: a cloud without its settings", "give --cloud KEY=VALUE ...")
         # The suite's options (region, ssh_user, cost guard) under the --cloud settings; its image
