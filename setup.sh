@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # virtbench set-up for Debian 12, as root. Installs everything, then does one job:
-#   bash setup.sh quick   -> builds the guest image and runs suites/quick.toml (host vs container table)
-#   bash setup.sh test    -> builds the guest image and runs the test suite
+#   bash setup.sh quick   -> builds the guest image and runs suites/quick.toml (host, container and VM)
+#   bash setup.sh test    -> builds the guest image and the Kubernetes testbed's components, runs the test suite
 #   bash setup.sh         -> installs only
 set -euo pipefail
 cd "$(dirname "$0")"

@@ -79,7 +79,11 @@ def runs(db, as_json) -> None:
 @click.option("--db", help=DB_HELP)
 @click.option("--json", "as_json", is_flag=True)
 def show(run_id, db, as_json) -> None:
-    """Show a stored run's results (same shape as `run --json`)."""
+    """Show a stored run's results (same shape as `run --json`).
+
+    Each environment's ratio to the baseline comes from the run's lockstep rounds: the Hodges-Lehmann
+    estimate of the rounds' ratios, its CI the exact signed-rank test inverted (runs stored without
+    rounds: ratio of medians, Mann-Whitney); the legend under the tables says which."""
     _show(_store(db, reading=True), run_id, as_json)
 
 
@@ -91,7 +95,10 @@ def show(run_id, db, as_json) -> None:
 @click.option("--html", "html_file", type=click.Path(dir_okay=False),
               help="also write the comparison as an HTML file")
 def compare(run_a, run_b, db, as_json, html_file) -> None:
-    """Compare RUN_B against RUN_A, matching workload, parameters, metric and environment."""
+    """Compare RUN_B against RUN_A, matching workload, parameters, metric and environment.
+
+    B / A is RUN_B's median over RUN_A's, its CI the exact Mann-Whitney test on log values, inverted
+    (two runs' repetitions are not paired), with a Benjamini-Hochberg correction across each table."""
     data = analysis.compare(_store(db, reading=True), run_a, run_b)
     if html_file:
         from . import report
