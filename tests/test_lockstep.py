@@ -234,3 +234,21 @@ def test_legends_and_methods_note_name_the_test_the_ratios_used(tmp_path):
     shown = " ".join(_vb("compare", paired, other, "--db", dbp).split())
     assert "B / A = B's median / A's median (two runs' repetitions are not paired), its CI the exact " \
            "Mann-Whitney test" in shown and "signed-rank" not in shown
+
+
+def test_the_terminal_legend_reads_only_the_rows_its_tables_show(tmp_path):
+    """The monitor's rows (often zeros: a bootstrap ratio) are not in the terminal tables, so the
+    legend under them does not describe their method."""
+    from rich.console import Console
+
+    from virtbench import render
+
+    store, rid = _store_run(tmp_path, list(range(8)), list(range(8)), factor=0.95, name="m")
+    data = analysis.results(store, rid)
+    monitor_row = {**data["results"][0], "metric": "host.cpu_util_mean", "ratio_ci_method":
+                   "bootstrap (unpaired: values not positive)", "metadata": {"monitor": True}}
+    data["results"].append(monitor_row)
+    console = Console(record=True, width=400)
+    render.results_tables(console, data)
+    text = console.export_text()
+    assert "signed-rank" in text and "percentile bootstrap" not in text

@@ -125,7 +125,8 @@ def results_tables(console: Console, data: dict[str, Any]) -> None:
                 line.append(_ratio_cell(cells.get(env), level))
             table.add_row(*line, style="bold" if metric == "index" else None)
         console.print(table)
-    console.print(f"[dim]{legend(data['results'], data.get('baseline') or 'baseline')}[/dim]", highlight=False)
+    shown = [r for rows in groups.values() for r in rows]  # the monitor's rows are not in these tables
+    console.print(f"[dim]{legend(shown, data.get('baseline') or 'baseline')}[/dim]", highlight=False)
     if monitor_rows:
         metrics = sorted({r["metric"] for r in monitor_rows})
         console.print(f"[dim]resource use while running ({len(metrics)} monitor metrics: "
