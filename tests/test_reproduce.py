@@ -83,6 +83,25 @@ def test_every_experiment_builds_from_its_suite_file():
             assert all(c["workload"] == exp.workload for c in m.cells if exp.workload)
 
 
+def test_web_on_a_cluster_puts_the_pods_behind_a_service_with_the_testbeds_own_image():
+    """Study 004's pods behind a ClusterIP Service (its claim's quantity), on the kubeconfig's cluster; without
+    --pods-image no image option, so on a testbed the backend pushes the guest image to its registry."""
+    from click.testing import CliRunner
+
+    from virtbench.cli_reproduce import reproduce
+
+    (exp,) = [e for e in rp.EXPERIMENTS if e.id == "004-web"]
+    default = next(p.default for p in reproduce.params if p.name == "pods_image")
+    assert default == ""
+    assert "testbed" in CliRunner().invoke(reproduce, ["--help"]).output
+    m = rp.matrix_for(exp, exp.tiers[0], rp._envs_for(exp, KVM), kubeconfig="/k/kubeconfig", pods_image=default)
+    pods = [c for c in m.cells if "pods" in c.get("environments", ["pods"])]
+    assert sorted(c["params"]["replicas"] for c in pods) == [1, 2, 4, 8]
+    assert {c["params"]["balancer"] for c in pods} == {"service"}
+    (env,) = [e for e in m.environments if e.name == "pods"]
+    assert env.options["backend"] == "kubernetes" and not env.options.get("image")
+
+
 def test_bonnie_delay_experiment_keeps_the_suites_scales():
     exp = next(e for e in rp.EXPERIMENTS if e.id == "003-bonnie")
     m = rp.matrix_for(exp, exp.tiers[0], ("host",))

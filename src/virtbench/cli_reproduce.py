@@ -79,8 +79,10 @@ def scorecard_table(cards: list[dict]) -> Table:
               help="a cloud through its EC2 API (the cloud driver's options, as `virtbench boot -o`: endpoint, "
                    "region, image or images=SIZE=ID,..., ssh_user, key_name, key_file, security_group ...): study "
                    "000's cloud boot grid runs there, and its instances join NPB EP, SP-MZ and the eigensolver")
-@click.option("--pods-image", default="localhost/virtbench-guest:{hash}", show_default=True,
-              help="the guest image as the cluster's nodes know it ({hash}: the image's hash)")
+@click.option("--pods-image", default="",
+              help="the guest image as the cluster's nodes know it ({hash}: the image's hash), e.g. "
+                   "REGISTRY/virtbench-guest:{hash}; not needed on a `virtbench testbed k8s` cluster, whose "
+                   "registry the guest image is pushed to")
 @click.option("--plan", "plan_only", is_flag=True, help="print the plan (what runs where, at what scale, "
               "estimated time, what is left out and why) and stop")
 @click.option("--resume", "resume_id", metavar="RUN_ID", help="continue an interrupted reproduce run")
