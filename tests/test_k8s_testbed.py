@@ -183,6 +183,18 @@ def test_unschedulable_pod_fails_with_the_schedulers_reason(k8s, guest_image, tm
     _gone_within(60)  # the Deployment went with the failure (Foreground deletion: its pods first)
 
 
+def test_an_image_the_nodes_cannot_pull_fails_at_once_with_the_kubelets_reason(k8s, guest_image, tmp_path):
+    """Not after the ready timeout: the kubelet's back-off on a pull is the answer."""
+    d = _driver(tmp_path, guest_image)
+    env = _env(image="127.0.0.1:5000/virtbench/no-such-image:1", ready_timeout=110)
+    t0 = time.monotonic()
+    with pytest.raises(UserError) as exc:
+        d.provision(env, 1, "main")
+    assert time.monotonic() - t0 < 90
+    assert "cannot start" in exc.value.message and "no-such-image" in exc.value.message, exc.value.message
+    _gone_within(60)
+
+
 def test_api_server_down_is_one_line_naming_the_server(k8s, tmp_path, monkeypatch):
     from virtbench.pods.cluster import Cluster
 

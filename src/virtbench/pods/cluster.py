@@ -21,6 +21,9 @@ from . import phases
 POLL = 0.1  # seconds between pod lists while waiting; finer than the API's 1 s timestamps
 
 
+UNPULLABLE = ("ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")  # a container's waiting reasons
+
+
 class NotReady(UserError):
     """Pods that did not become Ready in time; the message carries the reason from their events."""
 
@@ -193,6 +196,14 @@ class Cluster:
             ready = [p for p in pods if "ready" in phases.from_pod_object(p)]
             if len(ready) >= count:
                 return sorted(ready, key=lambda p: p["metadata"]["name"])[:count]
+            # an image the nodes cannot pull: the kubelet has tried and backs off; waiting out the
+            # timeout (for every repetition) would not change it
+            unpullable = next((p for p in pods if p not in ready and phases.waiting_reason(p) in UNPULLABLE), None)
+            if unpullable is not None:
+                raise NotReady(f"pods of {group} cannot start: {unpullable['metadata']['name']}: "
+                               f"{phases.not_running_reason(unpullable, self.events(unpullable['metadata']['name']))}",
+                               "check the image reference (the suite's or --pods-image) and that the cluster's "
+                               "nodes can reach its registry")
             if time.monotonic() > deadline:
                 late = next((p for p in pods if p not in ready), None)
                 why = phases.not_running_reason(late, self.events(late["metadata"]["name"])) if late else \

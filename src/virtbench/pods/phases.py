@@ -56,6 +56,11 @@ def from_pod_object(pod: dict[str, Any]) -> dict[str, float]:
     return dict(sorted(out.items(), key=lambda kv: kv[1]))
 
 
+def waiting_reason(pod: dict[str, Any]) -> str | None:
+    """The main container's waiting reason (ErrImagePull, ImagePullBackOff, ContainerCreating ...)."""
+    return ((_container_status(pod).get("state") or {}).get("waiting") or {}).get("reason")
+
+
 def not_running_reason(pod: dict[str, Any], events: list[dict[str, Any]] = ()) -> str:
     """Why a pod is not running: its phase, unmet conditions, the container's waiting state and the
     last warning events (what `kubectl describe pod` shows)."""
