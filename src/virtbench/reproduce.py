@@ -17,6 +17,9 @@ worked on it (load 8-15). Every finished experiment
 records its time (and the load average) in the data directory; later plans use the median of the
 recorded times for that tier, else the prior times the median actual/prior of the others, scaled by
 how much busier the machine is now than then.
+
+The experiments themselves are data in reproduce_experiments.py, the machine's facts (and the CPU
+probe) in reproduce_facts.py; this module plans and runs them.
 """
 
 from __future__ import annotations
@@ -24,12 +27,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,10 @@ from . import paths, shapes, workloads
 from . import suite as suite_mod
 from .errors import UserError
 from .model import EnvSpec
+# The experiments (data) and the machine's facts live in their own modules; their names stay
+# importable from here.
+from .reproduce_experiments import EXPERIMENTS, LEFT_OUT_ALWAYS, Experiment, Tier  # noqa: F401
+from .reproduce_facts import _load, cloud_facts, cloud_options, cpu_probe, inventory_hosts, machine_facts  # noqa: F401
 from .store import Store
 
 STUDY_IDS = ("000", "001", "002", "003", "004")
@@ -44,261 +49,6 @@ RESERVE = 0.08          # of the budget, kept for planning, teardown between chi
 MIN_RESERVE_S = 60.0
 HISTORY_KEEP = 10
 BOOT_TIMEOUT = 300.0  # seconds one instance may take to be ready (boot's own default: 600)
-
-
-@dataclass(frozen=True)
-class Tier:
-    label: str                          # what this scale is, in words
-    repeat: int                         # repetitions per cell and environment
-    estimate_s: float                   # prior: seconds on a busy 2-core machine (TCG only)
-    params: dict[str, Any] = field(default_factory=dict)      # overrides (workloads without the key ignore it)
-    select: dict[str, Any] = field(default_factory=dict)      # extra cell filter: param -> allowed values
-    conditions: tuple[dict[str, Any], ...] = ()               # replaces each cell's condition by each of these
-    boot: dict[str, Any] = field(default_factory=dict)        # boot grids: sizes_gb, scale, concurrency
-
-
-@dataclass(frozen=True)
-class Experiment:
-    id: str
-    study: str
-    title: str
-    suite: str                          # file name in suites/
-    envs: tuple[str, ...] = ()          # the suite's environment names (the first is the baseline if no host)
-    workload: str = ""                  # which [[workloads]] entries: by name
-    where: dict[str, Any] = field(default_factory=dict)       # cell filter: param -> allowed values
-    condition_where: dict[str, Any] = field(default_factory=dict)
-    tiers: tuple[Tier, ...] = ()
-    needs: tuple[str, ...] = ()         # kvm, cluster, nfs (see studies/claims.py)
-    kvm_envs: tuple[str, ...] = ()      # environments added where KVM works (VMs under TCG count for nothing)
-    boot: bool = False                  # a boot grid (`virtbench boot`) rather than a workload suite
-                                        # (envs: its driver, the vm one when not given)
-    same: tuple[str, ...] = ()          # params that must be equal in a kept cell (ranks = instances)
-    note: str = ""                      # what differs from the study, beyond the suite's own comments
-    # Instances on separate machines are the study's own layout: with --inventory the inventory's SSH
-    # hosts (environment `hosts`, one instance per host) and with --cloud the cloud's instances
-    # (environment `cloud`, the study's m1.small) also run every cell this environment runs.
-    remote_like: str = ""
-    remote_hosts: int = 0               # hosts the largest cell needs (one instance per host)
-
-
-def _iscsi(*delays: float, **extra: Any) -> tuple[dict[str, Any], ...]:
-    return tuple({"storage": "iscsi", "delay_ms": d, **extra} for d in delays)
-
-
-# In priority order: what the budget keeps first. Estimates are priors (seconds, busy 2-core machine).
-EXPERIMENTS: tuple[Experiment, ...] = (
-    Experiment("003-hpa", "003", "HPA on local disk, iSCSI and iSCSI behind delay; CPU while it runs",
-               "vcluster-hpa.toml", ("host",), "hpa", {"transactions": [400000, 1000000]},
-               tiers=(Tier("400k transactions (1/20 of 8M), local / iSCSI / iSCSI + 50 ms, 3 repetitions", 3, 130,
-                           select={"transactions": [400000]},
-                           conditions=({"storage": "local"}, *_iscsi(0, 50))),
-                      Tier("400k transactions, local / iSCSI / iSCSI + 10, 30, 50 ms, 3 repetitions", 3, 220,
-                           select={"transactions": [400000]},
-                           conditions=({"storage": "local"}, *_iscsi(0, 10, 30, 50))),
-                      Tier("1M transactions (1/20 of 20M), local / iSCSI / iSCSI + 10, 30, 50 ms, 3 repetitions",
-                           3, 420, select={"transactions": [1000000]},
-                           conditions=({"storage": "local"}, *_iscsi(0, 10, 30, 50)))),
-               note="system A (the dom0s) only: the host with 4 logical instances; the suite's storage conditions "
-                    "(local, iSCSI, iSCSI + delay) as the study ran them"),
-    Experiment("004-fio", "004", "fio 64 MiB-block read max latency over host-internal networking",
-               "nfs-dd.toml", ("host", "container"), "fio", condition_where={"storage": ["nbd"]},
-               tiers=(Tier("256 MiB file (1/8 of 2 GB), NBD target on a server link, 3 repetitions", 3, 50),
-                      Tier("256 MiB file, 5 repetitions (the study: 5)", 5, 70)),
-               kvm_envs=("vm",),
-               note="the NBD target stands in for the study's NFS server on the same host (no kernel NFS client "
-                    "here); NFS cells left out"),
-    Experiment("003-bonnie", "003", "bonnie++ write: local, iSCSI, iSCSI + 10 ms one-way delay (dom0)",
-               "remote-storage-delay.toml", ("host",), "bonnie", condition_where={"delay_ms": [None, 0, 10]},
-               tiers=(Tier("suite sizes (1 GiB local, 256 MiB iSCSI, 64 MiB delayed), 2 repetitions", 2, 180),
-                      Tier("suite sizes, 3 repetitions", 3, 260)),
-               note="dom0 = the host; the 20-50 ms cells are left out (the finding is about 10 ms)"),
-    Experiment("002-link", "002", "bonnie++ over iSCSI with the target's link at 1 GbE and at 10 GbE",
-               "ipsan.toml", ("host",), "bonnie", condition_where={"storage": ["iscsi"]},
-               tiers=(Tier("512 MiB file (1/4 of 2 GiB), 1000 / 10000 Mbit/s, 2 repetitions", 2, 140,
-                           params={"scale": 0.25},
-                           conditions=({"storage": "iscsi", "rate_mbit": 1000}, {"storage": "iscsi", "rate_mbit": 10000})),
-                      Tier("1 GiB file (the suite's 1/2), 1000 / 10000 Mbit/s, 3 repetitions", 3, 360,
-                           conditions=({"storage": "iscsi", "rate_mbit": 1000}, {"storage": "iscsi", "rate_mbit": 10000}))),
-               note="the study's GbE and 10 GbE links as bandwidth caps on the target's link (normal kernel = host)"),
-    Experiment("000-npb-ep", "000", "NPB EP on 1 and 2 one-vCPU instances",
-               "nii-npb.toml", ("c-small",), "npb", {"kernel": ["ep"], "class": ["W"], "instances": [1, 2],
-                                                    "ranks": [1, 2]},
-               same=("ranks", "instances"), remote_like="c-small", remote_hosts=2,
-               tiers=(Tier("class W, 1 and 2 instances (1/8 of 2..16), 3 repetitions", 3, 65),
-                      Tier("class W, 5 repetitions", 5, 95),
-                      Tier("class A (8x W's work: W's 1 s left MPI start-up noise), 5 repetitions", 5, 200,
-                           params={"class": "A"})),
-               note="m1.small VMs as 1-vCPU containers (EP does no I/O and hardly communicates)"),
-    Experiment("001-network", "001", "SP-MZ and the Bloss-like eigensolver on 1 and on 2 instances",
-               "aist-mpi.toml", ("host", "container"), "", {"kernel": ["sp-mz", None], "threads": [1]},
-               same=("ranks", "instances"), remote_like="container", remote_hosts=2,
-               tiers=(Tier("class S, 1 rank on 1 instance and 2 ranks on 2, 3 repetitions", 3, 150,
-                           select={"class": ["S"]}),
-                      Tier("class W, 1 rank on 1 instance and 2 ranks on 2, 3 repetitions", 3, 670,
-                           select={"class": ["W"]})),
-               kvm_envs=("vm",),
-               note="the virtual network is the podman bridge between containers (and, with --inventory, the "
-                    "network between the inventory's hosts)"),
-    Experiment("000-boot-size", "000", "VM boot time against image size (copy mode, 1 instance)",
-               "nii-boot.toml", boot=True,
-               tiers=(Tier("5, 10, 20 GB x 0.1 (raised to the smallest image), 2 repetitions", 2, 240,
-                           boot={"sizes_gb": [5, 10, 20], "scale": 0.1, "concurrency": [1]}),
-                      Tier("5, 10, 20 GB x 0.2 = 1, 2, 4 GB, 3 repetitions", 3, 600,
-                           boot={"sizes_gb": [5, 10, 20], "scale": 0.2, "concurrency": [1]})),
-               note="image copied from the local cache as in the study; the study's 'running' is our running"),
-    Experiment("000-boot-concurrency", "000", "VM boot time at 1 and 4 instances started at once (copy mode)",
-               "nii-boot.toml", boot=True,
-               tiers=(Tier("smallest image, 1 and 4 at once on this one node, 2 repetitions",
-                           2, 320, boot={"sizes_gb": [2], "scale": 0.2, "concurrency": [1, 4]}),
-                      Tier("smallest image, 1, 4 and 8 at once, 2 repetitions", 2, 800,
-                           boot={"sizes_gb": [2], "scale": 0.2, "concurrency": [1, 4, 8]})),
-               note="all copies go to this machine's one disk: 4 at once here against the study's 8 over 4 "
-                    "nodes (2 per node's disk); 8 only at the larger scale"),
-    Experiment("000-boot-cloud", "000", "Cloud instance boot time at 1 and 4 started at once, per image (EC2 API)",
-               "nii-boot-cloud.toml", ("cloud",), boot=True, needs=("cloud",),
-               tiers=(Tier("the images given (images = SIZE=ID,... or one image), 1 and 4 at once, 2 repetitions",
-                           2, 300, boot={"concurrency": [1, 4]}),
-                      Tier("the images given, 1, 4 and 8 at once (the study's), 3 repetitions", 3, 900,
-                           boot={"concurrency": [1, 4, 8]})),
-               note="the study's own platform: instances of the --cloud settings' cloud, timed from the API call "
-                    "to running (polled every 0.1 s); the cloud makes each disk from its image"),
-    # Only where KVM works: the studies' hardware-virtualization findings.
-    Experiment("000-unixbench", "000", "UnixBench-style index, bare host vs a VM with all its cores",
-               "quick.toml", ("host", "vm"), "system", {"copies": ["vcpus"]},
-               tiers=(Tier("0.5 s per test, N copies, 3 repetitions", 3, 150),), needs=("kvm",)),
-    Experiment("001-iozone", "001", "iozone-style write/read, host vs VM (virtio)",
-               "iozone-like.toml", ("host", "vm"), "iozone-like", {"file_size_kb": [1 << 20]},
-               condition_where={"storage": ["local"]},
-               tiers=(Tier("1 GiB file, 64 KiB records, 3 repetitions", 3, 150),), needs=("kvm",)),
-    Experiment("001-mpi", "001", "PingPong up to 64 MiB, 2 host ranks vs 2 VMs",
-               "aist-mpi.toml", ("host", "vm"), "mpi", {"op": ["pingpong"]},
-               tiers=(Tier("up to 64 MiB (1/16 of 1 GB), 3 repetitions", 3, 150, params={"max_bytes": "64M"}),),
-               needs=("kvm",)),
-    Experiment("001-npbmz", "001", "SP-MZ on one node, host vs VM",
-               "aist-mpi.toml", ("host", "vm"), "npb", {"kernel": ["sp-mz"], "class": ["S"], "instances": [1],
-                                                        "ranks": [1]},
-               tiers=(Tier("class S, 1 rank, 3 repetitions", 3, 100),), needs=("kvm",)),
-    Experiment("002-domu", "002", "bonnie++ over iSCSI, host vs VM (domU)",
-               "ipsan.toml", ("host", "vm"), "bonnie", condition_where={"storage": ["iscsi"]},
-               tiers=(Tier("512 MiB file, 3 repetitions", 3, 200, params={"scale": 0.25}),), needs=("kvm",)),
-    Experiment("003-bonnie-vm", "003", "bonnie++ write in a VM (domU): local vs iSCSI",
-               "remote-storage-delay.toml", ("vm",), "bonnie", condition_where={"delay_ms": [None, 0]},
-               tiers=(Tier("suite sizes, 3 repetitions", 3, 200),),
-               needs=("kvm",)),
-    Experiment("003-hpa-vm", "003", "HPA on 4 VMs (domUs) vs the host",
-               "vcluster-hpa.toml", ("host", "vm"), "hpa", {"transactions": [50000]},
-               tiers=(Tier("50k transactions, local disk, 3 repetitions", 3, 200, conditions=({"storage": "local"},)),),
-               needs=("kvm",)),
-    Experiment("004-nfs", "004", "dd direct-I/O write/read over NFS mounted by the host and by a pod",
-               "nfs-dd.toml", ("host", "container"), "dd", {"file_size_mb": [1024]},
-               condition_where={"storage": ["nfs"]},
-               tiers=(Tier("1 GiB x 1/8 file, 3 repetitions", 3, 150),), needs=("nfs",), kvm_envs=("vm",)),
-    Experiment("004-web", "004", "nginx pods behind a Service, 1-8 replicas (and one VM with 8 workers)",
-               # the cluster sibling of container-vs-vm.toml: the pods behind a ClusterIP Service, as
-               # in the study (the host's scale-up cells have no balancer)
-               "container-vs-vm-k8s.toml", ("host", "pods"), "web", {"workers": [1, 8], "balancer": ["none", "service"]},
-               tiers=(Tier("replicas 1, 2, 4, 8 (VM: 8 workers), 5 s of load, 2 repetitions", 2, 300,
-                           params={"duration": 5.0}, select={"replicas": [1, 2, 4, 8]}),),
-               needs=("cluster",), kvm_envs=("vm",),
-               note="the pods environment uses the Kubernetes backend of --kubeconfig"),
-)
-LEFT_OUT_ALWAYS = {
-    "000-functional": "study 000's functional check of euca2ools commands is about one cloud's API, not a "
-                      "measurement",
-}
-
-
-# -- facts of this machine --------------------------------------------------------------------------
-
-def machine_facts(kubeconfig: str | None, inventory: str | None = None, hosts: str = "all",
-                  cloud: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What decides which experiments can run: the accelerator QEMU has, a cluster, an NFS client,
-    the inventory's hosts (by name; whether they answer is found when they are used, as in `run`),
-    the cloud of the --cloud settings (what answers its API)."""
-    facts: dict[str, Any] = {"cores": os.cpu_count() or 1, "load_1m": _load(), "probe_s": cpu_probe(),
-                             "cluster": bool(kubeconfig), "nfs": _has_nfs_client(),
-                             "hosts": inventory_hosts(inventory, hosts) if inventory else [],
-                             "cloud": cloud_facts(cloud, inventory) if cloud else None}
-    facts["accelerator"], facts["accelerator_detail"] = _accelerator()
-    return facts
-
-
-def cloud_options(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """--cloud KEY=VALUE ... -> the cloud driver's options (checked: a mistake stops the command now)."""
-    from .boot import _coerce_options
-
-    raw = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--cloud {pair!r} is not KEY=VALUE",
-                            "e.g. --cloud endpoint=https://ec2.example.org:8773/ --cloud image=ami-...")
-        raw[key.strip()] = value.strip()
-    opts = _coerce_options("cloud", raw)
-    if not opts.get("image") and not opts.get("images"):
-        raise UserError("--cloud needs an image: image=ID, or images=SIZE=ID,... (one image per size)",
-                        "an image id of the region (ami-..., emi-...)")
-    return opts
-
-
-def cloud_facts(opts: dict[str, Any], inventory: str | None = None) -> dict[str, Any]:
-    """What answers the cloud's API (moto's server is named "moto": it starts no machine) and whether
-    SSH goes to stand-in hosts, as the cloud driver labels every result."""
-    from .cloud import api
-    from .machines import inventory as inventory_mod
-
-    target = api.Target.from_options(opts)
-    backend = api.backend(target)
-    if opts.get("ssh_override"):
-        if not inventory:
-            raise UserError("--cloud ssh_override needs --inventory (the hosts SSH reaches instead)")
-        specs = inventory_mod.load(inventory).select(opts["ssh_override"])
-        backend += "+testbed" if specs and all(h.vars.get("virtbench_testbed") for h in specs) else "+ssh_override"
-    return {"backend": backend, "region": target.region, "endpoint": target.endpoint_host,
-            "emulated": backend.startswith("moto")}
-
-
-def inventory_hosts(inventory: str, pattern: str = "all") -> list[str]:
-    """The names of the inventory's hosts that `pattern` selects (a mistake stops the command now)."""
-    from .machines import inventory as inventory_mod
-
-    specs = inventory_mod.load(inventory).select(pattern)
-    if not specs:
-        raise UserError(f"--hosts {pattern!r} selects no host of {inventory}", "name a group or hosts of it")
-    return [h.name for h in specs]
-
-
-def _load() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return None
-
-
-def _has_nfs_client() -> bool:
-    try:
-        text = Path("/proc/filesystems").read_text()
-    except OSError:
-        return False
-    return any(line.split()[-1] in ("nfs", "nfs4") for line in text.splitlines() if line.strip())
-
-
-def _accelerator() -> tuple[str | None, str]:
-    """KVM only if a real probe boot works (cached by the vm driver); else TCG."""
-    from . import drivers, image, machines
-    from .drivers.base import DriverContext
-
-    workdir = Path(tempfile.mkdtemp(prefix="virtbench-reproduce-probe-"))
-    pool = machines.pool_for(None)
-    try:
-        ctx = DriverContext("reproduce-probe", workdir, image.require(), pool)
-        got = drivers.make("vm", ctx).accelerator("auto")
-        return got["accel"], got.get("kvm_problem") or ""
-    except UserError as exc:
-        return None, str(exc)
-    finally:
-        pool.close()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 # -- estimates -----------------------------------------------------------------------------------------
@@ -325,19 +75,6 @@ def record_history(exp_id: str, tier: Tier, actual_s: float, load: float | None,
     tmp = path.with_name(path.name + f".{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, path)
-
-
-def cpu_probe(work: int = 200_000, rounds: int = 5) -> float:
-    """Seconds a fixed piece of CPU work takes now (median of a few rounds): how busy the machine is for
-    us. Load averages overstate it (niced builds, processes waiting on I/O); this measures it."""
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        acc = 0
-        for i in range(work):
-            acc ^= i * 2654435761 % 4294967291
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _slower(now: float | None, then: float | None) -> float:
