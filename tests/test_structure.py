@@ -22,7 +22,8 @@ DOC = ROOT / "docs" / "architecture.md"
 # longest name here that is it or a package holding it ("virtbench" alone: the package's __init__;
 # `cli_*`: the command modules).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("commands", ("cli", "cli_*", "runner", "boot", "boot_results", "checks", "report", "reproduce", "studies",
+    ("commands", ("cli", "cli_*", "runner", "runner_rounds", "boot", "boot_results", "checks", "report", "reproduce",
+                  "reproduce_experiments", "reproduce_facts", "studies",
                   "doctor", "api", "export")),
     ("results and plans", ("analysis", "outcomes", "plan", "estimates", "suite", "scaling", "render",
                            "ratio_methods")),
