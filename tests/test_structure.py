@@ -26,13 +26,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                   "reproduce_experiments", "reproduce_facts", "studies",
                   "doctor", "api", "export")),
     ("results and plans", ("analysis", "outcomes", "plan", "estimates", "suite", "scaling", "render",
-                           "ratio_methods")),
+                           "ratio_methods", "verdicts")),
     ("act on instances", ("workloads", "conditions", "cluster", "monitor", "sysinfo")),
     ("make instances", ("drivers", "pods", "cloud", "kubetestbed", "vm.lifecycle")),
     ("below the drivers", ("vm", "engine", "cpuset", "lifecycle", "instances", "nfsclient")),
     ("the seam", ("machines",)),
     ("foundations", ("procs", "fanout", "hostdirs", "paths", "model", "errors", "sizes", "kernels", "image", "store",
-                     "stats", "shapes", "tomlpos", "published", "cpugiven", "virtbench")),
+                     "stats", "stats_exact", "shapes", "tomlpos", "published", "cpugiven", "virtbench")),
 ]
 
 

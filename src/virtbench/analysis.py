@@ -29,6 +29,7 @@ from typing import Any
 from . import monitor, scaling, stats, workloads
 from .outcomes import reason_line
 from .store import Store, canonical
+from .verdicts import FDR, _bh_adjusted, _family, _verdicts  # the BH step; re-exported (plan, runner, tests)
 
 # Sample metadata that differs per repetition; not lifted into a result's metadata.
 _PER_SAMPLE = {"repetition", "round", "measured_seconds", "count", "index", "instance", "condition", "warnings",
@@ -218,67 +219,6 @@ def _cell_envs(cell: dict, env_order: list[str]) -> list[str]:
 
 #: Fewest repetitions per side that let a rank test reach p <= 0.05 (4: 2 / C(8, 4) = 0.029).
 _MIN_VERDICT_N = next(n for n in range(2, 100) if stats.mw_min_p(n, n) <= 0.05)
-
-#: False discovery rate of the correction across one table's comparisons (Benjamini-Hochberg).
-FDR = 0.05
-
-
-def _family(row: dict, cell: dict | None) -> str:
-    """The comparisons corrected together: those of one table (workload, parameters except the one
-    enumerating indexed tests, requested condition), the monitor's resource metrics apart."""
-    wl = workloads.get(row["workload"])
-    params = {k: v for k, v in row["params"].items() if k != wl.index_param}
-    return json.dumps([row["workload"], params, (cell or {}).get("condition", row["condition"]),
-                       bool(row["metadata"].get("monitor"))], sort_keys=True, default=str)
-
-
-def _verdicts(rows: list[dict], values: dict, family, value_key) -> None:
-    """Benjamini-Hochberg across each family of ratio rows, and each ratio's CI at the matching
-    Benjamini-Yekutieli level (1 - R q / m), so `significant` is read from the interval printed:
-    it excludes 1 exactly when the comparison is a BH discovery (without ties). A comparison whose
-    group sizes cannot reach that level gets verdict "n too small" and its widest interval, with
-    the lower level it has. Rows without a ratio (baseline, missing data) get verdict None."""
-    fams: dict[str, list[dict]] = defaultdict(list)
-    for r in rows:
-        if r.get("_compared"):
-            fams[family(r)].append(r)
-    for members in fams.values():
-        threshold, tested, _ = stats.bh_level([r["p_value"] for r in members],
-                                              [r.pop("_min_p") for r in members], FDR)
-        adjusted = _bh_adjusted([r["p_value"] for r in members], tested)
-        for r, p_adj in zip(members, adjusted):
-            del r["_compared"]
-            cand_key, base_key = value_key(r)
-            paired = r.pop("_paired", None)
-            if paired:
-                rr = stats.paired_ratio(*paired, confidence=1.0 - threshold, alpha=threshold)
-                r.pop("_seed", None)
-            else:
-                rr = stats.ratio(values[cand_key], values[base_key], confidence=1.0 - threshold,
-                                 alpha=threshold, seed=r.pop("_seed", 0))
-            reachable = math.isfinite(rr.min_p) and rr.min_p <= threshold + 1e-12
-            excludes = rr.ci_low > 1.0 or rr.ci_high < 1.0
-            r.update(ratio_ci_low=rr.ci_low, ratio_ci_high=rr.ci_high, ratio_ci_level=rr.ci_level,
-                     ratio_ci_method=rr.method, significant=bool(reachable and excludes), p_adjusted=p_adj,
-                     p_threshold=threshold, comparisons=tested,
-                     verdict=("n too small" if not reachable else
-                              "significant" if excludes else "not significant"))
-    for r in rows:  # rows that never had a ratio
-        for k in ("_compared", "_min_p", "_seed", "_paired"):
-            r.pop(k, None)
-
-
-def _bh_adjusted(ps: list[float], tested: int) -> list[float]:
-    """Benjamini-Hochberg adjusted p-values (q-values) over `tested` comparisons; NaN stays NaN."""
-    order = sorted((p, i) for i, p in enumerate(ps) if math.isfinite(p))
-    out = [math.nan] * len(ps)
-    m = max(tested, len(order))
-    running = 1.0
-    for rank in range(len(order), 0, -1):
-        p, i = order[rank - 1]
-        running = min(running, p * m / rank)
-        out[i] = running
-    return out
 
 
 def _rounds(samples_: list[dict]) -> dict[int, float] | None:
