@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from motokit import moto_server
 
 boto3 = pytest.importorskip("boto3")
 pytest.importorskip("moto.server")
@@ -34,22 +35,8 @@ REGION = "us-east-1"
 
 @pytest.fixture(scope="module")
 def moto_url():
-    from moto.server import ThreadedMotoServer
-
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
-    os.environ.update(AWS_ACCESS_KEY_ID=KEY_ID, AWS_SECRET_ACCESS_KEY=SECRET, AWS_DEFAULT_REGION=REGION)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with moto_server(KEY_ID, SECRET, REGION) as url:
+        yield url
 
 
 @pytest.fixture

@@ -5,10 +5,10 @@ loopback port, a local stand-in that starts no machines: SSH goes to the testbed
 result says backend "moto+testbed"). One study (000), its experiments at a tiny scale."""
 
 import json
-import os
 from dataclasses import replace
 
 import pytest
+from motokit import moto_server
 
 from virtbench import reproduce as rp
 from virtbench.store import Store
@@ -76,22 +76,9 @@ def test_inventory_hosts_run_the_experiment_and_score_its_finding(testbed_rp, tm
 @pytest.fixture
 def moto_url():
     pytest.importorskip("boto3")
-    server_mod = pytest.importorskip("moto.server")
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
-    os.environ.update(AWS_ACCESS_KEY_ID="AKIAVBREPRODUCE00001", AWS_SECRET_ACCESS_KEY="vbReproNeverStored",
-                      AWS_DEFAULT_REGION="us-east-1")
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    pytest.importorskip("moto.server")
+    with moto_server("AKIAVBREPRODUCE00001", "vbReproNeverStored", "us-east-1") as url:
+        yield url
 
 
 def test_cloud_settings_run_the_cloud_boot_grid_labelled_as_moto(testbed_rp, moto_url, tmp_path, monkeypatch):
