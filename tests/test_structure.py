@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("commands", ("cli", "cli_*", "runner", "runner_rounds", "boot", "boot_results", "checks", "report", "reproduce",
                   "reproduce_experiments", "reproduce_facts", "studies",
                   "doctor", "api", "export")),
-    ("results and plans", ("analysis", "outcomes", "plan", "estimates", "suite", "scaling", "render",
+    ("results and plans", ("analysis", "outcomes", "plan", "estimates", "progress", "suite", "scaling", "render",
                            "ratio_methods", "verdicts")),
     ("act on instances", ("workloads", "conditions", "cluster", "monitor", "sysinfo")),
     ("make instances", ("drivers", "pods", "cloud", "kubetestbed", "vm.lifecycle")),

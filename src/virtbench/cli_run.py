@@ -6,39 +6,44 @@ import shlex
 import sys
 
 import click
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from .cli_common import DB_HELP, _ensure_kernels, _inventory_path, _parse_params, _store, err
 from .cli_results import _show
 from .errors import UserError
+from .progress import Outlook
 from .runner import Events, Runner
 from .store import Store
 
 
 class _ProgressEvents(Events):
-    """Shows a progress bar on stderr while the runner works."""
+    """Shows a progress bar on stderr while the runner works. The bar's unit is the estimated seconds
+    of the attempts (progress.Outlook), so its ETA weighs a VM's attempt as more than a host's; the
+    count beside it is attempts done / expected, both growing as the run learns what it will do."""
 
-    def __init__(self, progress: Progress, total: int | None = None):
+    def __init__(self, progress: Progress):
         self.progress = progress
-        self.task = progress.add_task("starting", total=total)
-        self.total = total  # the plan's count (a retry runs only some cells): kept over the runner's
-        self.done = 0
+        self.task = progress.add_task("starting", total=None, count="")
+        self.outlook: Outlook | None = None
 
-    def planned(self, total: int) -> None:
-        self.progress.update(self.task, total=self.total or total)
+    def planned(self, outlook: Outlook) -> None:
+        self.outlook = outlook
+        self._show()
+
+    def _show(self, **fields) -> None:
+        o = self.outlook
+        if o is None:
+            return
+        self.progress.update(self.task, total=max(o.total_seconds, o.done_seconds), completed=o.done_seconds,
+                             count=f"{o.done}/{o.total}", **fields)
 
     def provisioning(self, env: str, role: str, count: int) -> None:
         self.progress.update(self.task, description=f"starting {count} {env} instance(s)")
 
     def attempt(self, cell, env, repetition, warmup, status, reason) -> None:
-        self.done += 1
-        total = self.progress.tasks[0].total or 0
-        if self.done > total:
-            self.progress.update(self.task, total=self.done + 1)
         params = " ".join(f"{k}={v}" for k, v in cell["params"].items() if k != "duration")
         what = "warm-up" if warmup else f"rep {repetition + 1}"
-        self.progress.update(self.task, advance=1, description=f"{cell['workload']} {params} @ {env} {what}")
+        self._show(description=f"{cell['workload']} {params} @ {env} {what}")
         if status != "ok":
             label = "[yellow]skipped[/yellow]" if status == "skipped" else "[red]failed[/red]"
             self.progress.console.print(f"{label} {cell['workload']} {params} @ {env} {what}: {reason}",
@@ -120,9 +125,8 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
           and (retry := _retry_plan(store, resume_id)).cells):  # otherwise resume() says why not
         plan = retry
         _confirm_plan(plan, yes)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("eta"), TimeRemainingColumn(), console=err, transient=True) as progress:
-        events = _ProgressEvents(progress, plan.repetitions[0] if plan else None)
+    with _progress_bar() as progress:
+        events = _ProgressEvents(progress)
         runner = None
         try:
             if resume_id:
@@ -139,6 +143,15 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
             sys.exit(130)
     _show(store, run_id, as_json)
     _end(store, run_id, db)
+
+
+def _progress_bar(console=None) -> Progress:
+    """What it did, the bar, attempts done / expected, elapsed and the ETA, on stderr; gone at the end.
+    The ETA's rate is read over the last 5 minutes (rich's default, 30 s, holds no finished attempt
+    while a long one runs, and a VM's start or a slow cell would swing it)."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[count]}"),
+                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console or err,
+                    transient=True, speed_estimate_period=300)
 
 
 def _retry_plan(store: Store, run_id: str):

@@ -29,11 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import conditions, cpugiven, drivers, machines, monitor, procs, sysinfo, workloads
+from . import conditions, cpugiven, drivers, estimates, machines, monitor, procs, sysinfo, workloads
 from .conditions import Applied, ConditionUnavailable
 from .drivers.base import DriverContext, Instance
 from .errors import UserError, WorkloadFailed
 from .model import EnvSpec
+from .progress import Outlook, attempt_seconds
 from .runner_rounds import GIVE_UP_AFTER, Rounds, Tally  # noqa: F401  (Tally: importable from here)
 from .store import Store
 from .suite import Matrix, cell_environments
@@ -55,7 +56,7 @@ def steady(before: dict, now: dict, tolerance: float = WARMUP_STEADY) -> bool:
 class Events:
     """Progress callbacks; the CLI shows them as a progress bar. Default: silent."""
 
-    def planned(self, total: int) -> None: ...
+    def planned(self, outlook: Outlook) -> None: ...  # the runner keeps it up to date (progress.py)
     def provisioning(self, env: str, role: str, count: int) -> None: ...
     def attempt(self, cell: dict, env: str, repetition: int, warmup: bool, status: str, reason: str | None) -> None: ...
     def note(self, message: str) -> None: ...
@@ -86,6 +87,7 @@ class Runner(Rounds):
         # come after the stored ones)
         self._round_offset: dict[str, int] = {}
         self._monitor_notes: set[str] = set()  # each monitoring problem is reported once per run
+        self.outlook = Outlook()  # attempts done and still to come, for the progress bar (progress.py)
 
     # -- entry points ------------------------------------------------------------------------
     def start(self) -> str:
@@ -222,8 +224,8 @@ class Runner(Rounds):
         if self._load_before is not None and self._load_before >= 0.5 * (os.cpu_count() or 1):
             self.events.note(f"busy machine: load average {self._load_before:.2f} on {os.cpu_count()} cores before "
                              "the run; other programs compete for the CPU (the results say so)")
-        self.events.planned(sum(len(cell_environments(c, all_envs)) for c in cells)
-                            * (policy.min_repetitions + (1 if policy.warmup == "auto" else policy.warmup)))
+        self.outlook = self._outlook(tallies, next_round)
+        self.events.planned(self.outlook)
         started = self.clock()
         for index, cell in enumerate(cells):
             wl = workloads.get(cell["workload"])
@@ -246,6 +248,7 @@ class Runner(Rounds):
                     for env in active:
                         tallies[(cell["key"], env)].finished = True
                         tallies[(cell["key"], env)].stop_reason = reason
+                        self.outlook.stopped(cell["key"], env)
                     break
                 # Lockstep: every environment still in the cell takes this round, A B C starting one
                 # further each round, so drift and load hit all alike.
@@ -255,8 +258,33 @@ class Runner(Rounds):
                     self._attempt(states[env], wl, cell, tally, timeout, warmup=False, round_=rnd)
                     if tally.consecutive_failures >= GIVE_UP_AFTER:  # leaves the rounds; a hole from now on
                         tally.finished, tally.stop_reason = True, f"gave up after {GIVE_UP_AFTER} failures in a row"
+                        self.outlook.stopped(cell["key"], env)
                 rnd += 1
             self._drop_unneeded(states, cells[index + 1:], envs, all_envs)
+
+    def _outlook(self, tallies: dict[tuple[str, str], Tally], next_round: dict[str, int]) -> Outlook:
+        """What this invocation is sure to do, per (cell, environment) not yet finished: the warm-ups
+        (warmup = "auto": the two that can agree at the earliest) and the rounds up to the first at which
+        the cell's stop rule can stop it (plan.earliest_stop), each weighted by its estimated seconds."""
+        from . import plan as plan_mod
+
+        policy = self.matrix.policy
+        all_envs = [e.name for e in self.matrix.environments]
+        driver = {e.name: e.driver for e in self.matrix.environments}
+        history = estimates.History(self.store, {c["workload"] for c in self.matrix.cells})
+        warm = plan_mod.AUTO_WARMUP[0] if policy.warmup == "auto" else int(policy.warmup)
+        out = Outlook()
+        for cell in self.matrix.cells:
+            first, _ = plan_mod.earliest_stop(self.matrix, cell, policy.min_repetitions, policy.max_repetitions)
+            start = next_round.get(cell["key"], 0)
+            for env in cell_environments(cell, all_envs):
+                tally = tallies.get((cell["key"], env)) or Tally()
+                if tally.finished:
+                    continue
+                rounds = min(policy.max_repetitions - start, max(first - start, policy.min_repetitions - tally.ok))
+                out.expect(cell["key"], env, 0 if tally.warmed_up else warm, rounds,
+                           attempt_seconds(cell, driver[env], history))
+        return out
 
     def _warm_up(self, state: _EnvState, wl: workloads.Workload, cell: dict, tally: Tally, timeout: float,
                  warmup: int | str) -> None:
@@ -339,8 +367,10 @@ class Runner(Rounds):
                                   started=started, ended=time.time(), reason=reason, detail=detail, raw=raw,
                                   samples_=found + (watched.samples if watched and status == "ok" else []),
                                   sample_metadata=meta, timeseries_=watched.rows if watched else None)
+        self.outlook.attempt(cell["key"], state.env.name, warmup)
         if status == "skipped":  # a skip is final, also when the warm-up finds it
             tally.finished, tally.stop_reason = True, reason
+            self.outlook.stopped(cell["key"], state.env.name)
         elif not warmup:
             tally.attempts += 1
             if status == "ok":
