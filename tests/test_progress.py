@@ -4,11 +4,13 @@ what is done, and ends at its total. Bookkeeping on its own, then real short run
 
 import io
 
+import pytest
+
 from rich.console import Console
 
 from virtbench import plan, suite
 from virtbench.cli_run import _progress_bar, _ProgressEvents
-from virtbench.progress import Outlook
+from virtbench.progress import Eta, Outlook, hms
 from virtbench.runner import Events, Runner
 from virtbench.store import Store
 
@@ -140,4 +142,19 @@ def test_the_bar_the_cli_draws_ends_full_with_its_count(tmp_path):
         task = progress.tasks[0]
         assert task.total == task.completed > 0
         attempts = len(store.attempts(rid))
-        assert task.fields["count"] == f"{attempts}/{attempts}"
+        assert task.fields["count"] == f"{attempts}/{attempts}" and task.fields["eta"] == "0:00:00"
+
+
+def test_the_eta_keeps_its_pace_when_the_total_grows_and_reads_the_last_window():
+    eta = Eta(window=100.0)
+    assert eta.left(50.0) is None
+    eta.add(0.0, 0.0)
+    assert eta.left(50.0) is None  # no attempt has ended: no pace
+    eta.add(10.0, 5.0)  # 5 estimated seconds in 10 s: half the estimates' pace
+    assert eta.left(50.0) == 90.0
+    assert eta.left(60.0) == 110.0  # the total grew: more time left, at the same pace
+    eta.add(200.0, 105.0)  # one long stretch: the window starts at the last point before it
+    assert eta.left(125.0) == pytest.approx(20.0 * 190.0 / 100.0)
+    eta.add(210.0, 125.0)
+    assert eta.left(125.0) == 0.0
+    assert (hms(None), hms(0.4), hms(3725.0)) == ("-:--:--", "0:00:00", "1:02:05")

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 
 import click
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .cli_common import DB_HELP, _ensure_kernels, _inventory_path, _parse_params, _store, err
 from .cli_results import _show
 from .errors import UserError
-from .progress import Outlook
+from .progress import Eta, Outlook, hms
 from .runner import Events, Runner
 from .store import Store
 
@@ -21,10 +22,12 @@ class _ProgressEvents(Events):
     of the attempts (progress.Outlook), so its ETA weighs a VM's attempt as more than a host's; the
     count beside it is attempts done / expected, both growing as the run learns what it will do."""
 
-    def __init__(self, progress: Progress):
+    def __init__(self, progress: Progress, clock=time.monotonic):
         self.progress = progress
-        self.task = progress.add_task("starting", total=None, count="")
+        self.task = progress.add_task("starting", total=None, count="", eta=hms(None))
         self.outlook: Outlook | None = None
+        self.clock = clock
+        self.eta = Eta()
 
     def planned(self, outlook: Outlook) -> None:
         self.outlook = outlook
@@ -34,8 +37,10 @@ class _ProgressEvents(Events):
         o = self.outlook
         if o is None:
             return
+        self.eta.add(self.clock(), o.done_seconds)
         self.progress.update(self.task, total=max(o.total_seconds, o.done_seconds), completed=o.done_seconds,
-                             count=f"{o.done}/{o.total}", **fields)
+                             count=f"{o.done}/{o.total}", eta=hms(self.eta.left(o.total_seconds)),
+                             **fields)
 
     def provisioning(self, env: str, role: str, count: int) -> None:
         self.progress.update(self.task, description=f"starting {count} {env} instance(s)")
@@ -146,12 +151,11 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
 
 
 def _progress_bar(console=None) -> Progress:
-    """What it did, the bar, attempts done / expected, elapsed and the ETA, on stderr; gone at the end.
-    The ETA's rate is read over the last 5 minutes (rich's default, 30 s, holds no finished attempt
-    while a long one runs, and a VM's start or a slow cell would swing it)."""
+    """What it did, the bar, attempts done / expected, elapsed and the ETA (progress.Eta: the pace of
+    the last 5 minutes), on stderr; gone at the end."""
     return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[count]}"),
-                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console or err,
-                    transient=True, speed_estimate_period=300)
+                    TimeElapsedColumn(), TextColumn("eta {task.fields[eta]}"), console=console or err,
+                    transient=True)
 
 
 def _retry_plan(store: Store, run_id: str):

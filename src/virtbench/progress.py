@@ -12,6 +12,7 @@ corrects the estimates as the run goes.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from . import drivers, estimates
@@ -80,6 +81,39 @@ class Outlook:
     @property
     def done_seconds(self) -> float:
         return sum(self._each(p) * (p.warm_done + p.rounds_done) for p in self.pairs.values())
+
+
+class Eta:
+    """Seconds left at the pace the run has kept: estimated seconds done per real second over the last
+    `window` seconds, measured from the last point at or before the window's start (so one attempt
+    longer than the window still has a pace). Kept apart from the bar's total, which grows: rich
+    forgets its own speed whenever a task's total changes."""
+
+    def __init__(self, window: float = 300.0):
+        self.window = window
+        self.points: deque[tuple[float, float]] = deque()
+
+    def add(self, t: float, done_seconds: float) -> None:
+        self.points.append((t, done_seconds))
+        while len(self.points) >= 2 and self.points[1][0] <= t - self.window:
+            self.points.popleft()
+
+    def left(self, total_seconds: float) -> float | None:
+        """None until the run has a pace (before its first attempt ends)."""
+        if len(self.points) < 2:
+            return None
+        (t0, d0), (t1, d1) = self.points[0], self.points[-1]
+        if t1 <= t0 or d1 <= d0:
+            return None
+        return max(0.0, total_seconds - d1) * (t1 - t0) / (d1 - d0)
+
+
+def hms(seconds: float | None) -> str:
+    """h:mm:ss, or -:--:-- when unknown (as rich prints times)."""
+    if seconds is None:
+        return "-:--:--"
+    s = round(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 def attempt_seconds(cell: dict, driver: str, history: estimates.History | None) -> float | None:
