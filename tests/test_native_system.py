@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waitkit import until
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "native" / "system"
@@ -260,6 +261,22 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _pinned(pids: list[int], n: int) -> list[str]:
+    """The allowed CPU lists of `pids` once there are `n` of them and each is on one CPU; else []."""
+    try:
+        allowed = [_allowed(p) for p in pids]
+    except (OSError, AssertionError):  # one ended between the listing and the reading
+        return []
+    return allowed if len(allowed) == n and all(a.isdigit() for a in allowed) else []
+
+
 def _allowed(pid: int) -> str:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("Cpus_allowed_list:"):
@@ -271,12 +288,12 @@ def _allowed(pid: int) -> str:
 def test_context_pins_each_pair_to_one_cpu(vb_system):
     """Both processes of a context copy run on one CPU (else the rate is a placement lottery, 10-20x
     between one CPU and two); copy i takes the i-th allowed CPU, so 2 copies use 2 different CPUs."""
-    proc = subprocess.Popen([str(vb_system), "context", "--duration", "1.5", "--copies", "2"],
+    proc = subprocess.Popen([str(vb_system), "context", "--duration", "3", "--copies", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.7)
-        procs = _descendants(proc.pid)  # 2 copies + 2 partners
-        allowed = sorted(_allowed(p) for p in procs)
+        # until all 2 copies + 2 partners run, each on the CPU it was given (a busy machine is slow to
+        # start them); a process that is never pinned still fails below, at the wait's end
+        allowed = sorted(until(lambda: _pinned(_descendants(proc.pid), 4), timeout=2.5))
     finally:
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
@@ -292,13 +309,11 @@ def test_context_pins_each_pair_to_one_cpu(vb_system):
 def test_spawn_pins_each_copy_to_one_cpu(vb_system):
     """A spawn copy and its children share one CPU: left free, a fresh child went to the idle CPU in
     some runs and not in others, and the rate moved by up to 15 % between runs."""
-    proc = subprocess.Popen([str(vb_system), "spawn", "--duration", "1.5", "--copies", "2"],
+    proc = subprocess.Popen([str(vb_system), "spawn", "--duration", "3", "--copies", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.7)
         # the copies are the long-lived children of the parent; their own children live microseconds
-        copies = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-        allowed = sorted(_allowed(int(p)) for p in copies)
+        allowed = sorted(until(lambda: _pinned(_children(proc.pid), 2), timeout=2.5))
     finally:
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
