@@ -2,6 +2,7 @@
 remote run must survive (unreachable host, a host dying mid-run, Ctrl-C)."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -42,8 +43,16 @@ def test_system_on_ssh_hosts_records_machines_and_no_secrets(testbed2, tmp_path)
     assert rows["host"]["metadata"]["machines"] == ["localhost"]
     facts = rows["ssh"]["metadata"]["machine_facts"]["vbtsh1"]
     assert facts["kernel"] == os.uname().release and facts["testbed"] == "vbts"
-    # Same binaries, same CPU: the ratio is about 1 (a loose bound: the machine is shared).
-    assert 0.7 < rows["ssh"]["ratio"] < 1.4
+    # The ratio pairs each round's ssh value with that round's host value. How near 1 it comes is the
+    # shared machine's load (single short processes vary by 17-32 % here: bench/aa_busy.py --floor),
+    # so assert how it was computed: from 2 rounds the Hodges-Lehmann estimate of the log ratios is
+    # their mean.
+    by_round = {(s["environment"], json.loads(s["metadata_json"]).get("round")): s["value"]
+                for s in store.samples(rid) if s["metric"] == "dhrystone"}
+    rounds = sorted(r for e, r in by_round if e == "host" and r is not None)
+    logs = [math.log(by_round[("ssh", r)] / by_round[("host", r)]) for r in rounds]
+    assert len(logs) == 2
+    assert rows["ssh"]["pairs"] == 2 and rows["ssh"]["ratio"] == pytest.approx(math.exp(sum(logs) / 2))
     # Nothing secret was stored: no key path, no private key, no user name from the inventory.
     dump = subprocess.run(["sqlite3", str(tmp_path / "r.sqlite"), ".dump"], capture_output=True, text=True).stdout \
         if subprocess.run(["which", "sqlite3"], capture_output=True).returncode == 0 else \
