@@ -8,6 +8,7 @@ import pytest
 from virtbench import conditions
 from virtbench.conditions import ConditionUnavailable, storage
 from virtbench.workloads import RunContext, get
+from delaykit import assert_condition_delay
 from vbleftovers import assert_clean
 from vmkit import one_vm, require_vm_storage
 
@@ -38,7 +39,7 @@ def test_remote_disk_in_a_vm(vm):
         assert len(_blocks(vm)) == len(before) + 1
         assert "QEMU" in applied.metadata["storage_mechanism"] and applied.metadata["storage_fs"] == "ext4"
         if "delay_ms" in cond:
-            assert abs(applied.metadata["delay_measured_ms"] - cond["delay_ms"]) < 1.0
+            assert_condition_delay(applied.metadata, cond["delay_ms"])
         raw = dd.execute({"main": [vm]}, p, RunContext(timeout=300, applied=applied))
         assert {s.metric: s.value for s in dd.parse(raw, p)}["write"] > 0
     finally:
