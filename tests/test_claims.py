@@ -56,8 +56,9 @@ def synthetic(claim, holds: bool, *, accel: str = "kvm") -> list[Group]:
         den = _group(a["den"], BASE, fill=den_fill, accel=accel)
         num = _group(a["num"], [v * r for v in BASE[::-1]], fill=num_fill, accel=accel)
         out = [num, den]
-        if a["den"]["params"].get("replicas") == "best":  # the pods' best: a worse replica count beside it
+        if a["den"]["params"].get("replicas") == "best":  # the pods' best: worse replica counts either side
             out.append(_group(a["den"], [v * 0.5 for v in BASE], fill={"replicas": 1}, accel=accel))
+            out.append(_group(a["den"], [v * 0.8 for v in BASE], fill={"replicas": 8}, accel=accel))
             out[1].params["replicas"] = 4
         if a["num"]["params"].get("concurrency") == "max" or a["num"]["condition"].get("delay_ms") == "max":
             # a smaller value of the "max" key must not be picked
@@ -86,7 +87,9 @@ def synthetic(claim, holds: bool, *, accel: str = "kvm") -> list[Group]:
         v = 0.98 if holds else 0.6
         return [_group(a["select"], [v, v - 0.01, v + 0.005], fill={"transactions": 400000}, accel=accel)]
     if claim.check == "peak":
-        curve = {1: 100, 2: 150, 4: 200, 8: 180} if holds else {1: 100, 2: 150, 4: 200, 8: 260}
+        # differs: still rising at 64, past the study's peak at 32 (a range that stopped at 8 would not decide)
+        curve = {1: 100, 2: 150, 4: 200, 8: 180} if holds else {1: 100, 2: 150, 4: 200, 8: 260, 16: 300, 32: 320,
+                                                                 64: 340}
         return [_group(a["select"], [v, v * 1.01], fill={}, accel=accel) for v in curve.values()] and [
             Group(_exp(a["select"]), "web", {"workers": 1, "replicas": x}, {}, "pods", "pods",
                   a["select"]["metric"], "req/s", True, [v, v * 1.01]) for x, v in curve.items()]
@@ -290,3 +293,59 @@ def test_order_level_and_slope_follow_the_same_rule():
                     list(map(float, vals)), {}) for x, vals in noisy.items()]
     v = score.score(size, Evidence(groups, KVM))
     assert v.verdict == NOT_MEASURED and v.ci[0] < 0 < v.ci[1], v.measured
+
+
+# -- a range that stops short of the published extreme decides nothing about it --------------------------
+
+def _pods(curve: dict[int, float]) -> list[Group]:
+    return [Group("004-web", "web", {"workers": 1, "replicas": x}, {}, "pods", "pods", "requests_per_second",
+                  "req/s", True, [v * f for f in (0.99, 1.0, 1.01)]) for x, v in curve.items()]
+
+
+def test_a_peak_measured_on_a_range_that_stops_below_the_published_peak_is_not_measured():
+    """The tier stops at 8 replicas, the study peaked at 32 of 1-64: still rising at 8 says nothing
+    about a peak at 32; rising to 64, past it, is a difference; a peak inside 1-8 holds."""
+    c = by_id("004-web-pods-peak")
+    assert c.args["published_at"] == 32
+    v = score.score(c, Evidence(_pods({1: 100, 2: 180, 4: 300, 8: 420}), KVM))
+    assert v.verdict == NOT_MEASURED, (v.measured, v.reason)
+    assert "our best replicas (8) is at the end of the measured range 1-8" in v.reason
+    assert "stops at 8, below the published peak at 32" in v.reason and "larger tier or cluster needed" in v.reason
+    assert v.measured.startswith("best at replicas = 8") and v.environments == ["pods"]
+    v = score.score(c, Evidence(_pods({1: 100, 4: 300, 8: 420, 16: 500}), KVM))  # 16 is still below 32
+    assert v.verdict == NOT_MEASURED and "stops at 16, below the published peak at 32" in v.reason
+    rising = {1: 100, 2: 180, 4: 300, 8: 420, 16: 500, 32: 520, 64: 560}
+    v = score.score(c, Evidence(_pods(rising), KVM))
+    assert v.verdict == DIFFERS and v.value == 64  # the range reached past 32 and it never turned
+    falling = {1: 400, 2: 300, 4: 200, 8: 100}  # best at the low end; the published 32 is not below it
+    assert score.score(c, Evidence(_pods(falling), KVM)).verdict == DIFFERS
+    assert score.score(c, Evidence(_pods({1: 100, 2: 300, 4: 250, 8: 200}), KVM)).verdict == HOLDS
+
+
+def test_short_of_sees_either_end():
+    assert score.short_of(8, [1, 2, 4, 8], 32, "replicas", "peak")
+    assert score.short_of(4, [4, 8, 16], 1, "replicas", "peak").endswith(
+        "which starts at 4, above the published peak at 1: a larger tier or cluster needed")
+    assert score.short_of(4, [1, 2, 4, 8], 32, "replicas", "peak") is None  # an inside extreme is measured
+    assert score.short_of(64, [1, 8, 64], 32, "replicas", "peak") is None  # the range reached it
+    assert score.short_of(8, [1, 2, 4, 8], None, "replicas", "peak") is None  # no published location
+
+
+def test_a_vm_against_the_pods_best_of_a_short_range_counts_only_when_it_differs():
+    """One VM against the pods' best: where the pods were still rising at the top of a range that stops
+    below 32, a VM above them is not measured (more pods could overtake it); a VM below them
+    differs whatever a longer range would show."""
+    c = by_id("004-web-vm-vs-pods")
+    assert c.args["published_at"] == {"replicas": 32}
+
+    def vm(rps: float) -> Group:
+        return Group("004-web", "web", {"workers": 8, "replicas": 1}, {}, "vm", "vm", "requests_per_second",
+                     "req/s", True, [rps * f for f in (0.99, 1.0, 1.01)], {"accelerator": "kvm"})
+
+    rising = _pods({1: 100, 2: 180, 4: 300, 8: 420})
+    v = score.score(c, Evidence(rising + [vm(600)], KVM))
+    assert v.verdict == NOT_MEASURED, (v.measured, v.reason)
+    assert "stops at 8, below the published best replicas at 32" in v.reason and v.measured.startswith("1.43x")
+    assert score.score(c, Evidence(rising + [vm(300)], KVM)).verdict == DIFFERS
+    peaked = _pods({1: 100, 2: 180, 4: 450, 8: 420})  # the pods' best inside the range
+    assert score.score(c, Evidence(peaked + [vm(600)], KVM)).verdict == HOLDS

@@ -10,6 +10,15 @@ a slope): the finding HOLDS when the whole 95 % interval meets the tolerance, DI
 whole interval misses it, and is NOT_MEASURED when the interval reaches both sides ("more
 repetitions needed"): a point estimate on one side of a band its own interval crosses decides
 nothing. Without an interval (too few values) the point decides, and the text says there was none.
+
+One rule for every claim about where a quantity is largest or smallest (a peak over a count, a
+"best" count a ratio is taken against): the study's own location of that extreme (`published_at` in
+the claim's args) must lie inside the range we measured, or our extreme must lie inside it. When
+our extreme lies at an end of the measured range and the published location lies beyond that end,
+the range was too short to see the study's extreme: a verdict that a longer range could overturn is
+NOT_MEASURED ("the measured range stops at 8, below the published peak at 32: a larger tier or
+cluster needed"), never "differs". For a peak that is any verdict; for a ratio against the best
+count only "holds" (a longer range can only raise the best, so "differs" against it stands).
 """
 
 from __future__ import annotations
@@ -85,6 +94,15 @@ class Verdict:
 
 class _NoData(Exception):
     """The selection found nothing to compute with; the message says what is missing."""
+
+
+class _RangeTooShort(Exception):
+    """Measured, but on a range that stops short of the published extreme (the module's second rule):
+    the verdict is NOT_MEASURED with this reason, and the measured text still said."""
+
+    def __init__(self, reason: str, measured: str, envs: list[str]):
+        super().__init__(reason)
+        self.measured, self.envs = measured, envs
 
 
 # -- selection ----------------------------------------------------------------------------------------
@@ -227,7 +245,26 @@ def _rule_ratio(c: Claim, ev: Evidence, tcg: bool) -> tuple[bool, str, float, li
     text = (f"{_fmt(r.ratio)}x{_ci_text(r.ci_low, r.ci_high)}: {_label(num)} {_fmt(num.median)} / {_label(den)} "
             f"{_fmt(den.median)} {den.unit} (n = {len(num.values)} / {len(den.values)})")
     ci = [r.ci_low, r.ci_high] if math.isfinite(r.ci_low) else None
-    return ok, text, r.ratio, ci, sorted({num.env, den.env})
+    envs = sorted({num.env, den.env})
+    if ok:  # against the best of a range: "holds" only where the range could see the published best
+        short = _best_short_of(c, ev, den, tcg)
+        if short:
+            raise _RangeTooShort(short, text, envs)
+    return ok, text, r.ratio, ci, envs
+
+
+def _best_short_of(c: Claim, ev: Evidence, den: Group, tcg: bool) -> str | None:
+    """For a denominator picked as the "best" of a range: why that range was too short, or None."""
+    for key, v in c.args["den"]["params"].items():
+        published = (c.args.get("published_at") or {}).get(key)
+        if v != "best" or published is None:
+            continue
+        everything = {**c.args["den"], "params": {k: w for k, w in c.args["den"]["params"].items() if k != key}}
+        xs = sorted({_x_of(g, key) for g in select(ev, everything, exclude_tcg=tcg) if key in g.params})
+        why = short_of(_x_of(den, key), xs, published, key, f"best {key}")
+        if why:
+            return why
+    return None
 
 
 def _label(g: Group) -> str:
@@ -306,6 +343,21 @@ def _rule_level(c: Claim, ev: Evidence, tcg: bool):
         ([lo, hi] if math.isfinite(lo) else None), [g.env]
 
 
+def short_of(best: float, xs: list[float], published: float | None, key: str, what: str) -> str | None:
+    """Why a range was too short to see the published extreme (None: it was long enough): our extreme
+    `best` lies at an end of the measured values `xs` and the published location lies beyond it."""
+    if published is None or len(xs) < 2:
+        return None
+    if best == xs[-1] and published > xs[-1]:
+        side = f"stops at {_fmt(xs[-1])}, below"
+    elif best == xs[0] and published < xs[0]:
+        side = f"starts at {_fmt(xs[0])}, above"
+    else:
+        return None
+    return (f"our best {key} ({_fmt(best)}) is at the end of the measured range {_fmt(xs[0])}-{_fmt(xs[-1])}, "
+            f"which {side} the published {what} at {_fmt(published)}: a larger tier or cluster needed")
+
+
 def _rule_peak(c: Claim, ev: Evidence, tcg: bool):
     s, key = c.args["select"], c.args["x"]
     groups = select(ev, s, exclude_tcg=tcg)
@@ -317,9 +369,12 @@ def _rule_peak(c: Claim, ev: Evidence, tcg: bool):
         raise _NoData(f"a peak needs at least 3 {key} values; measured {len(med)}")
     xs = sorted(med)
     best = max(xs, key=lambda x: med[x])
-    ok = xs[0] < best < xs[-1]
     text = f"best at {key} = {_fmt(best)}: " + ", ".join(f"{_fmt(x)}: {_fmt(med[x])}" for x in xs)
-    return ok, text, best, None, sorted({g.env for g in groups})
+    envs = sorted({g.env for g in groups})
+    short = short_of(best, xs, c.args.get("published_at"), key, "peak")
+    if short:
+        raise _RangeTooShort(short, text, envs)
+    return xs[0] < best < xs[-1], text, best, None, envs
 
 
 def _rule_penalty(c: Claim, ev: Evidence, tcg: bool):
@@ -370,6 +425,9 @@ def score(c: Claim, ev: Evidence) -> Verdict:
         ok, text, value, ci, envs = RULES[c.check](c, ev, "kvm" in c.needs)
     except _NoData as exc:
         v.reason = str(exc)
+        return v
+    except _RangeTooShort as exc:
+        v.measured, v.environments, v.reason = exc.measured, exc.envs, str(exc)
         return v
     v.verdict = HOLDS if ok else DIFFERS if ok is not UNDECIDED else NOT_MEASURED
     v.measured, v.environments, v.ci = text, envs, ci
