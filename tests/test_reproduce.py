@@ -6,7 +6,9 @@ import json
 
 import pytest
 
+from virtbench import plan as plan_mod
 from virtbench import reproduce as rp
+from virtbench import reproduce_times as rt
 from virtbench.errors import UserError
 from virtbench.report import build as report_build
 from virtbench.report import markdown
@@ -69,6 +71,60 @@ def test_estimates_follow_what_was_measured(tmp_path):
     other = next(e for e in rp.EXPERIMENTS if e.id == "004-fio").tiers[0]
     # another experiment: its prior times how the recorded ones compared with theirs
     assert rp.estimate("004-fio", other, hist, 0.05) == pytest.approx(other.estimate_s * 305.0 / tier.estimate_s)
+
+
+def _hpa():
+    return next(e for e in rp.EXPERIMENTS if e.id == "003-hpa")
+
+
+def test_without_a_recorded_time_the_estimate_is_the_child_runs_plan_plus_its_start_up(tmp_path):
+    """One estimate path: an experiment not yet recorded is estimated as the run plan of its child
+    (the same plan.make `virtbench run` prints) plus the start-up that plan leaves out; a recorded
+    time, where there is one, wins; a boot grid, which has no run plan, keeps its prior."""
+    exp = _hpa()
+    m = rp.matrix_for(exp, exp.tiers[0], ("host",))
+    child = plan_mod.make(m).seconds[1]
+    # HPA's 4 ranks on the host start no instance; its 3 storage conditions each set up
+    assert rt.startup_s(m) == rt.RUN_START_S + 3 * rt.CONDITION_SETUP_S
+    est = rt.Estimator({}, None)
+    assert est(exp, 0, ("host",)) == pytest.approx(child + rt.startup_s(m))
+    assert est(exp, 0, ("host",)) != exp.tiers[0].estimate_s  # not the hand-written prior
+    # a larger tier's child plan is larger (more delays, then 2.5x the transactions)
+    assert est(exp, 0, ("host",)) < est(exp, 1, ("host",)) < est(exp, 2, ("host",))
+    path = tmp_path / "times.json"
+    rt.record_history(exp.id, exp.tiers[0], 333.0, None, None, path)
+    recorded = rt.Estimator(rt.load_history(path), None)
+    assert recorded(exp, 0, ("host",)) == pytest.approx(333.0)
+    # the next scale's plan is less than that recorded time: a larger scale is no quicker
+    assert est(exp, 1, ("host",)) < 333.0 and recorded(exp, 1, ("host",)) == pytest.approx(333.0)
+
+    ep = next(e for e in rp.EXPERIMENTS if e.id == "000-npb-ep")
+    m = rp.matrix_for(ep, ep.tiers[0], ("c-small",))
+    # 1-vCPU containers: as many started as the largest cell holds at once (2 instances)
+    assert rt.startup_s(m) == rt.RUN_START_S + 2 * rt.INSTANCE_START_S["container"]
+    # with SSH hosts beside them: the local child's estimate times the platforms' share, as before
+    assert est(ep, 0, ("c-small", rp.REMOTE_ENV)) == pytest.approx(2 * est(ep, 0, ("c-small",)))
+
+    boot = next(e for e in rp.EXPERIMENTS if e.id == "000-boot-size")
+    assert rt.child_seconds(boot, boot.tiers[0], ("vm",), None) is None
+    assert est(boot, 0, ("vm",)) == boot.tiers[0].estimate_s
+
+
+def test_the_child_plan_reads_this_machines_earlier_samples(tmp_path):
+    """With a store, the child plan takes the earlier attempts of the same cell from it (estimates.py)
+    instead of the model: the reproduce estimate follows."""
+    from test_estimates import _record
+
+    exp = _hpa()
+    m = rp.matrix_for(exp, exp.tiers[0], ("host",))
+    store = Store(tmp_path / "h.sqlite")
+    model_only = rt.Estimator({}, None, store)(exp, 0, ("host",))
+    one = rp.matrix_for(exp, exp.tiers[0], ("host",))
+    one.cells = one.cells[:1]
+    _record(store, one, {"host": [40.0, 42.0, 41.0]})  # the first cell measured at 41 s a repetition
+    measured = rt.Estimator({}, None, store)(exp, 0, ("host",))
+    per_rep = plan_mod.make(m).seconds[1] / (len(m.cells) * 4)  # 1 warm-up + 3 repetitions per cell
+    assert measured == pytest.approx(model_only + 4 * (41.0 - per_rep))
 
 
 def test_every_experiment_builds_from_its_suite_file():
@@ -198,7 +254,7 @@ class _Interrupt(rp.Events):
 
 def test_reproduce_runs_resumes_and_reports_scorecard_first(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(rp, "EXPERIMENTS", (_tiny("tiny-a", "dhrystone"), _tiny("tiny-b", "syscall")))
-    monkeypatch.setattr(rp, "history_path", lambda: tmp_path / "times.json")
+    monkeypatch.setattr(rt, "history_path", lambda: tmp_path / "times.json")
     store = Store(tmp_path / "r.sqlite")
     rep = rp.Reproducer(store, events=_Interrupt())
     with pytest.raises(KeyboardInterrupt):
@@ -248,7 +304,9 @@ def _two_tiers() -> rp.Experiment:
 def test_run_time_goes_up_a_scale_only_when_it_still_fits(tmp_path, monkeypatch, budget, expected):
     exp = _two_tiers()
     monkeypatch.setattr(rp, "EXPERIMENTS", (exp,))
-    monkeypatch.setattr(rp, "history_path", lambda: tmp_path / "times.json")
+    monkeypatch.setattr(rt, "history_path", lambda: tmp_path / "times.json")
+    # the larger scale was recorded at 400 s (its child plan alone would say seconds)
+    rp.record_history(exp.id, exp.tiers[1], 400.0, None, None, tmp_path / "times.json")
     store = Store(tmp_path / "r.sqlite")
     steps = [rp.Step(exp, 0, 5.0, envs=("host",))]  # planned at the smallest scale
     spec = rp.spec_for(steps, budget, dict(TCG), None, None, "")
@@ -262,7 +320,7 @@ def test_run_time_goes_up_a_scale_only_when_it_still_fits(tmp_path, monkeypatch,
 def test_run_time_skips_what_no_longer_fits_and_says_so(tmp_path, monkeypatch):
     exp = _two_tiers()
     monkeypatch.setattr(rp, "EXPERIMENTS", (exp,))
-    monkeypatch.setattr(rp, "history_path", lambda: tmp_path / "times.json")
+    monkeypatch.setattr(rt, "history_path", lambda: tmp_path / "times.json")
     rp.record_history(exp.id, exp.tiers[0], 500.0, None, None, tmp_path / "times.json")  # measured: 500 s
     store = Store(tmp_path / "r.sqlite")
     spec = rp.spec_for([rp.Step(exp, 0, 5.0, envs=("host",))], 120, dict(TCG), None, None, "")

@@ -11,6 +11,7 @@ import pytest
 from motokit import moto_server
 
 from virtbench import reproduce as rp
+from virtbench import reproduce_times as rt
 from virtbench.store import Store
 from virtbench.studies import card
 
@@ -44,7 +45,7 @@ def _tiny_ep() -> rp.Experiment:
 
 def _run(tmp_path, monkeypatch, experiments, facts, **kw) -> tuple[Store, str]:
     monkeypatch.setattr(rp, "EXPERIMENTS", experiments)
-    monkeypatch.setattr(rp, "history_path", lambda: tmp_path / "times.json")
+    monkeypatch.setattr(rt, "history_path", lambda: tmp_path / "times.json")
     store = Store(tmp_path / "r.sqlite")
     return store, rp.Reproducer(store).start(1800, ["000"], facts, **kw)
 

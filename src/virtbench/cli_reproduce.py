@@ -110,7 +110,7 @@ def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, 
         inventory = _inventory_path(inventory) if inventory else None
         cloud = cloud_options(cloud) if cloud else None
         facts = machine_facts(kubeconfig, inventory, hosts, cloud)
-        steps = plan(budget_s, facts, studies=chosen)
+        steps = plan(budget_s, facts, studies=chosen, store=store)
         spec = spec_for(steps, budget_s, facts, chosen, kubeconfig, pods_image, inventory=inventory, hosts=hosts,
                         cloud=cloud)
         err.print(_plan_table(spec["plan"], spec["left_out"]))

@@ -12,14 +12,14 @@ each names the child run (an ordinary workload or boot run) that holds the measu
 estimate and the time it really took. `--resume` continues the interrupted child and the
 experiments not yet done. The scorecard (studies/) is computed from the children's samples.
 
-Estimates: each tier carries a prior measured on this 2-core machine while four other developers
-worked on it (load 8-15). Every finished experiment
-records its time (and the load average) in the data directory; later plans use the median of the
-recorded times for that tier, else the prior times the median actual/prior of the others, scaled by
-how much busier the machine is now than then.
+Estimates (reproduce_times.py): the median of a tier's recorded times on this machine, else the plan
+of the child run it would start plus that run's start-up, else the tier's prior (measured on this
+2-core machine while four other developers worked on it, load 8-15); at run time they follow how far
+the experiments so far ran over or under theirs.
 
 The experiments themselves are data in reproduce_experiments.py, the machine's facts (and the CPU
-probe) in reproduce_facts.py; this module plans and runs them.
+probe) in reproduce_facts.py, the child runs' matrices and boot grids in reproduce_matrix.py; this
+module plans and runs them.
 """
 
 from __future__ import annotations
@@ -27,90 +27,25 @@ from __future__ import annotations
 import json
 import math
 import os
-import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from . import paths, shapes, workloads
-from . import suite as suite_mod
 from .errors import UserError
-from .model import EnvSpec
-# The experiments (data) and the machine's facts live in their own modules; their names stay
-# importable from here.
-from .reproduce_experiments import EXPERIMENTS, LEFT_OUT_ALWAYS, Experiment, Tier  # noqa: F401
+# The experiments (data), the machine's facts, the child runs' matrices and the estimates live in
+# their own modules; their names stay importable from here.
+from .reproduce_experiments import (CLOUD_ENV, CLOUD_SHAPE, EXPERIMENTS, LEFT_OUT_ALWAYS, PLATFORM_ENVS,  # noqa: F401
+                                    REMOTE_ENV, Experiment, Tier)
 from .reproduce_facts import _load, cloud_facts, cloud_options, cpu_probe, inventory_hosts, machine_facts  # noqa: F401
+from .reproduce_matrix import boot_grid, matrix_for  # noqa: F401
+from .reproduce_times import Estimator, estimate, load_history, record_history, timing_key  # noqa: F401
 from .store import Store
 
 STUDY_IDS = ("000", "001", "002", "003", "004")
 RESERVE = 0.08          # of the budget, kept for planning, teardown between children and the report
 MIN_RESERVE_S = 60.0
-HISTORY_KEEP = 10
 BOOT_TIMEOUT = 300.0  # seconds one instance may take to be ready (boot's own default: 600)
-
-
-# -- estimates -----------------------------------------------------------------------------------------
-
-def history_path() -> Path:
-    return paths.data_dir() / "reproduce-times.json"
-
-
-def load_history(path: Path | None = None) -> dict[str, list[dict[str, Any]]]:
-    try:
-        data = json.loads((path or history_path()).read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def record_history(exp_id: str, tier: Tier, actual_s: float, load: float | None, probe: float | None,
-                   path: Path | None = None, prior_scale: float = 1.0) -> None:
-    path = path or history_path()
-    data = load_history(path)
-    key = f"{exp_id}|{tier.label}"
-    data[key] = (data.get(key, []) + [{"seconds": round(actual_s, 1), "prior": tier.estimate_s * prior_scale,
-                                       "load_1m": load, "probe_s": probe, "at": time.time()}])[-HISTORY_KEEP:]
-    tmp = path.with_name(path.name + f".{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
-
-
-def _slower(now: float | None, then: float | None) -> float:
-    """How much slower work runs now than when a time was recorded (1 when either is unknown). Never
-    below 1: the probe sees CPU contention only, and disk-bound experiments do not speed up with it."""
-    if not now or not then:
-        return 1.0
-    return max(1.0, min(4.0, now / then))
-
-
-def estimate(exp_id: str, tier: Tier, history: dict[str, list[dict[str, Any]]], probe: float | None,
-             prior_scale: float = 1.0) -> float:
-    """Seconds this tier should take now: the median of its own recorded times if any, else its prior
-    (times `prior_scale`) corrected by how the other recorded experiments compared with their priors;
-    each recorded time is scaled by the CPU probe now against the probe when it was recorded."""
-    own = history.get(f"{exp_id}|{tier.label}", [])
-    if own:
-        return statistics.median(r["seconds"] * _slower(probe, r.get("probe_s")) for r in own)
-    ratios = [r["seconds"] / r["prior"] * _slower(probe, r.get("probe_s"))
-              for recs in history.values() for r in recs if r.get("prior")]
-    factor = statistics.median(ratios) if ratios else 1.0
-    return tier.estimate_s * prior_scale * factor
-
-
-def timing_key(exp: Experiment, envs: tuple[str, ...]) -> tuple[str, float]:
-    """The history key of an experiment on these environments, and the factor on its priors: the
-    priors are for this machine's own platforms; each platform beyond it (SSH hosts, a cloud) adds
-    its share of the cells' time, and its times are recorded apart."""
-    extra = [e for e in envs if e in PLATFORM_ENVS and e not in exp.envs]
-    base = max(1, len(envs) - len(extra))
-    return exp.id + "".join(f"+{e}" for e in extra), (base + len(extra)) / base
-
-
-def estimate_step(exp: Experiment, tier: Tier, envs: tuple[str, ...], history: dict, probe: float | None) -> float:
-    key, scale = timing_key(exp, envs)
-    return estimate(key, tier, history, probe, scale)
 
 
 # -- the plan ------------------------------------------------------------------------------------------
@@ -134,10 +69,10 @@ class Step:
 
 
 def plan(budget_s: float, facts: dict[str, Any], *, studies: list[str] | None = None,
-         history: dict | None = None) -> list[Step]:
-    """Fit the chosen studies' experiments into the budget (pure: facts and history are given)."""
-    history = load_history() if history is None else history
-    probe = facts.get("probe_s")
+         history: dict | None = None, store=None) -> list[Step]:
+    """Fit the chosen studies' experiments into the budget (pure when facts and history are given;
+    `store`: where the child plans read earlier samples, None: the workloads' models only)."""
+    est = Estimator(load_history() if history is None else history, facts.get("probe_s"), store)
     steps: list[Step] = []
     for exp in EXPERIMENTS:
         if studies and exp.study not in studies:
@@ -147,7 +82,7 @@ def plan(budget_s: float, facts: dict[str, Any], *, studies: list[str] | None = 
         if missing:
             step.tier, step.why = None, missing
         else:
-            step.estimate_s = estimate_step(exp, exp.tiers[0], step.envs, history, probe)
+            step.estimate_s = est(exp, 0, step.envs)
         steps.append(step)
     room = budget_s - max(budget_s * RESERVE, MIN_RESERVE_S)
 
@@ -169,7 +104,7 @@ def plan(budget_s: float, facts: dict[str, Any], *, studies: list[str] | None = 
         for s in steps:
             if s.tier is None or s.tier + 1 >= len(s.exp.tiers):
                 continue
-            nxt = estimate_step(s.exp, s.exp.tiers[s.tier + 1], s.envs, history, probe)
+            nxt = est(s.exp, s.tier + 1, s.envs)
             if used() - s.estimate_s + nxt <= room:
                 s.tier, s.estimate_s, raised = s.tier + 1, nxt, True
     return steps
@@ -190,10 +125,6 @@ def _missing(exp: Experiment, facts: dict[str, Any]) -> str | None:
     return None
 
 
-REMOTE_ENV = "hosts"  # the environment of the inventory's SSH hosts in a reproduce run
-CLOUD_ENV = "cloud"   # the environment of the --cloud settings' instances
-PLATFORM_ENVS = (REMOTE_ENV, CLOUD_ENV)
-CLOUD_SHAPE = "m1.small"  # the studies' instance type (EC2 and Eucalyptus name it; shape_map maps it elsewhere)
 
 
 def _envs_for(exp: Experiment, facts: dict[str, Any]) -> tuple[str, ...]:
@@ -233,135 +164,6 @@ def _platform_note(exp: Experiment, facts: dict[str, Any]) -> str:
 
 def left_out_always(studies: list[str] | None) -> dict[str, str]:
     return {k: v for k, v in LEFT_OUT_ALWAYS.items() if not studies or k[:3] in studies}
-
-
-# -- from a plan step to what the runner runs ------------------------------------------------------
-
-def _allowed(value: Any, allowed: list) -> bool:
-    return any(value == a or (a is None and value is None) for a in allowed)
-
-
-def matrix_for(exp: Experiment, tier: Tier, envs: tuple[str, ...], *, kubeconfig: str | None = None,
-               pods_image: str = "", inventory: str | None = None, hosts: str = "all",
-               cloud: dict[str, Any] | None = None) -> suite_mod.Matrix:
-    """The suite's matrix narrowed to this experiment's cells at this tier's scale; with REMOTE_ENV
-    (CLOUD_ENV) in `envs`, the inventory's SSH hosts (the cloud's instances) also run the cells of the
-    experiment's `remote_like`."""
-    extra = [e for e in envs if e in PLATFORM_ENVS]
-    if REMOTE_ENV in extra and not inventory:
-        raise UserError(f"experiment {exp.id}: SSH hosts without an inventory", "give --inventory FILE")
-    if CLOUD_ENV in extra and not cloud:
-        raise UserError(f"experiment {exp.id}: a cloud without its settings", "give --cloud KEY=VALUE ...")
-    m = suite_mod.load(paths.suites_dir() / exp.suite, envs=[e for e in envs if e not in PLATFORM_ENVS])
-    where = {**exp.where, **tier.select}
-    cells: dict[str, dict] = {}
-    for c in m.cells:
-        if exp.workload and c["workload"] != exp.workload:
-            continue
-        if any(not _allowed(c["params"].get(k), v) for k, v in where.items()):
-            continue
-        if any(not _allowed(c["condition"].get(k), v) for k, v in exp.condition_where.items()):
-            continue
-        if len({c["params"].get(k) for k in exp.same}) > 1:
-            continue
-        wl = workloads.get(c["workload"])
-        params = dict(c["params"])
-        known = {p.name: p for p in wl.params}
-        for k, v in tier.params.items():
-            if k in known:
-                params[k] = known[k].coerce(v)
-        wl.validate(params)
-        for cond in tier.conditions or (c["condition"],):
-            cond = _coerce_condition(cond)
-            new = suite_mod.cell(c["workload"], params, cond)
-            if "environments" in c:
-                new["environments"] = c["environments"]
-                if extra and exp.remote_like in c["environments"]:
-                    if params.get("total_vcpus"):
-                        # A fixed core count arranged as instances x vCPUs is this machine's scaling of the
-                        # study's nodes; machines of their own run the cell with the cores they have.
-                        own = suite_mod.cell(c["workload"], {**params, "total_vcpus": 0}, cond)
-                        cells.setdefault(own["key"], {**own, "environments": list(extra)})
-                    else:
-                        new["environments"] = new["environments"] + extra
-            prev = cells.setdefault(new["key"], new)
-            if prev is not new:  # two suite entries became one cell: it runs where either ran
-                if "environments" in prev and "environments" in new:
-                    prev["environments"] = prev["environments"] + [e for e in new["environments"]
-                                                                   if e not in prev["environments"]]
-                else:
-                    prev.pop("environments", None)
-    if not cells:
-        raise UserError(f"experiment {exp.id}: no cell of {exp.suite} matches its selection",
-                        "the suite file changed; update EXPERIMENTS in reproduce.py")
-    m.cells = list(cells.values())
-    if REMOTE_ENV in extra:
-        m.environments.append(EnvSpec(REMOTE_ENV, "ssh", shapes.resolve("native"), {"hosts": hosts}))
-    if CLOUD_ENV in extra:
-        m.environments.append(EnvSpec(CLOUD_ENV, "cloud", shapes.resolve(CLOUD_SHAPE), _cloud_env_options(cloud)))
-    if inventory:  # SSH hosts, and the stand-in hosts of a cloud's ssh_override
-        m.inventory = inventory
-    names = {e for c in m.cells for e in suite_mod.cell_environments(c, [x.name for x in m.environments])}
-    m.environments = [e for e in m.environments if e.name in names or e.name == m.baseline]
-    if kubeconfig:
-        m.environments = [_kubernetes(e, pods_image) if _has_backends(e.driver) else e for e in m.environments]
-    p = m.policy
-    p.min_repetitions = p.max_repetitions = tier.repeat
-    if p.warmup == "auto" or (isinstance(p.warmup, int) and p.warmup > 1):
-        p.warmup = 1
-    m.name = f"{m.name} (reproduce {exp.id})"
-    return m
-
-
-def _has_backends(driver: str) -> bool:
-    """A driver that can run its instances on a Kubernetes cluster declares a `backend` option."""
-    from . import drivers
-
-    return driver in drivers.REGISTRY and "backend" in drivers.driver_class(driver).options
-
-
-def _kubernetes(env: EnvSpec, image_ref: str) -> EnvSpec:
-    opts = {**env.options, "backend": "kubernetes"}
-    if image_ref:
-        opts["image"] = image_ref
-    return replace(env, options=opts)
-
-
-def _coerce_condition(cond: dict[str, Any]) -> dict[str, Any]:
-    from . import conditions
-
-    return {k: conditions.get(k).coerce(v) for k, v in cond.items()}
-
-
-def _cloud_env_options(cloud: dict[str, Any]) -> dict[str, Any]:
-    from . import drivers
-
-    opts = {k: o.default for k, o in drivers.driver_class("cloud").options.items()}
-    opts.update({k: v for k, v in cloud.items() if k != "images"})
-    return opts
-
-
-def boot_grid(exp: Experiment, tier: Tier, cloud: dict[str, Any] | None = None):
-    from . import boot as boot_mod
-
-    g = boot_mod.load_suite(paths.suites_dir() / exp.suite)
-    g.concurrency = list(tier.boot["concurrency"])
-    g.repeat = tier.repeat
-    if "cloud" in exp.needs:  # the experiment's declared need, not its driver's name
-        if not cloud:
-            raise UserError(f"experiment {exp.id}: a cloud without its settings", "give --cloud KEY=VALUE ...")
-        # The suite's options (region, ssh_user, cost guard) under the --cloud settings; its image
-        # placeholders give way to the images given: one per size, or the one image.
-        g.options = {**{k: v for k, v in g.options.items() if k != "images"}, **cloud}
-        sizes = [k.strip() for k in str(cloud.get("images") or "").split(",") if "=" in k]
-        g.image_sizes = [k.split("=", 1)[0].strip() for k in sizes] or ["auto"]
-        g.size_notes = {}
-        g.name = f"{g.name} (reproduce {exp.id})"
-        return g
-    g.image_modes = ["copy"]
-    g.image_sizes, g.size_notes = boot_mod._scaled_sizes(g, tier.boot["sizes_gb"], tier.boot["scale"])
-    g.name = f"{g.name} (reproduce {exp.id})"
-    return g
 
 
 # -- running -------------------------------------------------------------------------------------------
@@ -411,7 +213,7 @@ class Reproducer:
     def start(self, budget_s: float, studies: list[str] | None, facts: dict[str, Any], *,
               kubeconfig: str | None = None, pods_image: str = "", inventory: str | None = None,
               hosts: str = "all", cloud: dict[str, Any] | None = None) -> str:
-        steps = plan(budget_s, facts, studies=studies)
+        steps = plan(budget_s, facts, studies=studies, store=self.store)
         spec = spec_for(steps, budget_s, facts, studies, kubeconfig, pods_image, inventory=inventory, hosts=hosts,
                         cloud=cloud)
         self.run_id = self.store.create_run(spec, suite_name="reproduce", suite_path=None, baseline="host",
@@ -447,11 +249,11 @@ class Reproducer:
             prev = done.get(exp.id, {})
             if prev.get("status") in ("ok", "skipped"):
                 continue
-            history, probe = load_history(), cpu_probe()
+            times = Estimator(load_history(), cpu_probe(), self.store)
             envs = tuple(p["environments"])
 
             def est_of(t: int) -> float:
-                return estimate_step(exp, exp.tiers[t], envs, history, probe) * slowdown
+                return times(exp, t, envs) * slowdown
 
             left = deadline - self.clock()
             later = sum(q["estimate_s"] for q in steps[i + 1:]

@@ -43,6 +43,12 @@ class Experiment:
     remote_hosts: int = 0               # hosts the largest cell needs (one instance per host)
 
 
+REMOTE_ENV = "hosts"  # the environment of the inventory's SSH hosts in a reproduce run
+CLOUD_ENV = "cloud"   # the environment of the --cloud settings' instances
+PLATFORM_ENVS = (REMOTE_ENV, CLOUD_ENV)
+CLOUD_SHAPE = "m1.small"  # the studies' instance type (EC2 and Eucalyptus name it; shape_map maps it elsewhere)
+
+
 def _iscsi(*delays: float, **extra: Any) -> tuple[dict[str, Any], ...]:
     return tuple({"storage": "iscsi", "delay_ms": d, **extra} for d in delays)
 
