@@ -128,6 +128,21 @@ def test_adhoc_sweeps_comma_lists():
         suite.adhoc("system", {"copies": "many"}, ["host"])
 
 
+def test_envs_keeps_a_comma_list_of_hosts_after_driver_at(tmp_path):
+    """`--envs host,ssh@node01,node02` (README) arrives split at every comma: the hosts after `@` stay
+    one environment, and whatever names an environment starts the next one."""
+    m = suite.adhoc("system", {"test": "dhrystone", "copies": "1"},
+                    ["host", "ssh@node01", "node02", "container:m1.small", "container@kvm1", "vm"])
+    assert [e.name for e in m.environments] == ["host", "ssh@node01,node02", "container:m1.small",
+                                                "container@kvm1", "vm"]
+    assert m.environments[1].options["hosts"] == "node01,node02"
+    assert m.environments[3].options["machine"] == "kvm1"
+    narrowed = suite.load(write(tmp_path, GOOD), envs=["host", "ssh@a", "b", "small"])
+    assert [e.name for e in narrowed.environments] == ["host", "ssh@a,b", "small"]
+    with pytest.raises(UserError, match="--envs: unknown environment 'bare'"):
+        suite.adhoc("system", {"test": "dhrystone"}, ["host", "bare"])
+
+
 # -- a workload entry's own environments ---------------------------------------------------------
 
 PER_ENTRY = GOOD.replace('copies = ["1", "vcpus"] }', 'copies = ["1", "vcpus"] }\nenvironments = ["small"]') + """

@@ -63,8 +63,9 @@ class _ProgressEvents(Events):
 @click.option("--workload", "-w", help="run one workload without a suite file (see: virtbench workloads)")
 @click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE",
               help="workload parameter; a comma list (size=1,2,4) is swept. Repeatable.")
-@click.option("--envs", "-e", help="comma list of environments: names from the suite, or DRIVER[:SHAPE] "
-              "such as host, container, container:m1.small")
+@click.option("--envs", "-e", help="comma list of environments: names from the suite, or DRIVER[:SHAPE][@HOST] "
+              "such as host, container:m1.small, container@kvm1 (on an inventory host), ssh (all the "
+              "inventory's hosts) or ssh@node01,node02")
 @click.option("--baseline", help="environment the others are compared with [default: the suite's, or the first]")
 @click.option("--repeat", "-r", type=click.IntRange(1, 10000),
               help="exactly this many repetitions (turns adaptive stopping off)")

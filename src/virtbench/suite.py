@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import tomllib
+from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,7 +147,7 @@ def load(path: str | Path, *, envs: list[str] | None = None, repeat: int | None 
         with where.collect():
             raise where.error(("environments",), "no environments defined", drivers.names())
 
-    selected = envs or meta.get("environments") or list(defined)
+    selected = join_host_lists(envs, defined) if envs else meta.get("environments") or list(defined)
     env_list = []
     for name in selected:
         if name not in broken:
@@ -216,7 +217,7 @@ def adhoc(workload: str, raw_params: dict[str, str], envs: list[str], *, repeat:
     cond = {k: params.pop(k) for k in list(params) if k not in wl_keys and k in conditions.REGISTRY}
     cells = _expand(where, ("workloads", 0), wl, params, duration, cond)
     where.raise_all()
-    env_list = [_pick_env(where, name, {}, {}) for name in (envs or ["host"])]
+    env_list = [_pick_env(_Where("--envs", ""), name, {}, {}) for name in join_host_lists(envs or ["host"], ())]
     names = [e.name for e in env_list]
     base = baseline or names[0]
     if base not in names:
@@ -295,6 +296,19 @@ def _shape(where: _Where, at: tuple, name: Any, custom: dict[str, Shape]) -> Sha
         return shapes.resolve(str(name), custom)
     except KeyError:
         raise where.error(at, f"unknown shape {name!r}", shapes.names(custom)) from None
+
+
+def join_host_lists(names: list[str], defined: Iterable[str]) -> list[str]:
+    """`--envs host,ssh@node01,node02` arrives split at every comma; after a DRIVER@HOST item, a name
+    that is no environment (neither the suite's nor DRIVER[:SHAPE][@HOST]) is one more host of it."""
+    out: list[str] = []
+    for name in names:
+        driver = name.partition("@")[0].partition(":")[0]
+        if out and "@" in out[-1] and name not in defined and driver not in drivers.REGISTRY:
+            out[-1] += "," + name
+        else:
+            out.append(name)
+    return out
 
 
 def _pick_env(where: _Where, name: str, defined: dict[str, EnvSpec], custom: dict[str, Shape]) -> EnvSpec:
