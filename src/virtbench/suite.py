@@ -30,7 +30,7 @@ SUITE_KEYS = {
     "min_repetitions": "repetitions always taken",
     "max_repetitions": "repetitions at most",
     "ci_target": "stop a cell when every ratio to the baseline has a CI half-width within this fraction of the ratio",
-    "time_budget": "seconds the whole run may take; cells stop repeating once it is spent",
+    "time_budget": "seconds for the adaptive repetitions: past its minimum a cell stops once its share is spent",
     "timeout": "seconds one repetition may take (default: the workload's own estimate)",
     "monitor": "sample CPU, memory, network and disk of the host and every instance while repetitions run "
                "(true/false, default true)",
