@@ -167,7 +167,7 @@ def testbed_down(prefix, force) -> None:
 
 @testbed.command("status")
 @click.option("--name", "prefix", metavar="NAME", help="testbed name [default: tb<user>]")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the status as one JSON object")
 def testbed_status(prefix, as_json) -> None:
     """Show a testbed's hosts and whether each answers over ssh, who made it and which runs use it."""
     from .machines import testbed as tb

@@ -62,7 +62,7 @@ def _show(store: Store, run_id: str, as_json: bool) -> None:
 
 @click.command()
 @click.option("--db", help=DB_HELP)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the runs as a JSON list")
 def runs(db, as_json) -> None:
     """List stored runs, newest first."""
     rows = _store(db, reading=True).runs()
@@ -77,7 +77,7 @@ def runs(db, as_json) -> None:
 @click.command()
 @click.argument("run_id")
 @click.option("--db", help=DB_HELP)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the results as one JSON object, as run --json does")
 def show(run_id, db, as_json) -> None:
     """Show a stored run's results (same shape as `run --json`).
 
@@ -91,7 +91,7 @@ def show(run_id, db, as_json) -> None:
 @click.argument("run_a")
 @click.argument("run_b")
 @click.option("--db", help=DB_HELP)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the comparison as one JSON object")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False),
               help="also write the comparison as an HTML file")
 def compare(run_a, run_b, db, as_json, html_file) -> None:

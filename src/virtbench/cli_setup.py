@@ -68,7 +68,7 @@ def image_build(force: bool) -> None:
 
 
 @image.command("info")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print hash, tarball and manifest as JSON")
 def image_info(as_json: bool) -> None:
     """Show the image for the current inputs, if built."""
     from . import image as image_mod
@@ -84,7 +84,7 @@ def image_info(as_json: bool) -> None:
 
 
 @click.command("workloads")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the workloads as a JSON list")
 def list_workloads(as_json) -> None:
     """List every workload with its parameters, defaults and metrics."""
     items = [workloads.get(n).describe() for n in workloads.names()]
