@@ -93,7 +93,8 @@ def boot_cmd(driver, concurrency, image_size, image_mode, shape, repeat, options
 @click.option("--json", "as_json", is_flag=True, help="print each check's name, passed, detail as JSON")
 def check_cmd(driver, count, shape, options, inventory, as_json) -> None:
     """Lifecycle checks: start N at once, reboot several in one call, attach a disk to a running
-    instance, snapshot a running instance and boot from the snapshot."""
+    instance, snapshot a running instance and boot from the snapshot. Exits 1 when a check fails
+    (a check the driver cannot do is skipped, not failed)."""
     from . import checks
 
     log = (lambda m: None) if as_json else (lambda m: err.print(f"[dim]{m}[/dim]", highlight=False))
