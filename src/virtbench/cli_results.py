@@ -77,9 +77,10 @@ def runs(db, as_json) -> None:
 @click.command()
 @click.argument("run_id")
 @click.option("--db", help=DB_HELP)
-@click.option("--json", "as_json", is_flag=True, help="print the results as one JSON object, as run --json does")
+@click.option("--json", "as_json", is_flag=True, help="print it as JSON, as the command that made the run does")
 def show(run_id, db, as_json) -> None:
-    """Show a stored run's results (same shape as `run --json`).
+    """Show a stored run: a run's tables (--json: the object of `run --json`), a boot run's phases (as
+    `boot --json`), a reproduce run's plan and scorecard (as `reproduce --json`).
 
     Each environment's ratio to the baseline comes from the run's lockstep rounds: the Hodges-Lehmann
     estimate of the rounds' ratios, its CI the exact signed-rank test inverted (runs stored without
