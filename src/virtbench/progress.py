@@ -67,20 +67,20 @@ class Outlook:
     def done(self) -> int:
         return sum(p.warm_done + p.rounds_done for p in self.pairs.values())
 
-    def _each(self, pair: _Pair) -> float:
-        """An attempt's weight: its estimate, else the mean of the known ones (else 1: a plain count)."""
-        if pair.seconds is not None:
-            return pair.seconds
+    def _weights(self) -> list[tuple[_Pair, float]]:
+        """Each pair with its attempts' weight: its estimate, else the mean of the known ones (else 1:
+        a plain count)."""
         known = [p.seconds for p in self.pairs.values() if p.seconds is not None]
-        return sum(known) / len(known) if known else 1.0
+        fallback = sum(known) / len(known) if known else 1.0
+        return [(p, fallback if p.seconds is None else p.seconds) for p in self.pairs.values()]
 
     @property
     def total_seconds(self) -> float:
-        return sum(self._each(p) * (p.warmups + p.rounds) for p in self.pairs.values())
+        return sum(w * (p.warmups + p.rounds) for p, w in self._weights())
 
     @property
     def done_seconds(self) -> float:
-        return sum(self._each(p) * (p.warm_done + p.rounds_done) for p in self.pairs.values())
+        return sum(w * (p.warm_done + p.rounds_done) for p, w in self._weights())
 
 
 class Eta:
