@@ -42,6 +42,53 @@ def test_a_larger_budget_raises_scales_and_keeps_more():
     assert all(s.tier == len(s.exp.tiers) - 1 for s in large if s.tier is not None)
 
 
+def _without_extras(monkeypatch):
+    from dataclasses import replace
+
+    monkeypatch.setattr(rp, "EXPERIMENTS", tuple(replace(e, tiers=tuple(t for t in e.tiers if not t.extra))
+                                                 for e in rp.EXPERIMENTS))
+
+
+# recorded times as the 60-minute run of 27 Nov left them (seconds per tier label), for plans
+_RECORDED = {"003-hpa": [130, 150, 451], "004-fio": [50, 62], "003-bonnie": [120, 144], "002-link": [117, 360],
+             "000-npb-ep": [60, 80, 175], "001-network": [103, 680], "000-boot-size": [160, 248],
+             "000-boot-concurrency": [200, 253]}
+
+
+def _history() -> dict:
+    return {f"{e.id}|{t.label}": [{"seconds": float(_RECORDED[e.id][i]), "prior": t.estimate_s}]
+            for e in rp.EXPERIMENTS if e.id in _RECORDED for i, t in enumerate(e.tiers) if not t.extra}
+
+
+def test_extra_repetitions_come_only_after_every_experiment_is_at_its_largest_scale(monkeypatch):
+    """The extra tiers (more repetitions where an interval was open) let a 60-minute budget be used;
+    the 30-minute plan, where 003-hpa and 001-network are not at their largest scale, is the plan
+    without them."""
+    extras = {e.id for e in rp.EXPERIMENTS if any(t.extra for t in e.tiers)}
+    assert extras == {"003-hpa", "004-fio", "000-npb-ep"}
+    for e in rp.EXPERIMENTS:  # extra tiers come last, and repeat more than the largest ordinary one
+        assert all(t.extra for t in e.tiers[e.top + 1:])
+        assert all(t.repeat > e.tiers[e.top].repeat and t.label != e.tiers[e.top].label for t in e.tiers[e.top + 1:])
+    hist = _history()
+    with_extras = {b: rp.plan(b * 60, TCG, history=hist) for b in (30, 60)}
+    _without_extras(monkeypatch)
+    without = {b: rp.plan(b * 60, TCG, history=hist) for b in (30, 60)}
+
+    def tiers(steps):
+        return [(s.exp.id, s.tier, round(s.estimate_s)) for s in steps]
+
+    assert tiers(with_extras[30]) == tiers(without[30])  # the default plan did not change
+    assert any(s.tier is not None and s.tier < s.exp.top for s in with_extras[30])
+    sixty = with_extras[60]
+    assert all(s.tier >= s.exp.top for s in sixty if s.tier is not None)
+    assert {s.exp.id for s in sixty if s.tier is not None and s.exp.tiers[s.tier].extra} == extras
+    room = 3600 - max(3600 * rp.RESERVE, rp.MIN_RESERVE_S)
+    assert _total(without[60]) < _total(sixty) <= room
+    # more repetitions of a recorded scale are estimated at no less than that recorded time
+    top = {s.exp.id: s.estimate_s for s in without[60]}
+    assert all(s.estimate_s >= top[s.exp.id] for s in sixty if s.exp.id in extras)
+
+
 def test_tcg_no_cluster_no_nfs_leave_out_with_the_reason():
     why = {s.exp.id: s.why for s in rp.plan(4 * 3600, TCG, history={}) if s.tier is None}
     assert "only TCG" in why["001-mpi"] and "only TCG" in why["003-hpa-vm"]
@@ -315,6 +362,34 @@ def test_run_time_goes_up_a_scale_only_when_it_still_fits(tmp_path, monkeypatch,
     rep._execute(spec, rep.clock())
     done = rp.experiments_done(store, rep.run_id)["tiny-t"]
     assert done["status"] == "ok" and done["tier"] == expected  # 400 s fits an hour, not 5 minutes
+
+
+def _with_extra(eid: str) -> rp.Experiment:
+    return rp.Experiment(eid, "000", "tiny, one scale and more repetitions", "quick.toml", ("host",), "system",
+                         {"copies": ["1"]},
+                         tiers=(rp.Tier("dhrystone once", 1, 5, params={"duration": 0.05}, select={"test": ["dhrystone"]}),
+                                rp.Tier("dhrystone twice", 2, 6, params={"duration": 0.05},
+                                        select={"test": ["dhrystone"]}, extra=True)))
+
+
+@pytest.mark.parametrize("below_top", [False, True])
+def test_run_time_takes_extra_repetitions_only_when_the_plan_had_every_experiment_at_its_largest_scale(
+        tmp_path, monkeypatch, below_top):
+    extra, other = _with_extra("tiny-x"), _two_tiers()
+    monkeypatch.setattr(rp, "EXPERIMENTS", (extra, other))
+    monkeypatch.setattr(rt, "history_path", lambda: tmp_path / "times.json")
+    rp.record_history(other.id, other.tiers[1], 400.0, None, None, tmp_path / "times.json")
+    store = Store(tmp_path / "r.sqlite")
+    # tiny-t planned at its smaller scale (its larger one, 400 s, does not fit 300 s): no extras for tiny-x
+    steps = [rp.Step(extra, 0, 5.0, envs=("host",)), rp.Step(other, 0 if below_top else 1, 5.0, envs=("host",))]
+    if not below_top:
+        rp.record_history(other.id, other.tiers[1], 5.0, None, None, tmp_path / "times.json")  # and quick now
+    spec = rp.spec_for(steps, 300, dict(TCG), None, None, "")
+    rep = rp.Reproducer(store)
+    rep.run_id = store.create_run(spec, suite_name="reproduce", suite_path=None, baseline="host", command="test")
+    rep._execute(spec, rep.clock())
+    done = rp.experiments_done(store, rep.run_id)
+    assert done["tiny-x"]["status"] == "ok" and done["tiny-x"]["tier"] == (0 if below_top else 1)
 
 
 def test_run_time_skips_what_no_longer_fits_and_says_so(tmp_path, monkeypatch):

@@ -97,16 +97,21 @@ def plan(budget_s: float, facts: dict[str, Any], *, studies: list[str] | None = 
             s.why = (f"the budget ({budget_s / 60:.0f} min) cannot hold it: about {s.estimate_s:.0f} s at its "
                      f"smallest scale; give a larger --budget")
             s.tier, s.estimate_s = None, 0.0
-    # Room left: raise experiments to their next scale, in priority order, while it fits.
-    raised = True
-    while raised:
-        raised = False
-        for s in steps:
-            if s.tier is None or s.tier + 1 >= len(s.exp.tiers):
-                continue
-            nxt = est(s.exp, s.tier + 1, s.envs)
-            if used() - s.estimate_s + nxt <= room:
-                s.tier, s.estimate_s, raised = s.tier + 1, nxt, True
+    # Room left: raise experiments to their next scale, in priority order, while it fits; once every
+    # kept one is at its largest scale, to their extra tiers (more repetitions) the same way.
+    for extra in (False, True):
+        kept = [s for s in steps if s.tier is not None]
+        if extra and any(s.tier < s.exp.top for s in kept):
+            break
+        raised = True
+        while raised:
+            raised = False
+            for s in kept:
+                if s.tier + 1 >= (len(s.exp.tiers) if extra else s.exp.top + 1):
+                    continue
+                nxt = est(s.exp, s.tier + 1, s.envs)
+                if used() - s.estimate_s + nxt <= room:
+                    s.tier, s.estimate_s, raised = s.tier + 1, nxt, True
     return steps
 
 
@@ -244,6 +249,8 @@ class Reproducer:
         steps = [p for p in spec["plan"] if p["tier"] is not None]
         done = experiments_done(self.store, self.run_id)
         slowdown = 1.0  # actual / estimated of the experiments run so far: the estimates of the rest follow it
+        # extra tiers (more repetitions) only where the plan had every experiment at its largest scale
+        extras = all(p["tier"] >= by_id[p["id"]].top for p in steps)
         for i, p in enumerate(steps):
             exp = by_id[p["id"]]
             prev = done.get(exp.id, {})
@@ -260,7 +267,7 @@ class Reproducer:
                         if done.get(q["id"], {}).get("status") not in ("ok", "skipped")) * slowdown
             tier_i = p["tier"]
             # Ahead of the plan: a larger scale while the rest still fits; behind it: a smaller one.
-            while tier_i + 1 < len(exp.tiers) and est_of(tier_i + 1) + later <= left:
+            while tier_i + 1 < (len(exp.tiers) if extras else exp.top + 1) and est_of(tier_i + 1) + later <= left:
                 tier_i += 1
             while est_of(tier_i) + later > left and tier_i > 0:
                 tier_i -= 1
