@@ -161,6 +161,32 @@ def test_resume_goes_on_with_the_next_round_and_keeps_a_cut_rounds_hole(tmp_path
     assert row["pairs"] == 5 and row["holes"] == 1  # round 2 has a only
 
 
+def test_resume_does_not_warm_up_again_a_cell_whose_rounds_were_all_taken(tmp_path):
+    """Two cells, the first with all its 6 rounds stored, the second cut in round 2: the resume warms up
+    and finishes the second only (a fresh warm-up of the first would start its instances for nothing)."""
+    path = tmp_path / "aa.toml"
+    path.write_text(AA_SUITE.format(target=1e-9, max=6).replace("warmup = 0", "warmup = 1").replace(
+        'test = "dhrystone"', 'test = ["dhrystone", "syscall"]'))
+    m = suite.load(path)
+    store = Store(tmp_path / "r.sqlite")
+    rid = store.create_run(m.to_spec(), suite_name=m.name, suite_path=None, baseline=m.baseline, command="t")
+    done, cut = m.cells
+    rounds = [(done, r, env) for r in range(6) for env in "ab"] + [(cut, 0, "a"), (cut, 0, "b"), (cut, 1, "a")]
+    for cell, r, env in rounds:
+        metric = cell["params"]["test"]
+        store.record_attempt(rid, cell, env, r, warmup=False, status="ok", started=0, ended=1,
+                             samples_=[Sample(metric, 1e6 + r, "lps", True, {})],
+                             sample_metadata={"repetition": r, "round": r})
+    store.set_status(rid, "interrupted")
+    Runner(store, None).resume(rid)
+    later = [a for a in sorted(store.attempts(rid), key=lambda a: a["id"])][len(rounds):]
+    assert {a["cell_key"] for a in later} == {cut["key"]}
+    assert sum(a["warmup"] for a in later) == 2  # one per environment of the cut cell
+    assert sorted((a["repetition"], a["environment"]) for a in later if not a["warmup"]) == \
+        [(r, e) for r in range(2, 6) for e in "ab"]
+    assert store.run(rid)["status"] == "completed"
+
+
 def test_paired_ratio_basics():
     r = stats.paired_ratio([2.1, 4.0, 6.3, 8.1, 9.9, 12.4], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
     assert r.pairs == 6 and r.min_p == pytest.approx(2 / 64) and r.ci_level == pytest.approx(1 - 2 / 64)

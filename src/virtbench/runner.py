@@ -233,23 +233,19 @@ class Runner(Rounds):
             envs = cell_environments(cell, all_envs)  # a suite entry may name its environments
             for env in envs:
                 tallies.setdefault((cell["key"], env), Tally())
-            for env in envs:  # warm-up: unrecorded in statistics, but the attempt is logged
-                tally = tallies[(cell["key"], env)]
-                if not tally.warmed_up and not tally.finished:
-                    self._warm_up(states[env], wl, cell, tally, timeout, policy.warmup)
-                tally.warmed_up = True
             rnd = next_round.get(cell["key"], 0)
+            # A resumed cell that its stop rule already ends (all its rounds were taken before the
+            # interruption) stops here: warming it up again would start its instances for nothing.
+            if not rnd or not self._stopped(cell, envs, tallies, rnd, started, index, len(cells)):
+                for env in envs:  # warm-up: unrecorded in statistics, but the attempt is logged
+                    tally = tallies[(cell["key"], env)]
+                    if not tally.warmed_up and not tally.finished:
+                        self._warm_up(states[env], wl, cell, tally, timeout, policy.warmup)
+                    tally.warmed_up = True
             while True:
+                if self._stopped(cell, envs, tallies, rnd, started, index, len(cells)):
+                    break
                 active = [env for env in envs if not tallies[(cell["key"], env)].finished]
-                if not active:
-                    break
-                reason = self._cell_stop(cell, active, tallies, rnd, self._cell_budget(started, index, len(cells)))
-                if reason:
-                    for env in active:
-                        tallies[(cell["key"], env)].finished = True
-                        tallies[(cell["key"], env)].stop_reason = reason
-                        self.outlook.stopped(cell["key"], env)
-                    break
                 # Lockstep: every environment still in the cell takes this round, A B C starting one
                 # further each round, so drift and load hit all alike.
                 order = active[rnd % len(active):] + active[:rnd % len(active)]
@@ -261,6 +257,20 @@ class Runner(Rounds):
                         self.outlook.stopped(cell["key"], env)
                 rnd += 1
             self._drop_unneeded(states, cells[index + 1:], envs, all_envs)
+
+    def _stopped(self, cell: dict, envs: list[str], tallies: dict[tuple[str, str], Tally], rnd: int,
+                 started: float, index: int, cells: int) -> bool:
+        """Whether the cell is over before round `rnd`: no environment still in it, or the stop rule
+        ends it (then every environment still in it is marked finished, with the reason)."""
+        active = [env for env in envs if not tallies[(cell["key"], env)].finished]
+        if not active:
+            return True
+        reason = self._cell_stop(cell, active, tallies, rnd, self._cell_budget(started, index, cells))
+        for env in active if reason else []:
+            tallies[(cell["key"], env)].finished = True
+            tallies[(cell["key"], env)].stop_reason = reason
+            self.outlook.stopped(cell["key"], env)
+        return bool(reason)
 
     def _outlook(self, tallies: dict[tuple[str, str], Tally], next_round: dict[str, int]) -> Outlook:
         """What this invocation is sure to do, per (cell, environment) not yet finished: the warm-ups
