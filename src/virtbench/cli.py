@@ -24,7 +24,7 @@ def _print_version(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               help="Show the version and the git revision (clone) or package version, and exit.")
 def cli() -> None:
-    """Measure what a platform (bare host, container, VM, remote machine) costs a workload.
+    """Measure what a platform (bare host, container, VM, remote machine, pod, cloud instance) costs a workload.
 
     Runs the same workloads from the same binaries on each environment, repeats them until the
     numbers are stable, stores every sample, and reports each environment as a ratio to a
