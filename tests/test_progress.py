@@ -12,6 +12,7 @@ from virtbench import plan, suite
 from virtbench.cli_run import _progress_bar, _ProgressEvents
 from virtbench.progress import Eta, Outlook, hms
 from virtbench.runner import Events, Runner
+from virtbench.model import Sample
 from virtbench.store import Store
 
 
@@ -158,3 +159,28 @@ def test_the_eta_keeps_its_pace_when_the_total_grows_and_reads_the_last_window()
     eta.add(210.0, 125.0)
     assert eta.left(125.0) == 0.0
     assert (hms(None), hms(0.4), hms(3725.0)) == ("-:--:--", "0:00:00", "1:02:05")
+
+
+def test_a_retry_counts_only_the_failed_cells(tmp_path):
+    """--retry-failed: the count starts from the retried cell's warm-up and rounds, not the whole run's."""
+    path = tmp_path / "p.toml"
+    path.write_text(SUITE.format(warmup=1, max=7, target=1e-9))
+    matrix = suite.load(path)
+    store = Store(tmp_path / "r.sqlite")
+    rid = store.create_run(matrix.to_spec(), suite_name=matrix.name, suite_path=None, baseline=matrix.baseline,
+                           command="t")
+    good, bad = matrix.cells
+    for r in range(7):
+        for env in "ab":
+            store.record_attempt(rid, good, env, r, warmup=False, status="ok", started=0, ended=1,
+                                 samples_=[Sample("dhrystone", 1e6 + r, "lps", True, {})],
+                                 sample_metadata={"repetition": r, "round": r})
+    for env in "ab":
+        store.record_attempt(rid, bad, env, 0, warmup=False, status="failed", started=0, ended=1,
+                             reason="a fault that has gone since")
+    store.set_status(rid, "completed")
+    watch = _Watch()
+    Runner(store, None, events=watch).resume(rid, retry_failed=True)
+    new = len(store.attempts(rid)) - 7 * 2 - 2
+    assert watch.seen[0] == ("planned", 0, 2 * (1 + 7)) and new == 2 * (1 + 7)
+    assert watch.seen[-1][1:] == (new, new)
