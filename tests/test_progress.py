@@ -5,14 +5,13 @@ what is done, and ends at its total. Bookkeeping on its own, then real short run
 import io
 
 import pytest
-
 from rich.console import Console
 
 from virtbench import plan, suite
 from virtbench.cli_run import _progress_bar, _ProgressEvents
+from virtbench.model import Sample
 from virtbench.progress import Eta, Outlook, hms
 from virtbench.runner import Events, Runner
-from virtbench.model import Sample
 from virtbench.store import Store
 
 
