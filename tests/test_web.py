@@ -2,8 +2,9 @@
 the host (scale-up: one nginx with 1 and 2 workers, loaded directly)."""
 
 import json
+import os
 import shutil
-import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -166,9 +167,71 @@ needs_tools = pytest.mark.skipif(not (shutil.which("wrk") and shutil.which("ngin
                                  reason="needs wrk and nginx on the host (setup.sh installs them)")
 
 
-def _our_nginx() -> list[str]:
-    res = subprocess.run(["pgrep", "-af", "vb-web-"], capture_output=True, text=True)
-    return [line for line in res.stdout.splitlines() if "nginx" in line]
+class _OwnNginx:
+    """Watches this test's own nginx while its run goes: masters whose prefix lies under the test's
+    scratch directory, and their children (the workers, whose command line names no prefix). Other
+    tests' and users' nginx on this machine are never looked at."""
+
+    def __init__(self, scratch: Path):
+        self.scratch = str(scratch)
+        self.seen: dict[int, str] = {}  # pid -> start time (field 22 of /proc/PID/stat)
+        self.masters = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.05):
+            self.scan()
+
+    def scan(self) -> None:
+        masters = [pid for pid in _pids() if self.scratch in _cmdline(pid)
+                   and _cmdline(pid).startswith("nginx: master process")]
+        for pid in masters:
+            if pid not in self.seen:
+                self.masters += 1
+            for p in [pid, *_children(pid)]:
+                self.seen.setdefault(p, _start(p))
+
+    def alive(self) -> list[str]:
+        """What of it still runs: a pid seen with the same start time (not a reused pid), or any
+        process whose command line names the scratch directory."""
+        self.scan()
+        left = [p for p, start in self.seen.items() if start and _start(p) == start]
+        left += [p for p in _pids() if self.scratch in _cmdline(p) and p not in left and p != os.getpid()]
+        return [f"{p}: {_cmdline(p)}" for p in left]
+
+
+def _pids() -> list[int]:
+    return [int(d) for d in os.listdir("/proc") if d.isdigit()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _start(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
 
 
 @needs_tools
@@ -177,8 +240,11 @@ def test_workers_on_the_host(tmp_path):
     m = suite.adhoc("web", {"workers": "1,2", "balancer": "none", "duration": "2", "connections": "32"},
                     ["host"], repeat=1)
     m.policy.warmup = 0
-    before = _our_nginx()
-    rid = Runner(store, m).start()
+    scratch = tmp_path / "scratch"  # the nginx prefixes lie under it: what names this test's nginx
+    scratch.mkdir()
+    m.environments[0].options["scratch"] = str(scratch)
+    with _OwnNginx(scratch) as own:
+        rid = Runner(store, m).start()
     attempts = store.attempts(rid)
     assert [a["status"] for a in attempts] == ["ok", "ok"], [a["reason"] for a in attempts]
     rows = analysis.results(store, rid)["results"]
@@ -192,7 +258,10 @@ def test_workers_on_the_host(tmp_path):
     raw = json.loads(attempts[1]["raw_output"])
     assert raw["servers"][0]["processes"] == 3  # master + 2 workers
     assert peak(rows, by="workers")[0] in (1, 2)
-    assert _our_nginx() == before  # every nginx we started is gone
+    # Every nginx we started is gone: the watcher saw both masters (1 and 2 workers), and none of
+    # their processes outlived the run.
+    assert own.masters == 2 and len(own.seen) >= 2 + 3, (own.masters, own.seen)
+    assert own.alive() == []
 
 
 def test_container_vs_vm_suite_loads():
