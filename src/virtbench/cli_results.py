@@ -34,7 +34,8 @@ def _show(store: Store, run_id: str, as_json: bool) -> None:
     missing = len(outcome.get("failed", [])) + len(outcome.get("not_run", []))
     status = data["status"] + (f"; {missing} of {outcome['cells'] - outcome['skipped']} cells have no results"
                                if missing else "")
-    kinds = [e["kind"] for e in store.events(data["run_id"])]
+    events = store.events(data["run_id"])
+    kinds = [e["kind"] for e in events]
     if "resumed" in kinds:  # repetitions from more than one session
         status += f"; interrupted and resumed {kinds.count('resumed')} time(s)"
     if "retry-failed" in kinds:
@@ -53,6 +54,9 @@ def _show(store: Store, run_id: str, as_json: bool) -> None:
             note = env["facts"].get("accelerator_note") or "hardware virtualization"
             out.print(f"{env['name']}: QEMU accelerator [bold]{env['facts']['accelerator']}[/bold] ({note})",
                       highlight=False)
+    for e in events:  # what the run's sweeps removed (machines/ledger.py)
+        if e["kind"] == "removed":
+            out.print(f"removed a leftover of an earlier run: {e['detail']}", highlight=False, soft_wrap=True)
     if not data["results"]:
         out.print("[yellow]this run has no results yet[/yellow]")
         render.failed_cells(out, data)

@@ -33,6 +33,7 @@ from . import conditions, cpugiven, drivers, estimates, machines, monitor, procs
 from .conditions import Applied, ConditionUnavailable
 from .drivers.base import DriverContext, Instance
 from .errors import UserError, WorkloadFailed
+from .machines import owners
 from .model import EnvSpec
 from .progress import Outlook, attempt_seconds
 from .runner_rounds import GIVE_UP_AFTER, Rounds, Tally  # noqa: F401  (Tally: importable from here)
@@ -156,11 +157,12 @@ class Runner(Rounds):
         self.machines = machines.pool_for(self.matrix.inventory)
         try:
             with self.store.recording_status(self.run_id, f"virtbench run --resume {self.run_id}"), \
-                    _sigterm_as_interrupt(), self._testbeds_used():
+                    _sigterm_as_interrupt(), self._testbeds_used(), owners.running(self.run_id):
                 states = self._prepare_envs(workdir)
                 self._loop(states, tallies, next_round)
         finally:
             self._teardown(states)
+            self._final_removals()
             self.machines.close()
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -192,8 +194,7 @@ class Runner(Rounds):
                 problems += [f"{env.name}: {p.what} (fix: {p.fix})" for p in made[env.driver].check()]
             problems += [f"{env.name}: {p.what} (fix: {p.fix})" for p in made[env.driver].check_env(env)]
             states[env.name] = _EnvState(env, made[env.driver])
-        for name in self.machines.sweep():  # this machine; the others when first used (machines/ledger.py)
-            self.events.note(f"removed a leftover of an earlier run: {name}")
+        self._report_removed(self.machines.sweep())  # this machine; the others when first used (machines/ledger.py)
         if problems:
             raise UserError("cannot run these environments:\n  " + "\n  ".join(problems),
                             "fix the problems above, or leave those environments out with --envs")
@@ -201,6 +202,21 @@ class Runner(Rounds):
             for line in made[env.driver].plan(env, self._peak_instances(env.name)):
                 self.events.note(line)
         return states
+
+    def _report_removed(self, names: list[str]) -> None:
+        """Name each leftover the run's sweeps removed in its notes, now and in the store (`show`)."""
+        for name in names:
+            self.events.note(f"removed a leftover of an earlier run: {name}")
+            self.store.add_event(self.run_id, "removed", name)
+
+    def _final_removals(self) -> None:
+        """At the end of the run, however it ends: what sweeps removed since the last report (a machine
+        handed out after the last provision, a sweep that finished late) still reaches this run's notes."""
+        with procs.interrupts_held():
+            try:
+                self._report_removed(self.machines.drain())
+            except Exception as exc:  # noqa: BLE001 - the run's own outcome must not be hidden by this
+                self.events.note(f"could not record the leftovers removed: {type(exc).__name__}: {exc}")
 
     def _peak_instances(self, env: str) -> int:
         """Most instances an environment can hold at once: per role, the most any cell asks for
@@ -459,8 +475,7 @@ class Runner(Rounds):
                     pool.append(inst)
                     state.instance_rows[inst.name] = self.store.save_instance(
                         self.run_id, state.env.name, inst.name, role, inst.lifecycle, inst.metadata())
-                while state.driver.stale_removed:
-                    self.events.note(f"removed a leftover of an earlier run: {state.driver.stale_removed.pop(0)}")
+                self._report_removed(self.machines.take())
             out[role] = pool[:count]
         if not state.facts_saved:
             first = next(iter(out.values()))[0]

@@ -111,7 +111,7 @@ run_events = sa.Table("run_events", metadata,
                       sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                       sa.Column("run_id", sa.String(40), sa.ForeignKey("runs.id"), nullable=False, index=True),
                       sa.Column("at", sa.Float, nullable=False),
-                      sa.Column("kind", sa.String(32), nullable=False),  # resumed | retry-failed
+                      sa.Column("kind", sa.String(32), nullable=False),  # resumed | retry-failed | removed
                       sa.Column("detail", sa.Text))
 
 RAW_LIMIT = 256 * 1024  # keep raw tool output, bounded, so parsers can be re-run on stored data
@@ -215,7 +215,8 @@ class Store:
             conn.execute(run_events.insert().values(run_id=run_id, at=time.time(), kind=kind, detail=detail))
 
     def events(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's resumptions and retries, oldest first."""
+        """The run's resumptions and retries, and the leftovers of earlier runs its sweeps removed
+        (kind "removed", the name in `detail`), oldest first."""
         with self.engine.connect() as conn:
             rows = conn.execute(sa.select(run_events.c.at, run_events.c.kind, run_events.c.detail)
                                 .where(run_events.c.run_id == run_id).order_by(run_events.c.id)).mappings()

@@ -9,7 +9,12 @@ volumes labelled `virtbench.pid`), and helper processes get SIGKILL when virtben
 and whose it was, and remove it (`leftovers`, the ledger's finder of this kind: machines/ledger.py):
 mounts are detached, loop devices released, namespaces deleted; nothing belonging to a live process
 is touched. On a remote machine there is no
-parent process to tie helpers to: Applied.close() stops them, a run killed outright leaves them.
+parent process to tie helpers to: Applied.close() stops them, and a run killed outright leaves them.
+So there every directory and helper log a condition makes (`$TMPDIR/virtbench-cond-<kind>.XXXXXX`)
+gets the owner record beside it (`<path>.owner`, machines/owners.py), and every helper carries its
+log's path in its environment (`VIRTBENCH_COND`): the ledger's finder of that kind
+(`remote_leftovers`) kills a gone owner's helpers, detaches what is mounted in its directories and
+removes them, when the next run from this controller uses that machine.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from pathlib import Path
 from .. import hostdirs, sizes
 from ..errors import ConditionUnavailable
 from ..hostdirs import PREFIX
-from ..machines import Machine, ledger, local, owners
+from ..machines import Machine, MachineUnreachable, ledger, local, owners
+
+MARK = "VIRTBENCH_COND"  # a helper's environment: its log's path (what marks it for the ledger elsewhere)
 
 
 class HostCommandFailed(RuntimeError):
@@ -48,11 +55,23 @@ def new_dir(kind: str) -> Path:
 
 
 def machine_dir(machine: Machine, kind: str) -> str:
-    """A fresh directory on `machine` for one condition's files; the caller removes it (remove_tree)."""
+    """A fresh directory on `machine` for one condition's files, with its owner record; the caller
+    removes it (remove_tree)."""
     try:
-        return machine.scratch_dir(kind)
+        d = machine.scratch_dir(kind)
     except OSError as exc:
         raise HostCommandFailed(str(exc)) from None
+    _claim(machine, d)
+    return d
+
+
+def _claim(machine: Machine, path: str) -> None:
+    """The owner record beside a condition's path (what the ledger reads on other machines; here the
+    process's directory names the owner too); removed with the path (`remove_tree`, Helper.stop)."""
+    try:
+        owners.claim(machine, path)
+    except MachineUnreachable as exc:
+        raise HostCommandFailed(f"{path}{machine.on}: {exc.reason}") from None
 
 
 def next_id() -> int:
@@ -105,10 +124,12 @@ class Helper:
         try:
             if log is None:
                 log = machine.scratch_file("helper")
+                _claim(machine, str(log))
             self.log = str(log)
             self.argv = argv
             self._output: str | None = None
-            self.process = machine.spawn_tethered(argv, self.log)  # here: dies with virtbench, even on SIGKILL
+            # Here it dies with virtbench, even on SIGKILL; elsewhere its log's path marks it for the ledger.
+            self.process = machine.spawn_tethered(argv, self.log, env={MARK: self.log})
         except OSError as exc:
             raise HostCommandFailed(f"{name}: {exc}") from None
 
@@ -151,6 +172,7 @@ class Helper:
             self._output = self.output()
             if self._own_log:
                 self.machine.remove(self.log)
+                self.machine.remove(self.log + owners.OWNER)
         return self._output
 
 
@@ -234,10 +256,12 @@ def loops_backed_under(root: Path | str) -> list[str]:
 
 
 def remove_tree(machine: Machine, path: Path | str) -> None:
-    """rm -r that never crosses into a mounted file system (a leftover mount keeps its contents)."""
+    """rm -r that never crosses into a mounted file system (a leftover mount keeps its contents);
+    the owner record beside it goes too."""
     if mounts := mounts_under(machine, path):
         raise HostCommandFailed(f"{path} still has mounts under it: {', '.join(mounts)}")
     machine.rmtree(path)
+    machine.remove(f"{path}{owners.OWNER}")
 
 
 # -- sizes -------------------------------------------------------------------------------------------
@@ -314,4 +338,17 @@ def leftovers(here: Machine) -> list[str]:
     return removed
 
 
+def remote_leftovers(machine: Machine) -> list[str]:
+    """Remove what conditions of dead virtbench processes of this controller left on another
+    machine: their helpers (by the path in `VIRTBENCH_COND`), mounts in their directories, the
+    directories and helper logs (by the owner record beside each)."""
+    res = machine.run(["sh", "-c", 'printf "%s" "${TMPDIR:-/tmp}"'], timeout=30)
+    if not res.ok or not res.stdout.startswith("/"):
+        return []
+    return [f"condition files {d}" for d in owners.sweep_dir(machine, res.stdout, names=f"{PREFIX}*",
+                                                             what="its helpers, mounts and files")]
+
+
 ledger.register(ledger.Finder("condition mounts, loop devices, namespaces and volumes", leftovers, here_only=True))
+ledger.register(ledger.Finder("condition helpers and files on other machines", remote_leftovers,
+                              elsewhere_only=True))

@@ -379,7 +379,7 @@ class PodsDriver(Driver):
     def _sweep(self, cluster) -> None:
         """Once per cluster and run: what killed runs of this machine left there goes (the ledger's
         sweep, through the pool: the names reach the run's notes)."""
-        self.stale_removed += self.context.machines.sweep_place(
+        self.context.machines.sweep_place(
             f"kubernetes {cluster.server} {cluster.namespace}", cluster, self.cluster_leftovers)
 
     def provision(self, env: EnvSpec, count: int = 1, role: str = "main") -> list[Instance]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from ..errors import UserError
@@ -22,7 +23,8 @@ class Pool:
     The pool keeps the run's ledger sweep (machines/ledger.py): every machine it hands out is swept
     once per kind of leftover (the finders its drivers enlisted and those registered), before the
     caller gets it; a kind enlisted later is swept at the next hand-out. What went waits in
-    `removed` for the run's notes (the drivers' `stale_removed` is this list)."""
+    `removed` for the run's notes (the drivers' `stale_removed` is this list) until `take` hands it
+    over; at the end of the run `drain` waits for sweeps still going and hands over the rest."""
 
     def __init__(self, inventory: Inventory | None = None, make: Callable[[HostSpec], Machine] = machine_for):
         self.inventory = inventory
@@ -47,7 +49,7 @@ class Pool:
     def get(self, name: str | None = None) -> Machine:
         """The machine (None: this one), swept of what killed runs left there first."""
         machine = self._machine(name)
-        self.removed += self._sweep(machine)
+        self._sweep(machine)
         return machine
 
     def _machine(self, name: str | None) -> Machine:
@@ -67,15 +69,30 @@ class Pool:
     def sweep(self, name: str | None = None) -> list[str]:
         """Sweep a machine of the run now (None: this one), each kind once per run; then hand over,
         for the run's notes, everything the run's sweeps removed that nobody has reported yet."""
-        self.removed += self._sweep(self._machine(name))
-        out = []
-        while self.removed:
-            out.append(self.removed.pop(0))
-        return out
+        self._sweep(self._machine(name))
+        return self.take()
 
     def sweep_place(self, key: str, place: object, finders: Iterable[ledger.Finder]) -> list[str]:
-        """The same for a place that is no machine (a Kubernetes cluster, named by `key`)."""
+        """The same for a place that is no machine (a Kubernetes cluster, named by `key`); what it
+        removed is in `removed` too."""
         return self._once(key, place, list(finders))
+
+    def take(self) -> list[str]:
+        """Everything the run's sweeps removed that nobody has reported yet (and no longer kept)."""
+        with self._lock:
+            out, self.removed[:] = list(self.removed), []
+        return out
+
+    def drain(self, wait: float = 30.0) -> list[str]:
+        """The run's last report: wait (up to `wait` seconds) for sweeps still going in other threads,
+        then `take`. A sweep that outlasts the wait reports nothing to this run."""
+        deadline = time.monotonic() + wait
+        with self._lock:
+            going = list(self._sweeping.values())
+        for lock in going:
+            if lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                lock.release()
+        return self.take()
 
     def _sweep(self, machine: Machine) -> list[str]:
         with self._lock:
@@ -91,8 +108,9 @@ class Pool:
         with lock:  # a second caller waits for the sweep, so it gets a swept machine
             todo = [f for f in finders if f.kind not in done]
             removed = ledger.sweep(place, todo)
-            with self._lock:
+            with self._lock:  # kept before the sweep counts as done: drain() then finds it
                 done.update(f.kind for f in todo)
+                self.removed += removed
             return removed
 
     def select(self, pattern: str | None) -> list[HostSpec]:

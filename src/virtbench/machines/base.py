@@ -161,10 +161,11 @@ class Machine(ABC):
         """Kill every process whose environment or command line contains one of `patterns`."""
         self.run(["sh", "-c", _KILL_MATCHING], stdin="\n".join(patterns).encode(), timeout=20)
 
-    def spawn_tethered(self, argv: Sequence[str], log: str) -> Process:
+    def spawn_tethered(self, argv: Sequence[str], log: str, env: Mapping[str, str] | None = None) -> Process:
         """spawn(), and where the process is a child of this one, make it die with this process
-        (even on SIGKILL). Elsewhere there is no parent to tie it to: the caller stops it."""
-        return self.spawn(argv, log)
+        (even on SIGKILL). Elsewhere there is no parent to tie it to: the caller stops it (and marks
+        it, with `env`, for the ledger's sweep after a SIGKILL)."""
+        return self.spawn(argv, log, env=env)
 
     # Port forwards: what listens on the machine, reachable from here.
     def forward(self, remote_host: str, remote_port: int) -> tuple[str, int]:

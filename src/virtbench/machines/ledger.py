@@ -33,6 +33,7 @@ class Finder:
     kind: str  # what it finds, plural ("containers"); one finder per kind
     find: Callable[[Any], list[str]]
     here_only: bool = False  # reads this machine's own state (/proc, /sys, /tmp): runs nowhere else
+    elsewhere_only: bool = False  # what is made on other machines only (here names tell the owner)
 
 
 _registered: dict[str, Finder] = {}
@@ -84,7 +85,8 @@ def sweep(place: Any, finders: Iterable[Finder]) -> list[str]:
     on = place.on if isinstance(place, Machine) else ""
     removed: list[str] = []
     for finder in finders:
-        if finder.here_only and not (isinstance(place, Machine) and place.is_local):
+        here = isinstance(place, Machine) and place.is_local
+        if (finder.here_only and not here) or (finder.elsewhere_only and here):
             continue
         try:
             removed += [f"{name}{on}" for name in finder.find(place)]

@@ -114,8 +114,8 @@ class LocalMachine(Machine):
         self._children[proc.pid] = proc
         return Process(self, proc.pid, log, [str(a) for a in argv])
 
-    def spawn_tethered(self, argv: Sequence[str], log: str) -> Process:
-        return _spawner.call(lambda: self.spawn([*pdeathsig_prefix(), *argv], log))
+    def spawn_tethered(self, argv: Sequence[str], log: str, env: Mapping[str, str] | None = None) -> Process:
+        return _spawner.call(lambda: self.spawn([*pdeathsig_prefix(), *argv], log, env=env))
 
     # Forwards: what listens here is already reachable here.
     def forward(self, remote_host: str, remote_port: int) -> tuple[str, int]:

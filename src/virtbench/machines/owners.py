@@ -12,9 +12,11 @@ never touched.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,14 @@ from ..hostdirs import start_ticks as process_start
 from .base import Machine, MachineUnreachable
 
 OWNER = ".owner"
-# Every owner file under a root, one per line: path, a tab, the file's JSON.
-_LIST = 'for f in "$1"/*' + OWNER + '; do [ -f "$f" ] || continue; printf "%s\\t" "$f"; tr "\\n" " " < "$f"; echo; done'
+# Every owner file under a root ($1; $2 the names' glob), one per line: path, a tab, the file's JSON.
+_LIST = 'for f in "$1"/$2' + OWNER + '; do [ -f "$f" ] || continue; printf "%s\\t" "$f"; tr "\\n" " " < "$f"; echo; done'
+# Detach what is mounted at or below $1 (deepest first), then remove $1 and its owner file $2
+# without crossing into a mount that would not detach.
+_REMOVE = ("awk -v d=\"$1\" '$5 == d || index($5, d \"/\") == 1 {print $5}' /proc/self/mountinfo | sort -r | "
+           'while read -r m; do umount -l "$m"; done; rm -rf --one-file-system -- "$1" "$2"')
+
+_run: list[str | None] = [None]  # the run this process works for now (running())
 
 
 def controller() -> dict[str, Any]:
@@ -35,9 +43,20 @@ def controller() -> dict[str, Any]:
     return {"host": socket.gethostname(), "boot": boot, "pid": os.getpid(), "pidstart": process_start(os.getpid())}
 
 
-def record(run_id: str) -> dict[str, Any]:
-    """The owner record of what this process makes for run `run_id` (every kind writes this one)."""
-    return {**controller(), "run_id": run_id}
+def record(run_id: str | None = None) -> dict[str, Any]:
+    """The owner record of what this process makes for run `run_id` (every kind writes this one);
+    None: the run it works for now (`running`), for makers that are not told the run (conditions)."""
+    return {**controller(), "run_id": run_id if run_id is not None else _run[-1]}
+
+
+@contextlib.contextmanager
+def running(run_id: str) -> Iterator[None]:
+    """While inside, what this process makes without being told its run belongs to `run_id`."""
+    _run.append(run_id)
+    try:
+        yield
+    finally:
+        _run.pop()
 
 
 def owner_dead(owner: dict[str, Any], here: bool = False) -> bool:
@@ -58,7 +77,7 @@ def owner_dead(owner: dict[str, Any], here: bool = False) -> bool:
     return now is None or (start not in (None, "", "0") and now != str(start))
 
 
-def claim(machine: Machine, path: str, run_id: str) -> None:
+def claim(machine: Machine, path: str, run_id: str | None = None) -> None:
     """Write the owner file of directory `path` on the machine."""
     res = machine.run(["sh", "-c", 'cat > "$1"', "vb", path + OWNER], stdin=json.dumps(record(run_id)).encode(),
                       timeout=30)
@@ -66,12 +85,14 @@ def claim(machine: Machine, path: str, run_id: str) -> None:
         raise MachineUnreachable(machine.name, f"cannot write {path + OWNER}: {res.stderr.strip()[-300:]}")
 
 
-def sweep_dir(machine: Machine, root: str, mark_var: str | None = None) -> list[str]:
-    """Remove the leftovers of this controller's killed runs under `root` on the machine; what was
-    removed, one line each. A process belongs to a leftover when its command line or environment
-    names the directory, or `mark_var`=<directory name>. MachineUnreachable when the machine stops
+def sweep_dir(machine: Machine, root: str, mark_var: str | None = None, names: str = "*",
+              what: str = "its processes and directory") -> list[str]:
+    """Remove the leftovers of this controller's killed runs under `root` on the machine (those of
+    its entries that match the glob `names`); what was removed, one line each. A process belongs to
+    a leftover when its command line or environment names the path, or `mark_var`=<its name>;
+    what is mounted in a directory is detached first. MachineUnreachable when the machine stops
     answering."""
-    res = machine.run(["sh", "-c", _LIST, "vb", root], timeout=30)
+    res = machine.run(["sh", "-c", _LIST, "vb", root, names], timeout=30)
     removed = []
     for line in res.stdout.splitlines() if res.ok else []:
         path, _, text = line.partition("\t")
@@ -84,6 +105,6 @@ def sweep_dir(machine: Machine, root: str, mark_var: str | None = None) -> list[
         d = path[:-len(OWNER)]
         name = d.rsplit("/", 1)[-1]
         machine.kill_matching([d, *([f"{mark_var}={name}"] if mark_var else [])])
-        machine.run(["rm", "-rf", "--", d, path], timeout=120)
-        removed.append(f"{d} (run {owner.get('run_id', '?')}: its processes and directory)")
+        machine.run(["sh", "-c", _REMOVE, "vb", d, path], timeout=120)
+        removed.append(f"{d} (run {owner.get('run_id') or '?'}: {what})")
     return removed

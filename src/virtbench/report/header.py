@@ -37,7 +37,7 @@ def build(data: RunData) -> Section:
         ("repetitions", f"{counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed, "
                         f"{counts.get('skipped', 0)} skipped; {data.sample_count} samples"),
         ("command", run["command"] or "-"),
-        *([("history", _history(data))] if data.events else []),
+        *([("history", _history(data))] if _history(data) else []),
         ("virtbench", run["virtbench_version"] or "-"),
     ]))
     section.blocks.append(_environments(data))
@@ -49,7 +49,7 @@ def build(data: RunData) -> Section:
 
 def _history(data: RunData) -> str:
     what = {"resumed": "interrupted, resumed", "retry-failed": "failed cells retried"}
-    return "; ".join(f"{what.get(e['kind'], e['kind'])} at {fmt.when(e['at'])}" for e in data.events)
+    return "; ".join(f"{what[e['kind']]} at {fmt.when(e['at'])}" for e in data.events if e["kind"] in what)
 
 
 def methods(rows: list[dict]) -> str:

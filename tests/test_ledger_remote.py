@@ -1,0 +1,158 @@
+"""Leftovers of conditions on another machine, for real on an SSH host of this module's own testbed
+("vblo", so no other test's testbed is touched): a process applies a tmpfs storage target and starts
+two helpers there (an echo server and a delay proxy in front of it), and is killed outright
+(SIGKILL). The next run from this machine that hands that host out removes them (the ledger's
+finder of condition helpers and files: conditions/hostres.py) and names each in its notes, even
+when it hands the host out after its last provision: the run's final drain puts the names in the
+store, and `virtbench show RUN` lists them. A live owner's directory and another controller's are
+never touched."""
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from virtbench import suite
+from virtbench.cli import cli
+from virtbench.conditions import hostres
+from virtbench.machines import inventory, local, owners
+from virtbench.machines.ssh import SshMachine
+from virtbench.runner import Events, Runner
+from virtbench.store import Store
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+PREFIX = "vblo"
+HOST = f"{PREFIX}h1"
+
+# The killed process: real condition code on the testbed host, then it waits to be killed.
+CHILD = r"""
+import json, sys, time
+from pathlib import Path
+from types import SimpleNamespace
+from virtbench.conditions import Applied, hostnet, targets
+from virtbench.instances import Traits
+from virtbench.machines import inventory, owners
+from virtbench.machines.ssh import SshMachine
+
+m = SshMachine(inventory.load(sys.argv[1]).hosts[sys.argv[2]], control_dir=Path(sys.argv[3]))
+inst = SimpleNamespace(name="killed-0", machine=m, traits=Traits(is_machine=True), env=None, address=None)
+with owners.running("killed-run"):
+    mount, _ = targets.tmpfs(inst, 16 << 20, Applied())
+    echo = hostnet.Echo(m, "127.0.0.1")
+    proxy = hostnet.Proxy(m, "127.0.0.1", echo.address, 5, 0)
+print(json.dumps({"mount": mount, "logs": [echo.helper.log, proxy.helper.log],
+                  "pids": [echo.helper.pid, proxy.helper.pid]}), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture(scope="module")
+def testbed_lo(tmp_path_factory):
+    """One SSH host of this module's own testbed; removed at the end."""
+    from virtbench.machines import testbed
+
+    problems = testbed.check()
+    blocking = [p for p in problems if p.startswith("not root") or "refuses network namespaces" in p]
+    if blocking:
+        pytest.skip("no local testbed: " + "; ".join(blocking))
+    testbed.down(PREFIX)  # whatever a killed session of this module left
+    path = testbed.up(1, tmp_path_factory.mktemp("tb") / "inventory.yml", prefix=PREFIX, subnet=None)
+    try:
+        yield str(path)
+    finally:
+        testbed.down(PREFIX)
+
+
+class _LateSweep(Events):
+    """Hands the testbed host out after the run's last provision (at its last repetition), as a
+    machine used late in a run is; keeps the notes in order with the attempts."""
+
+    def __init__(self):
+        self.runner: Runner | None = None
+        self.log: list[str] = []
+
+    def attempt(self, cell, env, repetition, warmup, status, reason) -> None:
+        self.log.append(f"attempt {status} {reason or ''}")
+        self.runner.machines.get(HOST)
+
+    def note(self, message: str) -> None:
+        self.log.append(message)
+
+
+def _alive(m, pid: int) -> bool:
+    """The process runs there (a zombie waiting for its reaper does not)."""
+    res = m.run(["ps", "-o", "stat=", "-p", str(pid)], timeout=30)
+    return res.ok and not res.stdout.strip().startswith("Z")
+
+
+def test_a_killed_process_conditions_on_a_remote_host_are_swept_and_named_in_the_runs_notes(testbed_lo, tmp_path):
+    m = SshMachine(inventory.load(testbed_lo).hosts[HOST])
+    child_ctl = Path(tempfile.mkdtemp(prefix="vblo-ctl-", dir="/tmp"))  # short: a socket path in it
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, testbed_lo, HOST, str(child_ctl)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    live = foreign = None
+    try:
+        line = proc.stdout.readline()
+        if not line:
+            pytest.fail(f"the conditions were not applied: {proc.communicate(timeout=30)[1][-3000:]}")
+        made = json.loads(line)
+        proc.kill()  # SIGKILL: no Applied.close(), no Helper.stop()
+        proc.wait(timeout=30)
+        mount_dir = made["mount"].rsplit("/", 1)[0]  # the claimed directory; the tmpfs is on its mnt
+        left = [mount_dir, *made["logs"]]
+        # The leftovers are real: helpers running there, the tmpfs mounted, each path with its owner record.
+        time.sleep(0.5)
+        assert all(_alive(m, pid) for pid in made["pids"]), made
+        assert hostres.mounts_under(m, mount_dir) == [made["mount"]]
+        for path in left:
+            assert m.exists(path) and m.exists(path + owners.OWNER), path
+            assert json.loads(m.read_text(path + owners.OWNER))["run_id"] == "killed-run"
+        # What must stay: a directory of this live process, and one another controller left.
+        with owners.running("live-run"):
+            live = hostres.machine_dir(m, "live")
+        foreign = hostres.machine_dir(m, "foreign")
+        m.run(["sh", "-c", 'cat > "$1"', "vb", foreign + owners.OWNER], stdin=json.dumps(
+            {"host": "another-controller", "boot": None, "pid": 1, "pidstart": "1", "run_id": "x"}).encode())
+
+        store = Store(tmp_path / "r.sqlite")
+        matrix = suite.adhoc("system", {"test": "dhrystone", "duration": "0.2", "copies": "1"}, ["host"], repeat=1)
+        matrix.policy.warmup = 0
+        matrix.inventory = testbed_lo
+        events = _LateSweep()
+        runner = events.runner = Runner(store, matrix, events=events)
+        rid = runner.start()
+
+        named = [f"removed a leftover of an earlier run: condition files {p} (run killed-run: its helpers, mounts "
+                 f"and files) on {HOST}" for p in left]
+        assert sorted(n for n in events.log if "condition files" in n) == sorted(named), events.log
+        first_attempt = next(i for i, e in enumerate(events.log) if e.startswith("attempt"))
+        assert all(events.log.index(n) > first_attempt for n in named)  # reported by the final drain
+        assert [e["detail"] for e in store.events(rid) if e["kind"] == "removed"] == \
+            [n.split(": ", 1)[1] for n in events.log if n in named]
+        shown = CliRunner().invoke(cli, ["show", rid, "--db", str(tmp_path / "r.sqlite")], terminal_width=400)
+        assert shown.exit_code == 0, shown.output
+        for n in named:
+            assert n in shown.output, shown.output
+
+        # Gone: the helpers, the mount, the files and their owner records; what must stay stayed.
+        assert not any(_alive(m, pid) for pid in made["pids"])
+        assert hostres.mounts_under(m, mount_dir) == []
+        assert not any(m.exists(p) or m.exists(p + owners.OWNER) for p in left)
+        assert m.exists(live) and m.exists(live + owners.OWNER)
+        assert m.exists(foreign) and m.exists(foreign + owners.OWNER)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for d in (live, foreign):
+            if d:
+                m.run(["rm", "-rf", "--", d, d + owners.OWNER])
+        local().kill_matching([str(child_ctl)])  # the killed process's ssh master
+        shutil.rmtree(child_ctl, ignore_errors=True)
+        m.close()
