@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -45,6 +46,7 @@ def checks() -> list[dict[str, Any]]:
                         "fix": "; ".join(p.fix for p in problems)})
     out += _condition_checks()
     out.append(cluster_check())
+    out.append(_podman_netns_check())
     return out
 
 
@@ -117,6 +119,57 @@ def _condition_checks() -> list[dict[str, Any]]:
         out.append({"name": "conditions", "ok": False, "detail": f"{type(exc).__name__}: {exc}",
                     "fix": "report this as a bug"})
     return out
+
+
+# podman's (root) network namespaces: /run/netns/netns-<uuid>.
+PODMAN_NETNS = re.compile(r"netns-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def orphan_podman_netns(netns_dir: Path = Path("/run/netns")) -> list[str]:
+    """podman's network namespaces here that no container refers to (`NetworkSettings.SandboxKey`
+    of every container, running or not) and no process is in: what a conmon killed with its container
+    can leave. They are podman's, so doctor names them with the command; it never deletes them.
+    RuntimeError when podman cannot say which containers refer to which."""
+    from . import procs
+
+    names = sorted(p.name for p in netns_dir.glob("netns-*") if PODMAN_NETNS.fullmatch(p.name)) \
+        if netns_dir.is_dir() else []
+    if not names:
+        return []
+    ids = procs.run(["podman", "ps", "-a", "--format", "{{.ID}}"], timeout=60)
+    if not ids.ok:
+        raise RuntimeError(f"podman ps -a failed: {ids.stderr.strip()[-300:]}")
+    used: set[str] = set()
+    if ids.stdout.split():
+        keys = procs.run(["podman", "inspect", "--format", "{{.NetworkSettings.SandboxKey}}", *ids.stdout.split()],
+                         timeout=60)
+        if not keys.ok and not keys.stdout.strip():  # a container removed meanwhile fails only its own line
+            raise RuntimeError(f"podman inspect failed: {keys.stderr.strip()[-300:]}")
+        used = {Path(k.strip()).name for k in keys.stdout.splitlines() if k.strip()}
+    orphans = []
+    for name in names:
+        if name in used or not (netns_dir / name).exists():
+            continue
+        pids = procs.run(["ip", "netns", "pids", name], timeout=30)
+        if pids.ok and not pids.stdout.split():
+            orphans.append(name)
+    return orphans
+
+
+def _podman_netns_check() -> dict[str, Any]:
+    name = "podman network namespaces"
+    if not shutil.which("podman") or not shutil.which("ip"):
+        return {"name": name, "ok": True, "detail": "podman or ip not installed", "fix": ""}
+    try:
+        orphans = orphan_podman_netns()
+    except (RuntimeError, OSError) as exc:
+        return {"name": name, "ok": True, "detail": f"not checked: {exc}", "fix": ""}
+    if not orphans:
+        return {"name": name, "ok": True, "detail": "no orphan in /run/netns", "fix": ""}
+    return {"name": name, "ok": False,
+            "detail": f"{len(orphans)} orphan(s) in /run/netns, no container refers to them and no process "
+                      f"is in them (left by a killed conmon?): {', '.join(orphans)}",
+            "fix": "; ".join(f"ip netns delete {n}" for n in orphans)}
 
 
 def _kernels_check() -> dict[str, Any]:
