@@ -22,7 +22,8 @@ from virtbench.runner import Runner
 from virtbench.store import Store
 from virtbench.workloads import RunContext, get
 from delaykit import assert_condition_delay
-from vbleftovers import _cmd, _descendants, assert_clean, snapshot
+from vbleftovers import _cmd, _descendants, _runs_helper, assert_clean, snapshot
+from waitkit import until
 
 AVAILABLE = storage.availability() if os.geteuid() == 0 else {}
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="storage targets need root (mounts, loops, namespaces)")
@@ -227,6 +228,14 @@ sys.stdin.read()
 """
 
 
+def _alive(pid: int) -> bool:
+    """Running (a zombie has exited; an orphan's may wait for its reaper)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def test_leftovers_of_a_killed_run_are_removed_by_the_next(tmp_path):
     """SIGKILL leaves mounts, a loop device and a namespace; the next virtbench process removes them."""
     need("nbd")
@@ -234,10 +243,14 @@ def test_leftovers_of_a_killed_run_are_removed_by_the_next(tmp_path):
     try:
         assert proc.stdout.readline().strip() == "ready"
         assert snapshot(proc.pid)["loops"] and snapshot(proc.pid)["netns"]
+        helpers = [p for p in _descendants(proc.pid) if _runs_helper(p)]
+        assert helpers, "the condition started no helper process"
     finally:
         proc.kill()
         proc.wait()
-    time.sleep(0.5)  # helpers die with their parent (PR_SET_PDEATHSIG)
+    # helpers die with their parent (PR_SET_PDEATHSIG): a busy machine can take longer than a fixed
+    # sleep to deliver that; one that lives on still fails here
+    assert until(lambda: not [p for p in helpers if _alive(p)]), [_cmd(p) for p in helpers if _alive(p)]
     # The next run's pool sweeps this machine; conditions register their finder (machines/ledger.py).
     res = subprocess.run([sys.executable, "-c", "import virtbench.conditions; from virtbench.machines import Pool; "
                           "print('\\n'.join(Pool().sweep()))"], capture_output=True, text=True, timeout=120)
