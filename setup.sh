@@ -77,7 +77,8 @@ case "$job" in
     .venv/bin/virtbench image build
     # the live Kubernetes tests' cluster: built once per pin into the user's cache (minutes cold)
     .venv/bin/virtbench testbed k8s build
-    # pytest exits 5 when it collected nothing: that is a failure here too.
-    .venv/bin/python -m pytest -q -ra ;;
+    # pytest exits 5 when it collected nothing: that is a failure here too. --durations: each run
+    # leaves the slowest tests' times in its log (what the per-test timeout and the order rest on).
+    .venv/bin/python -m pytest -q -ra --durations=20 ;;
   *) echo "setup.sh: unknown job '$job' (use: quick, test, or nothing)" >&2; exit 2 ;;
 esac
