@@ -1,7 +1,8 @@
 """Leftovers of conditions on another machine, for real on an SSH host of this module's own testbed
-("vblo", so no other test's testbed is touched): a process applies a tmpfs storage target and starts
-two helpers there (an echo server and a delay proxy in front of it), and is killed outright
-(SIGKILL). The next run from this machine that hands that host out removes them (the ledger's
+("vblo", so no other test's testbed is touched): a process applies a tmpfs storage target, starts
+two helpers there (an echo server and a delay proxy in front of it) and caps the rate of that host's
+interface and of this machine's end of its link with tbf (as rate_mbit between machines does), and
+is killed outright (SIGKILL). The next run from this machine that hands that host out removes them (the ledger's
 finder of condition helpers and files: conditions/hostres.py) and names each in its notes, even
 when it hands the host out after its last provision: the run's final drain puts the names in the
 store, and `virtbench show RUN` lists them. A live owner's directory and another controller's are
@@ -38,7 +39,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from virtbench.conditions import Applied, hostnet, targets
 from virtbench.instances import Traits
-from virtbench.machines import inventory, owners
+from virtbench.machines import inventory, local, owners
 from virtbench.machines.ssh import SshMachine
 
 m = SshMachine(inventory.load(sys.argv[1]).hosts[sys.argv[2]], control_dir=Path(sys.argv[3]))
@@ -47,8 +48,11 @@ with owners.running("killed-run"):
     mount, _ = targets.tmpfs(inst, 16 << 20, Applied())
     echo = hostnet.Echo(m, "127.0.0.1")
     proxy = hostnet.Proxy(m, "127.0.0.1", echo.address, 5, 0)
+    hostnet.shape(m, [([], "eth0")], 0, 100, own=False)
+    hostnet.shape(local(), [([], sys.argv[4])], 0, 100, own=False)
 print(json.dumps({"mount": mount, "logs": [echo.helper.log, proxy.helper.log],
-                  "pids": [echo.helper.pid, proxy.helper.pid]}), flush=True)
+                  "pids": [echo.helper.pid, proxy.helper.pid], "records": dict(map(reversed, hostnet._records.items()))}),
+      flush=True)
 time.sleep(600)
 """
 
@@ -86,6 +90,10 @@ class _LateSweep(Events):
         self.log.append(message)
 
 
+def _tbf(m, dev: str) -> bool:
+    return m.run(["tc", "qdisc", "show", "dev", dev, "root"], timeout=30).stdout.startswith("qdisc tbf 1: root")
+
+
 def _alive(m, pid: int) -> bool:
     """The process runs there (a zombie waiting for its reaper does not)."""
     res = m.run(["ps", "-o", "stat=", "-p", str(pid)], timeout=30)
@@ -95,7 +103,8 @@ def _alive(m, pid: int) -> bool:
 def test_a_killed_process_conditions_on_a_remote_host_are_swept_and_named_in_the_runs_notes(testbed_lo, tmp_path):
     m = SshMachine(inventory.load(testbed_lo).hosts[HOST])
     child_ctl = Path(tempfile.mkdtemp(prefix="vblo-ctl-", dir="/tmp"))  # short: a socket path in it
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, testbed_lo, HOST, str(child_ctl)], cwd=ROOT,
+    link = f"{PREFIX}-h1"  # this machine's end of the testbed host's link
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, testbed_lo, HOST, str(child_ctl), link], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     live = foreign = None
     try:
@@ -106,7 +115,9 @@ def test_a_killed_process_conditions_on_a_remote_host_are_swept_and_named_in_the
         proc.kill()  # SIGKILL: no Applied.close(), no Helper.stop()
         proc.wait(timeout=30)
         mount_dir = made["mount"].rsplit("/", 1)[0]  # the claimed directory; the tmpfs is on its mnt
-        left = [mount_dir, *made["logs"]]
+        remote_record = next(p for p, (machine, dev) in made["records"].items() if machine == HOST)
+        left = [mount_dir, *made["logs"], remote_record]
+        assert _tbf(m, "eth0") and _tbf(local(), link)
         # The leftovers are real: helpers running there, the tmpfs mounted, each path with its owner record.
         time.sleep(0.5)
         assert all(_alive(m, pid) for pid in made["pids"]), made
@@ -132,10 +143,14 @@ def test_a_killed_process_conditions_on_a_remote_host_are_swept_and_named_in_the
         named = [f"removed a leftover of an earlier run: condition files {p} (run killed-run: its helpers, mounts "
                  f"and files) on {HOST}" for p in left]
         assert sorted(n for n in events.log if "condition files" in n) == sorted(named), events.log
+        assert f"removed a leftover of an earlier run: root qdisc tbf on eth0 (run killed-run) on {HOST}" in events.log
+        assert f"removed a leftover of an earlier run: root qdisc tbf on {link}" in events.log  # here: at the start
+        named.append(f"removed a leftover of an earlier run: root qdisc tbf on eth0 (run killed-run) on {HOST}")
         first_attempt = next(i for i, e in enumerate(events.log) if e.startswith("attempt"))
         assert all(events.log.index(n) > first_attempt for n in named)  # reported by the final drain
+        lead = "removed a leftover of an earlier run: "
         assert [e["detail"] for e in store.events(rid) if e["kind"] == "removed"] == \
-            [n.split(": ", 1)[1] for n in events.log if n in named]
+            [n[len(lead):] for n in events.log if n.startswith(lead)]  # every note stored, in order
         shown = CliRunner().invoke(cli, ["show", rid, "--db", str(tmp_path / "r.sqlite")], terminal_width=400)
         assert shown.exit_code == 0, shown.output
         for n in named:
@@ -144,12 +159,16 @@ def test_a_killed_process_conditions_on_a_remote_host_are_swept_and_named_in_the
         # Gone: the helpers, the mount, the files and their owner records; what must stay stayed.
         assert not any(_alive(m, pid) for pid in made["pids"])
         assert hostres.mounts_under(m, mount_dir) == []
+        assert not _tbf(m, "eth0") and not _tbf(local(), link)
         assert not any(m.exists(p) or m.exists(p + owners.OWNER) for p in left)
         assert m.exists(live) and m.exists(live + owners.OWNER)
         assert m.exists(foreign) and m.exists(foreign + owners.OWNER)
     finally:
         if proc.poll() is None:
             proc.kill()
+        for machine, dev in ((m, "eth0"), (local(), link)):  # a failed sweep must not leave the caps
+            if _tbf(machine, dev):
+                machine.run(["tc", "qdisc", "del", "dev", dev, "root"], timeout=30)
         for d in (live, foreign):
             if d:
                 m.run(["rm", "-rf", "--", d, d + owners.OWNER])

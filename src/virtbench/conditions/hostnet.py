@@ -22,7 +22,7 @@ from .. import kernels
 from ..errors import ConditionUnavailable
 from ..machines import Machine, local
 from ..hostdirs import owner_tag
-from .hostres import Helper, HostCommandFailed, is_root, next_id, require_root, run
+from .hostres import Helper, HostCommandFailed, drop_record, is_root, next_id, record_qdisc, require_root, run
 
 LINK_NET = ipaddress.ip_network("10.231.0.0/16")
 PROXY_BIN = "vb-delayproxy"
@@ -184,22 +184,30 @@ def shape(machine: Machine, devs: list[tuple[list[str], str]], delay_ms: float, 
     """Put delay/rate on the egress of each (command prefix, device) of `machine`: prefix [] or an
     nsenter argv. `own`: the devices are ours (a link's, a container's veth), so a qdisc already on
     them is replaced; otherwise (a machine's own interface) one already there is an error, never
-    lost. On failure, what this call added is removed again."""
+    lost, and a record of each (hostres.record_qdisc) lets the ledger take it off if this process is
+    killed first. On failure, what this call added is removed again."""
     done: list[tuple[list[str], str]] = []
     try:
         for prefix, dev in devs:
             if own:
                 machine.run([*prefix, "tc", "qdisc", "del", "dev", dev, "root"], timeout=30)
+            # Recorded before it exists: a kill in between leaves a record of nothing, never a qdisc unrecorded.
+            record = None if own else record_qdisc(machine, dev)
             for i, args in enumerate(_tc_args(delay_ms, rate_mbit)):
                 res = machine.run([*prefix, "tc", "qdisc", "add", "dev", dev, *args], timeout=30)
                 if res.ok:
                     if i == 0:
                         done.append((prefix, dev))
-                elif "Exclusivity flag" in res.stderr:
+                        if record:
+                            with _lock:
+                                _records[(machine.name, dev)] = record
+                    continue
+                if record and i == 0:
+                    drop_record(machine, record)  # nothing of ours went on (what is there is not ours)
+                if "Exclusivity flag" in res.stderr:
                     raise ConditionUnavailable(f"{dev} on {machine.name} already has a root qdisc "
                                                f"({_root_qdisc(machine, prefix, dev)}); virtbench does not replace it")
-                else:
-                    raise HostCommandFailed(f"tc qdisc add dev {dev} on {machine.name}: {res.describe_failure()}")
+                raise HostCommandFailed(f"tc qdisc add dev {dev} on {machine.name}: {res.describe_failure()}")
     except BaseException:
         unshape(machine, done)
         raise
@@ -213,6 +221,17 @@ def _root_qdisc(machine: Machine, prefix: list[str], dev: str) -> str:
 def unshape(machine: Machine, devs: list[tuple[list[str], str]]) -> None:
     for prefix, dev in devs:
         machine.run([*prefix, "tc", "qdisc", "del", "dev", dev, "root"], timeout=30)
+        _drop_record(machine, dev)
+
+
+_records: dict[tuple[str, str], str] = {}  # (machine, device) -> record of the qdisc shape() put on it
+
+
+def _drop_record(machine: Machine, dev: str) -> None:
+    with _lock:
+        path = _records.pop((machine.name, dev), None)
+    if path:
+        drop_record(machine, path)
 
 
 # -- addresses ---------------------------------------------------------------------------------------

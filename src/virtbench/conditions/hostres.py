@@ -10,11 +10,13 @@ and whose it was, and remove it (`leftovers`, the ledger's finder of this kind: 
 mounts are detached, loop devices released, namespaces deleted; nothing belonging to a live process
 is touched. On a remote machine there is no
 parent process to tie helpers to: Applied.close() stops them, and a run killed outright leaves them.
-So there every directory and helper log a condition makes (`$TMPDIR/virtbench-cond-<kind>.XXXXXX`)
+So there every directory, helper log and record of a root qdisc put on one of the machine's own
+interfaces (rate or delay between machines) a condition makes (`$TMPDIR/virtbench-cond-<kind>.XXXXXX`)
 gets the owner record beside it (`<path>.owner`, machines/owners.py), and every helper carries its
 log's path in its environment (`VIRTBENCH_COND`): the ledger's finder of that kind
-(`remote_leftovers`) kills a gone owner's helpers, detaches what is mounted in its directories and
-removes them, when the next run from this controller uses that machine.
+(`remote_leftovers`) takes a gone owner's qdiscs off, kills its helpers, detaches what is mounted in
+its directories and removes them, when the next run from this controller uses that machine. Here the
+qdisc records lie in the process's directory and `leftovers` takes them off.
 """
 
 from __future__ import annotations
@@ -298,10 +300,16 @@ def leftovers(here: Machine) -> list[str]:
     namespaces, volumes, files."""
     removed: list[str] = []
     root = os.geteuid() == 0
-    for d in sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}*")):
-        m = re.fullmatch(rf"{PREFIX}(\d+)-(\d+)", d.name)
-        if not m or _owner_alive(int(m.group(1)), m.group(2)) or not root:
+    dirs = [(d, _owner_alive(int(m.group(1)), m.group(2))) for d in sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}*"))
+            if (m := re.fullmatch(rf"{PREFIX}(\d+)-(\d+)", d.name))]
+    live = {_qdisc_dev(here.read_text(rec)) for d, alive in dirs if alive for rec in d.glob(f"{QDISC}-*.log")}
+    for d, alive in dirs:
+        if alive or not root:
             continue
+        for rec in sorted(d.glob(f"{QDISC}-*.log")):
+            dev = _qdisc_dev(here.read_text(rec))
+            if dev not in live and (what := _undo_qdisc(here, dev)):
+                removed.append(what)
         for mp in hostdirs.mounts_under(d):
             if here.run(["umount", "-l", mp], timeout=60).ok:
                 removed.append(f"mount {mp}")
@@ -340,13 +348,61 @@ def leftovers(here: Machine) -> list[str]:
 
 def remote_leftovers(machine: Machine) -> list[str]:
     """Remove what conditions of dead virtbench processes of this controller left on another
-    machine: their helpers (by the path in `VIRTBENCH_COND`), mounts in their directories, the
-    directories and helper logs (by the owner record beside each)."""
+    machine: root qdiscs on its interfaces (by their records), their helpers (by the path in
+    `VIRTBENCH_COND`), mounts in their directories, the directories, helper logs and records (by
+    the owner record beside each)."""
     res = machine.run(["sh", "-c", 'printf "%s" "${TMPDIR:-/tmp}"'], timeout=30)
     if not res.ok or not res.stdout.startswith("/"):
         return []
-    return [f"condition files {d}" for d in owners.sweep_dir(machine, res.stdout, names=f"{PREFIX}*",
-                                                             what="its helpers, mounts and files")]
+    records = [(owners.owner_dead(owner), _qdisc_dev(machine.read_text(path)), owner)
+               for path, owner in owners.listed(machine, res.stdout, f"{PREFIX}{QDISC}.*")]
+    live = {dev for dead, dev, _ in records if not dead}  # a live run's (or another controller's) qdisc stays
+    removed = [f"{what} (run {owner.get('run_id') or '?'})" for dead, dev, owner in records
+               if dead and dev not in live and (what := _undo_qdisc(machine, dev))]
+    return removed + [f"condition files {d}" for d in owners.sweep_dir(machine, res.stdout, names=f"{PREFIX}*",
+                                                                       what="its helpers, mounts and files")]
+
+
+# -- root qdiscs on a machine's own interfaces -------------------------------------------------------
+
+QDISC = "qdisc"  # the kind of the record of one (conditions/hostnet.py:shape)
+OURS = re.compile(r"qdisc (tbf|netem) 1: root")  # what shape() puts there: a root tbf or netem, handle 1:
+
+
+def record_qdisc(machine: Machine, dev: str) -> str:
+    """A record, with the owner record beside it, of the root qdisc put on `dev`, an interface of the
+    machine's own (not one of ours, which goes with its namespace or container): if this process is
+    killed before taking it off, the ledger does."""
+    path = machine.scratch_file(QDISC)
+    machine.write_text(path, json.dumps({"dev": dev}))
+    _claim(machine, path)
+    return path
+
+
+def drop_record(machine: Machine, path: str) -> None:
+    machine.remove(path)
+    machine.remove(path + owners.OWNER)
+
+
+def _qdisc_dev(text: str) -> str | None:
+    """The interface a qdisc record names (None: not a record)."""
+    try:
+        dev = json.loads(text)["dev"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return dev if isinstance(dev, str) and re.fullmatch(r"[\w.@:-]{1,15}", dev) else None
+
+
+def _undo_qdisc(machine: Machine, dev: str | None) -> str | None:
+    """Take off the root qdisc put on `dev`, if what is there still is ours; what was done."""
+    if dev is None:
+        return None
+    shown = machine.run(["tc", "qdisc", "show", "dev", dev, "root"], timeout=30)
+    if not (shown.ok and OURS.match(shown.stdout.strip())):
+        return None
+    if not machine.run(["tc", "qdisc", "del", "dev", dev, "root"], timeout=30).ok:
+        return None
+    return f"root qdisc {OURS.match(shown.stdout.strip()).group(1)} on {dev}"
 
 
 ledger.register(ledger.Finder("condition mounts, loop devices, namespaces and volumes", leftovers, here_only=True))

@@ -85,6 +85,27 @@ def claim(machine: Machine, path: str, run_id: str | None = None) -> None:
         raise MachineUnreachable(machine.name, f"cannot write {path + OWNER}: {res.stderr.strip()[-300:]}")
 
 
+def listed(machine: Machine, root: str, names: str = "*") -> list[tuple[str, dict[str, Any]]]:
+    """(path, owner record) of each entry under `root` on the machine matching the glob `names`
+    that has an owner file."""
+    res = machine.run(["sh", "-c", _LIST, "vb", root, names], timeout=30)
+    out = []
+    for line in res.stdout.splitlines() if res.ok else []:
+        path, _, text = line.partition("\t")
+        try:
+            owner = json.loads(text)
+        except ValueError:
+            continue
+        if path.endswith(OWNER) and isinstance(owner, dict):
+            out.append((path[:-len(OWNER)], owner))
+    return out
+
+
+def gone(machine: Machine, root: str, names: str = "*") -> list[tuple[str, dict[str, Any]]]:
+    """The entries of `listed` whose owner file names a gone owner of this controller."""
+    return [(path, owner) for path, owner in listed(machine, root, names) if owner_dead(owner)]
+
+
 def sweep_dir(machine: Machine, root: str, mark_var: str | None = None, names: str = "*",
               what: str = "its processes and directory") -> list[str]:
     """Remove the leftovers of this controller's killed runs under `root` on the machine (those of
@@ -92,18 +113,9 @@ def sweep_dir(machine: Machine, root: str, mark_var: str | None = None, names: s
     a leftover when its command line or environment names the path, or `mark_var`=<its name>;
     what is mounted in a directory is detached first. MachineUnreachable when the machine stops
     answering."""
-    res = machine.run(["sh", "-c", _LIST, "vb", root, names], timeout=30)
     removed = []
-    for line in res.stdout.splitlines() if res.ok else []:
-        path, _, text = line.partition("\t")
-        try:
-            owner = json.loads(text)
-        except ValueError:
-            continue
-        if not path.endswith(OWNER) or not isinstance(owner, dict) or not owner_dead(owner):
-            continue
-        d = path[:-len(OWNER)]
-        name = d.rsplit("/", 1)[-1]
+    for d, owner in gone(machine, root, names):
+        path, name = d + OWNER, d.rsplit("/", 1)[-1]
         machine.kill_matching([d, *([f"{mark_var}={name}"] if mark_var else [])])
         machine.run(["sh", "-c", _REMOVE, "vb", d, path], timeout=120)
         removed.append(f"{d} (run {owner.get('run_id') or '?'}: {what})")
