@@ -42,7 +42,12 @@ def hosts_cmd(inventory, pattern, boot_probe, k8s, as_json) -> None:
             sys.exit(1)
         return
     if not inventory:
-        raise UserError("hosts needs --inventory (or --kubernetes for a cluster's nodes)")
+        import os
+
+        kc = os.environ.get("KUBECONFIG")
+        raise UserError("hosts needs --inventory FILE (SSH hosts) or --kubernetes (a cluster's nodes)",
+                        f"KUBECONFIG is set ({kc}): virtbench hosts --kubernetes lists its nodes" if kc else
+                        "virtbench hosts --kubernetes lists the nodes of the testbed cluster (virtbench testbed k8s up)")
     from .machines import inventory as inventory_mod
     from .machines.probe import probe_hosts
     from .machines.sshconfig import ssh_config_address

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from rich.markup import escape
+
 from . import analysis, render
 from .cli_common import DB_HELP, _emit_json, _store, err, out
 from .store import Store
@@ -42,7 +44,17 @@ def _show(store: Store, run_id: str, as_json: bool) -> None:
         status += f"; failed cells retried {kinds.count('retry-failed')} time(s)"
     out.print(f"run [bold]{data['run_id']}[/bold] ({status}), suite {data['suite']}, "
               f"baseline [bold]{data['baseline']}[/bold]")
+    from .report import kubefacts
+
+    instances = None
     for env in store.environments(data["run_id"]):  # a VM's accelerator: KVM, or TCG emulation
+        if kubefacts.is_cluster(env["facts"]):  # pods on a cluster: its nodes, not the client's machine
+            instances = store.instances(data["run_id"]) if instances is None else instances
+            nodes = kubefacts.nodes(env["name"], env["facts"], instances)
+            out.print(escape(f"{env['name']}: {kubefacts.layer(env['facts'])}; pods on {', '.join(nodes) or '?'} "
+                             f"(API server {env['facts'].get('kubeconfig_server') or '?'})"
+                             + ("; a testbed on one machine: the nodes share its kernel and CPUs"
+                                if env["facts"].get("cluster_testbed") else "")), highlight=False)
         on = [m for m in env["facts"].get("machines") or [] if m != "localhost"]
         if on:
             mf = env["facts"].get("machine_facts") or {}

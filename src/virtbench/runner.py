@@ -426,7 +426,11 @@ class Runner(Rounds):
             for inst in pool:
                 if inst.machine.name not in seen:
                     seen[inst.machine.name] = inst.machine
-        out = {"machines": list(seen)}
+        out: dict[str, Any] = {"machines": list(seen)}
+        # pods on a cluster ran on its nodes; their Machine is the one that drives them (drivers/pods.py)
+        nodes = sorted({n for pool in instances.values() for inst in pool if (n := getattr(inst, "node", None))})
+        if nodes:
+            out["pod_nodes"] = nodes
         try:
             out["machine_facts"] = {n: {k: v for k, v in m.describe().items() if k != "name"}
                                     for n, m in seen.items()}

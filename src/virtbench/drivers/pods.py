@@ -36,7 +36,7 @@ from ..model import EnvSpec, ExecResult
 from ..pods import BACKENDS, CONTAINER, manifests
 from ..pods.groups import Group, leftover_cluster_objects, remove_group
 from ..pods.kubeplay import leftovers as kubeplay_leftovers
-from ..pods.phases import RESOLUTION, from_pod_object
+from ..pods.phases import LIFECYCLE, RESOLUTION, from_pod_object
 from . import container
 from ..instances import GuestImageInstance
 from .base import Driver, Instance, OptionSpec, Problem, Traits
@@ -81,10 +81,9 @@ class _PodMixin:
 
     def _mark_phases(self, requested: float) -> None:
         self.mark("requested", requested)
-        if "created" in self.pod_phases:
-            self.mark("created", self.pod_phases["created"])
-        if "container_started" in self.pod_phases:
-            self.mark("running", self.pod_phases["container_started"])
+        for phase, pod_phase in LIFECYCLE.items():
+            if pod_phase in self.pod_phases:
+                self.mark(phase, self.pod_phases[pod_phase])
 
 
 class PlayPod(_PodMixin, container.ContainerInstance):
@@ -158,10 +157,16 @@ class ClusterPod(_PodMixin, GuestImageInstance):
                       "image_id": statuses[0].get("imageID") if statuses else None, "image_hash": image_hash,
                       "namespace": cluster.namespace, "server_version": server,
                       "cluster_nodes": cluster.node_names(), "kubeconfig_server": cluster.server,
+                      "container_runtime": cluster.node_runtime(spec.get("nodeName")),
                       "cluster_testbed": (cluster.testbed() or {}).get("testbed"),
                       "exec_via": "api-server exec (websocket v5.channel.k8s.io)"}
         self.events: list[dict[str, Any]] = []
         self._ports: dict[int, tuple[str, int]] = {}
+
+    @property
+    def node(self) -> str | None:
+        """The cluster node the pod runs on (the runner records it as `pod_nodes`)."""
+        return self.facts.get("node")
 
     def start_observed(self, requested: float) -> None:
         self._mark_phases(requested)

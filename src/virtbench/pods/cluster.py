@@ -83,7 +83,7 @@ class Cluster:
                             hint="set KUBECONFIG to your cluster's kubeconfig, or name its context") from None
         self.server = self.api.configuration.host
         self.namespace = namespace
-        self._nodes: list[str] | None = None
+        self._nodes: dict[str, str | None] | None = None  # name -> container runtime
         self._version: str | None = None
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
@@ -108,8 +108,17 @@ class Cluster:
 
     def node_names(self) -> list[str]:
         """The cluster's nodes (recorded with every pod), Ready or not."""
+        return sorted(self._node_runtimes())
+
+    def node_runtime(self, node: str | None) -> str | None:
+        """The container runtime a node reports ('containerd://1.6.20'), recorded with its pods."""
+        return self._node_runtimes().get(node or "")
+
+    def _node_runtimes(self) -> dict[str, str | None]:
         if self._nodes is None:
-            self._nodes = sorted(n.metadata.name for n in self.core.list_node(_request_timeout=PROBE_TIMEOUT).items)
+            self._nodes = {n.metadata.name: getattr(n.status.node_info, "container_runtime_version", None)
+                           if n.status and n.status.node_info else None
+                           for n in self.core.list_node(_request_timeout=PROBE_TIMEOUT).items}
         return self._nodes
 
     def testbed(self) -> dict[str, Any] | None:

@@ -20,6 +20,9 @@ from . import CONTAINER
 CONDITIONS = (("PodScheduled", "scheduled"), ("Initialized", "initialized"),
               ("ContainersReady", "containers_ready"), ("Ready", "ready"))
 RESOLUTION = {"kubernetes": 1.0, "kube-play": 1e-9}  # seconds
+# The instance lifecycle phases (drivers/base.py) a pod's own timestamps give: these carry the
+# backend's resolution; requested and ready are this machine's clock.
+LIFECYCLE = {"created": "created", "running": "container_started"}
 
 
 def timestamp(text: str) -> float:

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 
 from .. import ratio_methods
 from ..outcomes import reason_line
-from . import fmt
+from . import fmt, kubefacts
 from .data import RunData
 from .model import Facts, Note, Section, Table
 from .sections.common import describe, slug
@@ -128,25 +128,21 @@ def _environments(data: RunData) -> Table:
         if shape.get("vcpus"):
             shape_text += f" ({shape['vcpus']} vCPU, {shape.get('memory_mb')} MB)"
         driver = env.get("driver", "?")
-        if (env.get("facts") or {}).get("backend"):  # pods: which backend ran them
-            driver += " (podman pods)" if env["facts"]["backend"] == "kube-play" else \
-                f" ({_cluster_label(env['facts'])})" if env["facts"]["backend"] == "kubernetes" else \
-                f" ({env['facts']['backend']})"
+        facts = env.get("facts") or {}
+        if facts.get("backend"):  # pods: which backend ran them
+            driver += " (podman pods)" if facts["backend"] == "kube-play" else \
+                f" ({kubefacts.cluster(facts)})" if kubefacts.is_cluster(facts) else f" ({facts['backend']})"
+        if kubefacts.is_cluster(facts):  # the pods' nodes and layer, not the client's machine and the probe's
+            facts = {**facts, "machines": kubefacts.nodes(name, facts, data.instances),
+                     "virtualization": kubefacts.layer(facts)}
         names.append(name + (" (baseline)" if name == data.baseline else ""))
-        columns.append([driver, shape_text, *(_fact(env.get("facts") or {}, keys) for _, keys in FACT_COLUMNS),
+        columns.append([driver, shape_text, *(_fact(facts, keys) for _, keys in FACT_COLUMNS),
                         env.get("problem") or ""])
     labels = ["driver", "shape", *(c for c, _ in FACT_COLUMNS), "problem"]
     rows = [[label, *(col[i] for col in columns)] for i, label in enumerate(labels)
             if label != "problem" or any(col[i] for col in columns)]
     return Table("Environments", ["", *names], rows,
                  note="Facts were collected inside the first instance of each environment.")
-
-
-def _cluster_label(facts: dict) -> str:
-    """The kubernetes backend's environments: a Kubernetes cluster, named as what it was."""
-    nodes = facts.get("cluster_nodes") or []
-    what = "Kubernetes testbed on one machine" if facts.get("cluster_testbed") else "Kubernetes cluster"
-    return f"{what}, {facts.get('server_version') or 'version unknown'}, {len(nodes)} node(s)"
 
 
 def _cell_text(a: dict) -> str:

@@ -33,6 +33,7 @@ GENERIC = "virtbench.report.sections.generic:build"
 RUN_SECTIONS: list[str] = [
     "virtbench.report.sections.scaling:build",
     "virtbench.report.sections.lifecycle:build",
+    "virtbench.report.sections.podphases:build",
     "virtbench.report.sections.timeseries:build",
 ]
 

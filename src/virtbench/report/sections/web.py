@@ -90,15 +90,21 @@ def _peak_table(data: RunData, peaks: list) -> Table:
                       "use; host CPU = the monitor's mean host CPU use over the repetition.")
 
 
-def _pods_label(data: RunData, env: str) -> str:
+def _what_ran(data: RunData, env: str) -> str:
     """What a pods environment ran on: a Kubernetes cluster (the testbed: one machine) or podman; a VM
     without KVM is said to be emulated, beside the study's hardware-virtualized one."""
     facts = data.env(env).get("facts") or {}
     if str(facts.get("accelerator", "")).lower() == "tcg":
-        return " (emulated: TCG, not virtualization overhead)"
+        return "emulated: TCG, not virtualization overhead"
     if facts.get("backend") == "kubernetes":
-        return " (Kubernetes testbed on one machine)" if facts.get("cluster_testbed") else " (Kubernetes cluster)"
-    return " (podman pods)" if facts.get("backend") == "kube-play" else ""
+        return "Kubernetes testbed on one machine" if facts.get("cluster_testbed") else "Kubernetes cluster"
+    return "podman pods" if facts.get("backend") == "kube-play" else ""
+
+
+def _env_label(data: RunData, env: str, where: str) -> str:
+    """'pods (Kubernetes testbed on one machine; balancer=service)': one bracket, not two in a row."""
+    said = "; ".join(x for x in (_what_ran(data, env), where) if x)
+    return f"{env} ({said})" if said else env
 
 
 def _beside_study(data: RunData, peaks: list) -> list:
@@ -116,7 +122,7 @@ def _beside_study(data: RunData, peaks: list) -> list:
         for b, w, r, cpu in ours:
             s = published.scale_factor(r["median"], pv)
             cells.append([pub.cite(), row, f"{pv:g}", f"{pcpu:g} %", f"{pcount:g}",
-                          r["environment"] + _pods_label(data, r["environment"]) + (f" ({w})" if w else ""),
+                          _env_label(data, r["environment"], w),
                           str(r["params"][by]), fmt.value(r["median"]),
                           _pct(cpu.get("server_cpu_util")), _pct(cpu.get("host.cpu_util_mean")), fmt.value(s)])
     pub_ratio = pub.value("1 VM, 8 workers", "requests/s") / pub.value("32 pods", "requests/s")

@@ -83,8 +83,10 @@ def bars(uid: str, title: str, groups: list[str], series: list[str], get: Callab
 
 
 def stacked(uid: str, title: str, rows: list[str], segments: list[str], values: list[list[float | None]],
-            xlabel: str, *, total: Callable[[float], str] = lambda t: f"{t:.2f} s") -> str:
-    """One bar per row made of consecutive segments (e.g. start-up phases); a legend names them."""
+            xlabel: str, *, total: Callable[[float], str] = lambda t: f"{t:.2f} s",
+            digits: list[int] | None = None) -> str:
+    """One bar per row made of consecutive segments (e.g. start-up phases); a legend names them.
+    `digits`: decimals of each row's segment lengths (a row timed in whole seconds says no more)."""
     left = 14 + max((text_width(r, FONT) for r in rows), default=20)
     totals = [sum(v for v in vals if v) for vals in values]
     top_value = nice_max(max(totals, default=1.0) or 1.0)
@@ -105,7 +107,7 @@ def stacked(uid: str, title: str, rows: list[str], segments: list[str], values: 
         for k, v in enumerate(vals):
             if v:
                 c.rect(x(start), mid - BAR * 0.42, x(start + v) - x(start), BAR * 0.84, c.fill(k + 1),
-                       title=f"{row}: {segments[k]} {v:.3f} s")
+                       title=f"{row}: {segments[k]} {v:.{3 if digits is None else digits[i]}f} s")
                 start += v
         c.text(x(start) + 4, mid, total(start), size=FONT - 1)
     lx = left
