@@ -100,6 +100,25 @@ def test_up_gives_two_ready_nodes_an_api_on_loopback_and_private_keys(k8s):
     assert json.loads(k8s.registry_file.read_text())["registry"] == "127.0.0.1:5000"
 
 
+def test_hosts_and_doctor_report_the_cluster_of_the_kubeconfig(k8s):
+    """What a user with KUBECONFIG set sees: the server version, the node names, Ready."""
+    env = {**os.environ, "KUBECONFIG": str(k8s.kubeconfig)}
+    hosts = subprocess.run([sys.executable, "-m", "virtbench.cli", "hosts", "--kubernetes", "--json"],
+                           capture_output=True, text=True, timeout=120, env=env)
+    assert hosts.returncode == 0, hosts.stderr
+    rows = json.loads(hosts.stdout)
+    assert [(r["name"], r["ready"], r["server_version"]) for r in rows] == \
+        [("vbk8s-n1", True, "v1.34.4"), ("vbk8s-n2", True, "v1.34.4")]
+    bare = subprocess.run([sys.executable, "-m", "virtbench.cli", "hosts"], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert bare.returncode == 2 and "--kubernetes" in bare.stderr and str(k8s.kubeconfig) in bare.stderr
+    doctor = subprocess.run([sys.executable, "-m", "virtbench.cli", "doctor", "--json"], capture_output=True,
+                            text=True, timeout=300, env=env)
+    (check,) = [c for c in json.loads(doctor.stdout) if c["name"] == "kubernetes cluster"]
+    assert check["ok"] and "v1.34.4" in check["detail"] and str(k8s.kubeconfig) in check["detail"]
+    assert "vbk8s-n1 (Ready), vbk8s-n2 (Ready)" in check["detail"]
+
+
 def test_pod_exec_through_the_api_server(k8s, guest_image, tmp_path):
     d = _driver(tmp_path, guest_image)
     assert d.check_env(_env()) == []
@@ -272,9 +291,23 @@ def test_bar_web_suite_on_two_nodes(k8s, tmp_path):
         meta = s["metadata"]
         assert meta["backend"] == "kubernetes" and meta["server_version"] == "v1.34.4"
         assert meta["cluster_nodes"] == ["vbk8s-n1", "vbk8s-n2"]
+        assert set(meta["pod_nodes"]) <= {"vbk8s-n1", "vbk8s-n2"} and meta["node"] in meta["pod_nodes"]
+        assert meta["container_runtime"].startswith("containerd://")
     service = [s for s in samples if s["params"]["balancer"] == "service" and s["metric"] == "requests_per_second"]
     assert {s["metadata"]["service"]["endpoints"] for s in service} == {1, 2}
     assert _virtbench_pods(k8s) == []
+    # what the report and `show` make of it: the pods' nodes, Kubernetes pods, the API's whole seconds
+    nodes = ", ".join(sorted({i["metadata"]["node"] for i in json.loads(export.stdout)["instances"]
+                              if i["environment"] == "pods"}))
+    runtime = samples[0]["metadata"]["container_runtime"].replace("://", " ")  # Debian's containerd
+    layer = f"Kubernetes pods ({runtime}/runc) on testbed nodes, v1.34.4"
+    md = subprocess.run([sys.executable, "-m", "virtbench.cli", "report", data["run_id"], "--format", "md",
+                         "--db", str(tmp_path / "r.sqlite")], capture_output=True, text=True, timeout=300).stdout
+    assert f"| machines | localhost | {nodes} |" in md and f"| {layer} |" in md
+    assert "node(s))" not in md and "**Pod start-up phases" in md and "| kubernetes | 1 s |" in md
+    show = subprocess.run([sys.executable, "-m", "virtbench.cli", "show", data["run_id"], "--db",
+                           str(tmp_path / "r.sqlite")], capture_output=True, text=True, timeout=300).stdout
+    assert f"pods: {layer}; pods on {nodes} " in show
 
 
 def test_mpi_across_two_pods_on_two_nodes(k8s, tmp_path):

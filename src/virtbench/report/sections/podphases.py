@@ -10,6 +10,8 @@ is never printed finer than that.
 
 from __future__ import annotations
 
+import math
+
 from ...pods.phases import CONDITIONS, timestamp
 from ..data import RunData
 from ..model import Section, Table
@@ -23,6 +25,9 @@ ORDER = ["scheduled", "initialized", "sandbox_started", "container_created", "co
          "containers_ready", "ready"]
 
 
+_START = {r: k for k, r in enumerate(("Scheduled", "Pulling", "Pulled", "Created", "Started"))}
+
+
 def _pods(data: RunData) -> list[dict]:
     return [i for i in data.instances if "created" in ((i.get("metadata") or {}).get("pod_phases") or {})]
 
@@ -31,7 +36,7 @@ def _resolution_text(res: float) -> str:
     return f"{res:g} s" if res >= 1e-3 else f"{res * 1e9:g} ns"
 
 
-def _events(meta: dict, created: float, places: int) -> str:
+def _events(meta: dict, created: float, res: float) -> str:
     """'Scheduled 0, Pulling 1, Pulled 20, Started 20': each event's reason, seconds after creation."""
     out = []
     for e in meta.get("pod_events") or []:
@@ -39,8 +44,11 @@ def _events(meta: dict, created: float, places: int) -> str:
             at = timestamp(e["at"]) if isinstance(e.get("at"), str) else float(e["at"])
         except (KeyError, TypeError, ValueError):
             continue
-        out.append((at, f"{e.get('reason') or '?'} {at - created:.{places}f}"))
-    return ", ".join(text for _, text in sorted(out, key=lambda e: e[0]))  # ties: in the API's order
+        if res >= 1:  # the scheduler's eventTime has microseconds, the rest whole seconds: cut all alike
+            at = math.floor(at / res) * res
+        out.append((at, f"{e.get('reason') or '?'} {at - created:.{min(digits(res), 3)}f}"))
+    # events within one second: in the order a pod starts, others after them in the API's order
+    return ", ".join(text for _, text in sorted(out, key=lambda e: (e[0], _START.get(e[1].split(" ")[0], 9))))
 
 
 def build(data: RunData) -> Section | None:
@@ -62,7 +70,7 @@ def build(data: RunData) -> Section | None:
                meta.get("backend") or "-", _resolution_text(res)]
         row += ["-" if p not in phases else f"{phases[p] - t0:.{places}f}" for p in shown]
         if with_events:
-            row.append(_events(meta, t0, min(digits(ev_res), 3)) or "-")
+            row.append(_events(meta, t0, ev_res) or "-")
         cells.append(row)
     columns = ["pod", "environment", "node", "backend", "resolution", *(LABELS[p] for p in shown)]
     if with_events:
