@@ -23,8 +23,6 @@ LABELS = {phase: ctype for ctype, phase in CONDITIONS} | {
     "container_started": "container started"}
 ORDER = ["scheduled", "initialized", "sandbox_started", "container_created", "container_started",
          "containers_ready", "ready"]
-
-
 _START = {r: k for k, r in enumerate(("Scheduled", "Pulling", "Pulled", "Created", "Started"))}
 
 
@@ -76,8 +74,9 @@ def build(data: RunData) -> Section | None:
     if with_events:
         columns.append("events (seconds after creation)")
     whole = any(r >= 1 for r in resolutions)
-    note = ("Seconds after the pod's creation (metadata.creationTimestamp), from the pod object: the time each "
-            "condition became True and the container's start; events from the scheduler and the kubelet. "
+    note = ("Seconds after the pod's creation, from the pod's own record: on a cluster the pod object (metadata."
+            "creationTimestamp, the time each condition became True, the container's start) and the scheduler's and "
+            "kubelet's events; under podman kube play its inspect output. "
             + ("The Kubernetes API stores these times in whole seconds (truncated), so each figure here is a "
                "difference of two whole-second times, uncertain by up to 1 s, and none is printed finer. "
                if whole else "")
