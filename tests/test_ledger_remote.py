@@ -2,11 +2,12 @@
 ("vblo", so no other test's testbed is touched): a process applies a tmpfs storage target, starts
 two helpers there (an echo server and a delay proxy in front of it) and caps the rate of that host's
 interface and of this machine's end of its link with tbf (as rate_mbit between machines does), and
-is killed outright (SIGKILL). The next run from this machine that hands that host out removes them (the ledger's
-finder of condition helpers and files: conditions/hostres.py) and names each in its notes, even
+is killed outright (SIGKILL). The next run from this machine that hands that host out removes them
+(the ledger's finder of condition helpers and files: conditions/hostres.py) and names each in its
+notes, even
 when it hands the host out after its last provision: the run's final drain puts the names in the
-store, and `virtbench show RUN` lists them. A live owner's directory and another controller's are
-never touched."""
+store, and `virtbench show RUN` lists them (a `virtbench boot` run as well). A live owner's
+directory and another controller's are never touched."""
 
 import json
 import shutil
@@ -173,5 +174,77 @@ def test_a_killed_process_conditions_on_a_remote_host_are_swept_and_named_in_the
             if d:
                 m.run(["rm", "-rf", "--", d, d + owners.OWNER])
         local().kill_matching([str(child_ctl)])  # the killed process's ssh master
+        shutil.rmtree(child_ctl, ignore_errors=True)
+        m.close()
+
+
+# A killed process that left one helper there (an echo server).
+CHILD_HELPER = r"""
+import json, sys, time
+from pathlib import Path
+from virtbench.conditions import hostnet
+from virtbench.machines import inventory, owners
+from virtbench.machines.ssh import SshMachine
+
+m = SshMachine(inventory.load(sys.argv[1]).hosts[sys.argv[2]], control_dir=Path(sys.argv[3]))
+with owners.running("killed-boot"):
+    echo = hostnet.Echo(m, "127.0.0.1")
+print(json.dumps({"log": echo.helper.log, "pid": echo.helper.pid}), flush=True)
+time.sleep(600)
+"""
+
+
+class _LateBootSweep:
+    """virtbench boot's events: the testbed host is handed out after the last round's sweep."""
+
+    def __init__(self, rounds: int):
+        self.runner, self.rounds, self.log = None, rounds, []
+
+    def planned(self, rounds: int) -> None: ...
+
+    def round(self, cell, rep, results) -> None:
+        self.rounds -= 1
+        self.log.append("round")
+        if self.rounds == 0:
+            self.runner.context.machines.get(HOST)
+
+    def note(self, message: str) -> None:
+        self.log.append(message)
+
+
+def test_a_boot_run_names_a_late_sweeps_removal_too(testbed_lo, tmp_path, monkeypatch):
+    from virtbench import boot, drivers
+
+    monkeypatch.setitem(drivers.REGISTRY, "fake", "test_boot:FakeDriver")  # starts in ms; boot times are not the point
+    m = SshMachine(inventory.load(testbed_lo).hosts[HOST])
+    child_ctl = Path(tempfile.mkdtemp(prefix="vblo-ctl-", dir="/tmp"))
+    proc = subprocess.Popen([sys.executable, "-c", CHILD_HELPER, testbed_lo, HOST, str(child_ctl)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        if not line:
+            pytest.fail(f"the helper did not start: {proc.communicate(timeout=30)[1][-3000:]}")
+        made = json.loads(line)
+        proc.kill()
+        proc.wait(timeout=30)
+        assert _alive(m, made["pid"])
+
+        store = Store(tmp_path / "b.sqlite")
+        grid = boot.grid_from_args("fake", "1", None, None, None, 2, {})
+        events = _LateBootSweep(rounds=2)
+        runner = events.runner = boot.BootRunner(store, grid, events=events, inventory=testbed_lo)
+        rid = runner.run()
+        note = (f"removed a leftover of an earlier run: condition files {made['log']} (run killed-boot: its helpers, "
+                f"mounts and files) on {HOST}")
+        last_round = max(i for i, e in enumerate(events.log) if e == "round")
+        assert note in events.log and events.log.index(note) > last_round  # reported by the final drain
+        assert [e["detail"] for e in store.events(rid) if e["kind"] == "removed"] == [note.split(": ", 1)[1]]
+        shown = CliRunner().invoke(cli, ["show", rid, "--db", str(tmp_path / "b.sqlite")], terminal_width=400)
+        assert shown.exit_code == 0 and note in shown.output, shown.output
+        assert not _alive(m, made["pid"]) and not m.exists(made["log"])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        local().kill_matching([str(child_ctl)])
         shutil.rmtree(child_ctl, ignore_errors=True)
         m.close()

@@ -271,8 +271,7 @@ class BootRunner:
             info = image.require() if drivers.driver_class(g.driver).needs_image else None
             self.context = DriverContext(self.run_id, workdir, info, machines_mod.pool_for(self.inventory))
             self.driver = drivers.make(g.driver, self.context)
-            for name in self.context.machines.sweep():  # this machine (machines/ledger.py)
-                self.events.note(f"removed a leftover of an earlier run: {name}")
+            self._removed(self.context.machines.sweep())  # this machine (machines/ledger.py)
             problems = self.driver.check()
             if not problems:  # e.g. a cloud's credentials, endpoint, image ids: before any start
                 problems = self.driver.check_env(_env_for(g, g.cells()[0]["params"], self.driver))
@@ -290,8 +289,7 @@ class BootRunner:
                     if cell["key"] in skipped:
                         continue
                     results = self._round(cell, rep)
-                    for name in self.context.machines.sweep():  # what sweeps of the cell's machines removed
-                        self.events.note(f"removed a leftover of an earlier run: {name}")
+                    self._removed(self.context.machines.sweep())  # what sweeps of the cell's machines removed
                     if not facts_saved and any(r["status"] == "ok" for r in results):
                         self._save_facts(results)
                         facts_saved = True
@@ -307,9 +305,20 @@ class BootRunner:
             import shutil
 
             if self.context:
+                with procs.interrupts_held():  # the run's last report, however it ends (Pool.drain)
+                    try:
+                        self._removed(self.context.machines.drain())
+                    except Exception as exc:  # noqa: BLE001 - the run's own outcome must not be hidden
+                        self.events.note(f"could not record the leftovers removed: {type(exc).__name__}: {exc}")
                 self.context.machines.close()
             shutil.rmtree(workdir, ignore_errors=True)
         return self.run_id
+
+    def _removed(self, names: list[str]) -> None:
+        """Name each leftover the run's sweeps removed in its notes and store it (`virtbench show`)."""
+        for name in names:
+            self.events.note(f"removed a leftover of an earlier run: {name}")
+            self.store.add_event(self.run_id, "removed", name)
 
     def _prepare(self, cells: list[dict]) -> dict[str, str]:
         """Build what every cell needs before timing anything (base disks: 'cached on the node');

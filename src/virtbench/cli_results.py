@@ -27,6 +27,7 @@ def _show(store: Store, run_id: str, as_json: bool) -> None:
             _emit_json(data)
         else:
             boot_mod.render(out, data)
+            _removals(store, run_id)
         return
     data = analysis.results(store, run_id)
     if as_json:
@@ -36,8 +37,7 @@ def _show(store: Store, run_id: str, as_json: bool) -> None:
     missing = len(outcome.get("failed", [])) + len(outcome.get("not_run", []))
     status = data["status"] + (f"; {missing} of {outcome['cells'] - outcome['skipped']} cells have no results"
                                if missing else "")
-    events = store.events(data["run_id"])
-    kinds = [e["kind"] for e in events]
+    kinds = [e["kind"] for e in store.events(data["run_id"])]
     if "resumed" in kinds:  # repetitions from more than one session
         status += f"; interrupted and resumed {kinds.count('resumed')} time(s)"
     if "retry-failed" in kinds:
@@ -66,14 +66,19 @@ def _show(store: Store, run_id: str, as_json: bool) -> None:
             note = env["facts"].get("accelerator_note") or "hardware virtualization"
             out.print(f"{env['name']}: QEMU accelerator [bold]{env['facts']['accelerator']}[/bold] ({note})",
                       highlight=False)
-    for e in events:  # what the run's sweeps removed (machines/ledger.py)
-        if e["kind"] == "removed":
-            out.print(f"removed a leftover of an earlier run: {e['detail']}", highlight=False, soft_wrap=True)
+    _removals(store, data["run_id"])
     if not data["results"]:
         out.print("[yellow]this run has no results yet[/yellow]")
         render.failed_cells(out, data)
         return
     render.results_tables(out, data)
+
+
+def _removals(store: Store, run_id: str) -> None:
+    """What the run's sweeps removed (machines/ledger.py), one line each."""
+    for e in store.events(store.run(run_id)["id"]):
+        if e["kind"] == "removed":
+            out.print(f"removed a leftover of an earlier run: {e['detail']}", highlight=False, soft_wrap=True)
 
 
 @click.command()
