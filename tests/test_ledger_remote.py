@@ -9,6 +9,7 @@ when it hands the host out after its last provision: the run's final drain puts 
 store, and `virtbench show RUN` lists them (a `virtbench boot` run as well). A live owner's
 directory and another controller's are never touched."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -192,7 +193,7 @@ from virtbench.machines import inventory, owners
 from virtbench.machines.ssh import SshMachine
 
 m = SshMachine(inventory.load(sys.argv[1]).hosts[sys.argv[2]], control_dir=Path(sys.argv[3]))
-with owners.running("killed-boot"):
+with owners.running("killed-helper"):
     echo = hostnet.Echo(m, "127.0.0.1")
 print(json.dumps({"log": echo.helper.log, "pid": echo.helper.pid}), flush=True)
 time.sleep(600)
@@ -217,13 +218,12 @@ class _LateBootSweep:
         self.log.append(message)
 
 
-def test_a_boot_run_names_a_late_sweeps_removal_too(testbed_lo, tmp_path, monkeypatch):
-    from virtbench import boot, drivers
-
-    monkeypatch.setitem(drivers.REGISTRY, "fake", "test_boot:FakeDriver")  # starts in ms; boot times are not the point
-    m = SshMachine(inventory.load(testbed_lo).hosts[HOST])
+@contextlib.contextmanager
+def _killed_helper(testbed: str):
+    """An echo server on the testbed host of a process killed outright; yields (machine, what it made)."""
+    m = SshMachine(inventory.load(testbed).hosts[HOST])
     child_ctl = Path(tempfile.mkdtemp(prefix="vblo-ctl-", dir="/tmp"))
-    proc = subprocess.Popen([sys.executable, "-c", CHILD_HELPER, testbed_lo, HOST, str(child_ctl)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-c", CHILD_HELPER, testbed, HOST, str(child_ctl)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -233,23 +233,60 @@ def test_a_boot_run_names_a_late_sweeps_removal_too(testbed_lo, tmp_path, monkey
         proc.kill()
         proc.wait(timeout=30)
         assert _alive(m, made["pid"])
-
-        store = Store(tmp_path / "b.sqlite")
-        grid = boot.grid_from_args("fake", "1", None, None, None, 2, {})
-        events = _LateBootSweep(rounds=2)
-        runner = events.runner = boot.BootRunner(store, grid, events=events, inventory=testbed_lo)
-        rid = runner.run()
-        note = (f"removed a leftover of an earlier run: condition files {made['log']} (run killed-boot: its helpers, "
-                f"mounts and files) on {HOST}")
-        last_round = max(i for i, e in enumerate(events.log) if e == "round")
-        assert note in events.log and events.log.index(note) > last_round  # reported by the final drain
-        assert [e["detail"] for e in store.events(rid) if e["kind"] == "removed"] == [note.split(": ", 1)[1]]
-        shown = CliRunner().invoke(cli, ["show", rid, "--db", str(tmp_path / "b.sqlite")], terminal_width=400)
-        assert shown.exit_code == 0 and note in shown.output, shown.output
-        assert not _alive(m, made["pid"]) and not m.exists(made["log"])
+        yield m, made
     finally:
         if proc.poll() is None:
             proc.kill()
         local().kill_matching([str(child_ctl)])
         shutil.rmtree(child_ctl, ignore_errors=True)
         m.close()
+
+
+def _note(made: dict) -> str:
+    return (f"removed a leftover of an earlier run: condition files {made['log']} (run killed-helper: its helpers, "
+            f"mounts and files) on {HOST}")
+
+
+def test_a_boot_run_names_a_late_sweeps_removal_too(testbed_lo, tmp_path, monkeypatch):
+    from virtbench import boot, drivers
+
+    monkeypatch.setitem(drivers.REGISTRY, "fake", "test_boot:FakeDriver")  # starts in ms; boot times are not the point
+    with _killed_helper(testbed_lo) as (m, made):
+        store = Store(tmp_path / "b.sqlite")
+        grid = boot.grid_from_args("fake", "1", None, None, None, 2, {})
+        events = _LateBootSweep(rounds=2)
+        runner = events.runner = boot.BootRunner(store, grid, events=events, inventory=testbed_lo)
+        rid = runner.run()
+        last_round = max(i for i, e in enumerate(events.log) if e == "round")
+        assert _note(made) in events.log and events.log.index(_note(made)) > last_round  # by the final drain
+        assert [e["detail"] for e in store.events(rid) if e["kind"] == "removed"] == [_note(made).split(": ", 1)[1]]
+        shown = CliRunner().invoke(cli, ["show", rid, "--db", str(tmp_path / "b.sqlite")], terminal_width=400)
+        assert shown.exit_code == 0 and _note(made) in shown.output, shown.output
+        assert not _alive(m, made["pid"]) and not m.exists(made["log"])
+
+
+class _Interrupted(_LateSweep):
+    """Ctrl-C right after the testbed host was handed out late (what SIGINT raises in the main thread)."""
+
+    def attempt(self, cell, env, repetition, warmup, status, reason) -> None:
+        super().attempt(cell, env, repetition, warmup, status, reason)
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_run_still_names_a_late_sweeps_removal(testbed_lo, tmp_path):
+    with _killed_helper(testbed_lo) as (m, made):
+        store = Store(tmp_path / "r.sqlite")
+        matrix = suite.adhoc("system", {"test": "dhrystone", "duration": "0.2", "copies": "1"}, ["host"], repeat=1)
+        matrix.policy.warmup = 0
+        matrix.inventory = testbed_lo
+        events = _Interrupted()
+        runner = events.runner = Runner(store, matrix, events=events)
+        with pytest.raises(KeyboardInterrupt):
+            runner.start()
+        rid = runner.run_id
+        assert store.run(rid)["status"] == "interrupted"
+        assert _note(made) in events.log
+        assert [e["detail"] for e in store.events(rid) if e["kind"] == "removed"] == [_note(made).split(": ", 1)[1]]
+        shown = CliRunner().invoke(cli, ["show", rid, "--db", str(tmp_path / "r.sqlite")], terminal_width=400)
+        assert shown.exit_code == 0 and _note(made) in shown.output, shown.output
+        assert not _alive(m, made["pid"])
