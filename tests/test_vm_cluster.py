@@ -4,10 +4,12 @@ it, nginx in a VM loaded by wrk on the host through a forwarded loopback port, a
 behind after teardown. Both VMs are booted once for the module: under TCG a boot costs seconds."""
 
 import ipaddress
+import json
 import os
 import shutil
 import subprocess
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -78,9 +80,13 @@ def test_nginx_in_a_vm_through_a_forwarded_port(vms):
     wl = workloads.get("web")
     params = {p.name: p.default for p in wl.params}
     params.update(replicas=1, balancer="none", workers=1, duration=1.0, connections=4, threads=1)
-    samples = wl.parse(wl.execute({"server": [inst]}, params, RunContext(timeout=120)), params)
-    by = {s.metric: s for s in samples}
+    raw = wl.execute({"server": [inst]}, params, RunContext(timeout=120))
+    by = {s.metric: s for s in wl.parse(raw, params)}
     assert by["requests_per_second"].value > 0 and by["errors"].value == 0
+    # The VM is a kernel of its own: its guest's boot id, not this machine's, and its 1 vCPU.
+    server = json.loads(raw)["servers"][0]
+    assert server["boot_id"] != Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert server["kernel_cpus"] == 1 and by["server_cpu_util"].metadata["server_capacity"] == 1
     host, port = inst.forward_port(8080)
     assert host == "127.0.0.1" and inst.forward_port(8080) == (host, port)  # one rule, reused
     assert inst.metadata()["port_forwards"] == {"8080": port}

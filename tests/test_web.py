@@ -257,6 +257,9 @@ def test_workers_on_the_host(tmp_path):
         assert by[(w, "host.cpu_util_mean")] > 0  # the monitor, over wrk's window
     raw = json.loads(attempts[1]["raw_output"])
     assert raw["servers"][0]["processes"] == 3  # master + 2 workers
+    # The host's nginx runs on this kernel: its boot id and CPUs are recorded, and are the capacity.
+    assert (raw["servers"][0]["boot_id"], raw["servers"][0]["kernel_cpus"]) == \
+        (Path("/proc/sys/kernel/random/boot_id").read_text().strip(), os.cpu_count())
     assert peak(rows, by="workers")[0] in (1, 2)
     # Every nginx we started is gone: the watcher saw both masters (1 and 2 workers), and none of
     # their processes outlived the run.

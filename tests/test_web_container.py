@@ -1,7 +1,10 @@
 """The web workload for real in containers: 1 and 2 nginx replicas behind the nginx balancer,
 loaded by wrk on the host, with the monitor's series for every instance."""
 
+import json
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +47,13 @@ def test_replicas_in_containers(tmp_path, guest_image):
     assert {r["instance"] for r in series if r["attempt_id"] == second} == {"host", *instances}
     rx = [r["value"] for r in series if r["role"] == "lb" and r["metric"] == "net_rx_packets"]
     assert max(rx) > 100  # the balancer's own network namespace saw the load
+    # Each container read its kernel inside: this machine's (boot id and CPUs), so the 2 servers,
+    # each entitled to the host's CPUs, share those CPUs once in server_cpu_util's capacity.
+    boot, cpus = Path("/proc/sys/kernel/random/boot_id").read_text().strip(), os.cpu_count()
+    servers = [s for a in attempts for s in json.loads(a["raw_output"])["servers"]]
+    assert [(s["boot_id"], s["kernel_cpus"]) for s in servers] == [(boot, cpus)] * 3
+    util = {json.loads(r["params_json"])["replicas"]: json.loads(r["metadata_json"])
+            for r in store.samples(rid) if r["metric"] == "server_cpu_util"}
+    assert {n: m["server_capacity"] for n, m in util.items()} == {1: cpus, 2: cpus}
+    assert util[2]["server_kernels"] == [{"boot_id": boot, "kernel_cpus": cpus, "servers": 2,
+                                          "entitled": 2.0 * cpus, "capacity": cpus}]

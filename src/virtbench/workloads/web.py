@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import fanout
+from .. import fanout, kernel_identity
 from ..drivers import traits_of
 from ..instances import Instance
 from ..errors import MissingTool, WorkloadFailed
@@ -221,7 +221,8 @@ class Web(Workload):
         MetricSpec("latency_p99_ms", "ms", False, "99th percentile latency"),
         MetricSpec("errors", "count", False, "socket errors, timeouts and non-2xx/3xx responses"),
         MetricSpec("server_cpu_cores", "cores", False, "CPU seconds per second of every server's nginx"),
-        MetricSpec("server_cpu_util", "fraction", False, "server_cpu_cores over the CPUs the servers may use"),
+        MetricSpec("server_cpu_util", "fraction", False, "server_cpu_cores over the CPUs the servers may use "
+                   "(per kernel they run on: its CPUs or their entitlements, the lesser)"),
         MetricSpec("lb_cpu_cores", "cores", False, "CPU seconds per second of the balancer's nginx"),
         MetricSpec("client_cpu_cores", "cores", False, "CPU seconds per second of wrk"),
         MetricSpec("client_cpu_util", "fraction", False, "client_cpu_cores over the host's CPUs"),
@@ -290,6 +291,7 @@ class Web(Workload):
         token = secrets.token_hex(4)
         host_cpus = os.cpu_count() or 1
         started: list[tuple[Instance, str]] = []  # (instance, prefix) with nginx running
+        kernels: dict[int, dict[str, Any]] = {}  # id(server) -> the kernel it runs on (for the capacity)
         lock = threading.Lock()
         report: dict[str, Any] = {"format": 1, "params": params, "servers": [], "lb": None}
         try:
@@ -303,6 +305,7 @@ class Web(Workload):
                 if not _is_loopback(inst) and not inst.address and not hasattr(inst, "forward_port"):
                     raise WorkloadFailed(f"{inst.name} has no network address for the load generator to reach")
                 port = _free_port() if _is_loopback(inst) else PORT
+                kernels[id(inst)] = kernel_identity.read(inst) or {}
                 prefix = f"{inst.scratch_dir().rstrip('/')}/vb-web-{token}-s{i}"
                 listen = f"127.0.0.1:{port}" if _is_loopback(inst) else str(port)
                 nginx.start(inst, prefix, nginx.server_conf(params["workers"], listen, prefix), params["file_size"],
@@ -363,7 +366,7 @@ class Web(Workload):
                 if inst.role == "lb":
                     report["lb"] = entry
                 else:
-                    report["servers"].append(entry)
+                    report["servers"].append({**entry, **kernels.get(id(inst), {})})
         return json.dumps(report)
 
     @staticmethod
@@ -397,16 +400,39 @@ class Web(Workload):
         servers = report.get("servers") or []
         if servers and all(math.isfinite(s["cpu_s"]) for s in servers):
             cores = sum(s["cpu_s"] for s in servers) / wall
-            capacity = sum(s["vcpus"] for s in servers)
-            if all(s.get("host_kernel", traits_of(s["driver"]).shares_kernel) for s in servers):
-                capacity = min(capacity, client["host_cpus"])
-            smeta = {**meta, "server_processes": sum(s["processes"] for s in servers), "server_capacity": capacity}
+            capacity, kernels, rule = server_capacity(servers, client["host_cpus"])
+            smeta = {**meta, "server_processes": sum(s["processes"] for s in servers), "server_capacity": capacity,
+                     "server_kernels": kernels, "server_capacity_rule": rule}
             out.append(Sample("server_cpu_cores", cores, "cores", False, smeta))
             out.append(Sample("server_cpu_util", cores / capacity, "fraction", False, smeta))
         lb = report.get("lb")
         if lb and math.isfinite(lb["cpu_s"]):
             out.append(Sample("lb_cpu_cores", lb["cpu_s"] / wall, "cores", False, meta))
         return out
+
+
+def server_capacity(servers: list[dict[str, Any]], host_cpus: int) -> tuple[float, list[dict[str, Any]], str]:
+    """The CPUs the servers could use together: (capacity, its kernels, the rule used) (pure).
+
+    Servers on one kernel share its CPUs: per kernel (boot id), the lesser of what its servers are
+    entitled to and the CPUs it has, summed over kernels. Reports from before servers recorded
+    their kernel: every server's entitlement, capped at the host's CPUs when all share the host's
+    kernel (which over-counts servers on one kernel that is not the host's, e.g. pods on a cluster)."""
+    if all(s.get("boot_id") and s.get("kernel_cpus") for s in servers):
+        groups: dict[str, dict[str, Any]] = {}
+        for s in servers:
+            g = groups.setdefault(s["boot_id"], {"boot_id": s["boot_id"], "kernel_cpus": s["kernel_cpus"],
+                                                 "servers": 0, "entitled": 0.0})
+            g["servers"] += 1
+            g["entitled"] += s["vcpus"]
+            g["kernel_cpus"] = max(g["kernel_cpus"], s["kernel_cpus"])
+        for g in groups.values():
+            g["capacity"] = min(g["entitled"], g["kernel_cpus"])
+        return sum(g["capacity"] for g in groups.values()), list(groups.values()), "per kernel"
+    capacity = sum(s["vcpus"] for s in servers)
+    if all(s.get("host_kernel", traits_of(s["driver"]).shares_kernel) for s in servers):
+        return min(capacity, host_cpus), [], "no kernel recorded: entitlements, capped at the host's CPUs"
+    return capacity, [], "no kernel recorded: sum of entitlements"
 
 
 # -- peak of a scaling sweep -------------------------------------------------------------------
