@@ -295,6 +295,12 @@ def test_bar_web_suite_on_two_nodes(k8s, tmp_path):
         assert meta["container_runtime"].startswith("containerd://")
     service = [s for s in samples if s["params"]["balancer"] == "service" and s["metric"] == "requests_per_second"]
     assert {s["metadata"]["service"]["endpoints"] for s in service} == {1, 2}
+    # The testbed's nodes are namespaces of this machine: one kernel, so the servers' capacity is its CPUs.
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    util = [s["metadata"] for s in samples if s["metric"] == "server_cpu_util"]
+    assert util and all(m["server_capacity_rule"] == "per kernel" for m in util)
+    assert all([(k["boot_id"], k["kernel_cpus"]) for k in m["server_kernels"]] == [(boot_id, os.cpu_count())]
+               and m["server_capacity"] == os.cpu_count() for m in util)
     assert _virtbench_pods(k8s) == []
     # what the report and `show` make of it: the pods' nodes, Kubernetes pods, the API's whole seconds
     nodes = ", ".join(sorted({i["metadata"]["node"] for i in json.loads(export.stdout)["instances"]
