@@ -405,3 +405,36 @@ def test_run_time_skips_what_no_longer_fits_and_says_so(tmp_path, monkeypatch):
     done = rp.experiments_done(store, rep.run_id)["tiny-t"]
     assert done["status"] == "skipped" and "left out at run time" in done["reason"] and "500 s" in done["reason"]
     assert store.run(rep.run_id)["status"] == "completed"
+
+
+def test_failed_experiments_are_recorded_with_their_reasons_and_set_the_exit_status(tmp_path, monkeypatch):
+    """As `run`: 0 when no experiment failed, 3 when some did and others have results, 4 when none has.
+    Two ways to fail: a selection that matches no cell (before any child run), and a child run whose
+    every cell failed (its kernel exits 1: the one fake here, standing for a broken workload)."""
+    from virtbench import cli_reproduce, outcomes
+    from virtbench.workloads.system import SystemSuite
+
+    real = SystemSuite.command
+    monkeypatch.setattr(SystemSuite, "command", lambda self, inst, params, ctx: (
+        ["sh", "-c", "echo kernel broke >&2; exit 1"] if params["test"] == "syscall" else real(self, inst, params, ctx)))
+    good, broken, unmatched = _tiny("tiny-a", "dhrystone"), _tiny("tiny-b", "syscall"), _tiny("tiny-c", "no-such")
+    monkeypatch.setattr(rt, "history_path", lambda: tmp_path / "times.json")
+    store = Store(tmp_path / "r.sqlite")
+    codes, done = {}, {}
+    for name, exps in (("ok", (good,)), ("some", (good, broken)), ("none", (broken, unmatched))):
+        monkeypatch.setattr(rp, "EXPERIMENTS", exps)
+        run_id = rp.Reproducer(store).start(600, None, dict(TCG))
+        done.update(rp.experiments_done(store, run_id))
+        codes[name] = cli_reproduce.exit_code(store, run_id)
+    assert codes == {"ok": outcomes.EXIT_OK, "some": outcomes.EXIT_SOME_FAILED, "none": outcomes.EXIT_NONE_SUCCEEDED}
+    assert done["tiny-a"]["status"] == "ok" and done["tiny-a"]["reason"] is None
+    assert done["tiny-b"]["status"] == "failed" and done["tiny-b"]["child"]
+    assert done["tiny-b"]["reason"].startswith("no cell has results (system on host: ")
+    assert done["tiny-c"]["status"] == "failed" and "matches its selection" in done["tiny-c"]["reason"]
+
+    # --resume of the completed run takes only its failed experiments again: the kernel works now.
+    monkeypatch.setattr(SystemSuite, "command", real)
+    rp.Reproducer(store).resume(run_id)
+    again = rp.experiments_done(store, run_id)
+    assert again["tiny-b"]["status"] == "ok" and again["tiny-b"]["child"] != done["tiny-b"]["child"]
+    assert again["tiny-c"]["status"] == "failed" and cli_reproduce.exit_code(store, run_id) == outcomes.EXIT_SOME_FAILED

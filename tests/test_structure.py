@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                   "doctor", "api", "export")),
     ("results and plans", ("analysis", "outcomes", "plan", "estimates", "progress", "suite", "scaling", "render",
                            "ratio_methods", "verdicts")),
-    ("act on instances", ("workloads", "conditions", "cluster", "monitor", "sysinfo")),
+    ("act on instances", ("workloads", "conditions", "cluster", "monitor", "sysinfo", "kernel_identity")),
     ("make instances", ("drivers", "pods", "cloud", "kubetestbed", "vm.lifecycle")),
     ("below the drivers", ("vm", "engine", "cpuset", "lifecycle", "instances", "nfsclient")),
     ("the seam", ("machines",)),

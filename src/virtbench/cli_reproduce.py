@@ -85,7 +85,7 @@ def scorecard_table(cards: list[dict]) -> Table:
                    "registry the guest image is pushed to")
 @click.option("--plan", "plan_only", is_flag=True, help="print the plan (what runs where, at what scale, "
               "estimated time, what is left out and why) and stop")
-@click.option("--resume", "resume_id", metavar="RUN_ID", help="continue an interrupted reproduce run")
+@click.option("--resume", "resume_id", metavar="RUN_ID", help="continue an interrupted reproduce run, or run a completed one's failed experiments again")
 @click.option("--db", help=DB_HELP)
 @click.option("--json", "as_json", is_flag=True, help="print the scorecard and the plan as one JSON object")
 def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, plan_only, resume_id, db, as_json) -> None:
@@ -93,7 +93,8 @@ def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, 
     this machine reaches, within --budget, and score each study's published findings against the
     results: holds, differs, or not measured (with why)."""
     from .cli_common import _emit_json, _ensure_kernels, _inventory_path, err, out
-    from .reproduce import Reproducer, cloud_options, machine_facts, parse_budget, plan, left_out_always, spec_for
+    from .reproduce import (Reproducer, cloud_options, experiments_done, left_out_always, machine_facts,
+                            parse_budget, plan, spec_for)
 
     store = Store(db or paths.default_db())
     budget_s = parse_budget(budget)
@@ -133,6 +134,31 @@ def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, 
                   + (f" --db {db}" if db else ""), highlight=False)
         sys.exit(130)
     show(store, run_id, as_json)
+    code = exit_code(store, run_id)
+    if code:
+        at = f" --db {db}" if db else ""
+        done = experiments_done(store, run_id)
+        if any(d["status"] == "failed" for d in done.values()):
+            err.print(f"experiments failed (their reasons are in the plan above); run them again with: "
+                      f"virtbench reproduce --resume {run_id}{at}", highlight=False)
+        for eid, d in done.items():
+            if d["status"] == "ok" and d.get("reason") and d.get("child"):
+                err.print(f"{eid}: {d['reason']}; run its failed cells again with: virtbench run --resume "
+                          f"{d['child']} --retry-failed{at}", highlight=False)
+        sys.exit(code)
+
+
+def exit_code(store: Store, run_id: str) -> int:
+    """As `run`'s (outcomes.EXIT_*), per experiment: 0 when none failed (an experiment with some failed
+    cells counts as failed), 4 when none succeeded, else 3. Experiments skipped (no time, or this machine cannot run them) and those not planned do not count."""
+    from . import outcomes
+    from .reproduce import experiments_done
+
+    done = experiments_done(store, run_id).values()
+    statuses = [d["status"] for d in done]
+    if "failed" not in statuses and not any(d["status"] == "ok" and d.get("reason") for d in done):
+        return outcomes.EXIT_OK
+    return outcomes.EXIT_SOME_FAILED if "ok" in statuses else outcomes.EXIT_NONE_SUCCEEDED
 
 
 def show(store: Store, run_id: str, as_json: bool) -> None:

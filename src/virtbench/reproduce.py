@@ -230,12 +230,14 @@ class Reproducer:
         run = self.store.run(run_id)
         if run["spec"].get("kind") != "reproduce":
             raise UserError(f"run {run['id']} is not a reproduce run", f"resume it with: virtbench run --resume {run['id']}")
-        if run["status"] == "completed":
-            raise UserError(f"reproduce run {run['id']} already completed", "start a new one")
+        done = experiments_done(self.store, run["id"])
+        # A completed run is resumed only to run its failed experiments again (skipped ones stay skipped).
+        if run["status"] == "completed" and not any(d["status"] == "failed" for d in done.values()):
+            raise UserError(f"reproduce run {run['id']} already completed and none of its experiments failed",
+                            "start a new one")
         self.run_id = run["id"]
         self.store.set_status(self.run_id, "running")
         # The budget restarts from what the finished experiments used.
-        done = experiments_done(self.store, self.run_id)
         used = sum((d["ended"] or 0) - (d["started"] or 0) for d in done.values() if d["status"] == "ok")
         self._execute(run["spec"], self.clock() - used)
         return self.run_id
@@ -311,12 +313,12 @@ class Reproducer:
             child_prev = prev.get("child")
             if child_prev and self.store.run(child_prev)["status"] != "completed":
                 runner = Runner(self.store, None, events=self.events.runner_events(), command=command)
-                return runner.resume(child_prev), "ok", None
+                return self._outcome(runner.resume(child_prev))
             matrix = matrix_for(exp, tier, envs, kubeconfig=kube, pods_image=spec.get("pods_image", ""),
                                 inventory=spec.get("inventory"), hosts=spec.get("hosts") or "all",
                                 cloud=spec.get("cloud"))
             runner = Runner(self.store, matrix, events=self.events.runner_events(), command=command)
-            return runner.start(), "ok", None
+            return self._outcome(runner.start())
         except KeyboardInterrupt:
             child = getattr(runner, "run_id", None)
             self._record(exp, exp.tiers.index(tier), "failed", self.clock(), self.clock(), "interrupted",
@@ -326,6 +328,20 @@ class Reproducer:
             child = getattr(runner, "run_id", None)
             text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             return child, "failed", f"{type(exc).__name__}: {text}"
+
+    def _outcome(self, child: str) -> tuple[str, str, str | None]:
+        """A child run that ended is "ok" when every cell has results; "failed" when none has (as
+        `run`'s exit 4), naming the first cell's reason; "ok" with the failed cells named otherwise."""
+        from .outcomes import cell_outcomes
+
+        out = cell_outcomes(self.store, child)
+        missing = out["failed"] + out["not_run"]
+        if not missing:
+            return child, "ok", None
+        first = f"{missing[0]['workload']} on {missing[0]['environment']}: {missing[0]['reason']}"
+        if out["with_results"] == 0:
+            return child, "failed", f"no cell has results ({first})"
+        return child, "ok", f"{len(missing)} of {out['cells'] - out['skipped']} cells failed ({first})"
 
     def _record(self, exp: Experiment, tier_i: int, status: str, t0: float, t1: float, reason: str | None,
                 raw: dict[str, Any]) -> None:
