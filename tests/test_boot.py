@@ -163,3 +163,44 @@ def test_vm_copy_grows_overlay_does_not(guest_image, tmp_path):
     assert by["copy"]["phases"]["created"]["median"] > by["overlay"]["phases"]["created"]["median"]
     meta = store.samples(run_id)[0]["metadata_json"]
     assert '"accelerator"' in meta and '"timestamps"' in meta
+
+
+def test_sigterm_tears_a_boot_run_down_as_ctrl_c_does(guest_image, tmp_path):
+    """`kill` (a cancelled CI job) during `virtbench boot`: exit 130, the run stored as interrupted,
+    no container and no work directory of it left."""
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from waitkit import until
+
+    if not _podman_ok():
+        pytest.skip("podman is not working here")
+    db = tmp_path / "b.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "virtbench.cli", "boot", "--driver", "container",
+                             "--concurrency", "2", "--repeat", "50", "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def run_with_samples() -> str | None:
+        try:
+            runs = Store(db).runs() if db.exists() else []
+            return runs[0]["id"] if runs and Store(db).samples(runs[0]["id"]) else None
+        except Exception:  # noqa: BLE001 - the database may be mid-creation
+            return None
+
+    try:
+        run_id = until(run_with_samples, timeout=180, step=0.2)
+        assert run_id, "no boot round finished within 180 s"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert Store(db).run(run_id)["status"] == "interrupted"
+    left = procs.run(["podman", "ps", "-a", "--format", "{{.Names}} {{.Status}}", "--filter",
+                      f"label=virtbench.run={run_id}"], timeout=60)
+    assert left.stdout.strip() == "", err[-2000:]
+    assert not list(Path(tempfile.gettempdir()).glob(f"virtbench-{run_id}-*"))

@@ -371,7 +371,7 @@ class BootRunner:
                 out.update(status="failed", reason=str(exc), lifecycle=dict(lc), failed_after=time.time() - t0)
 
         try:
-            procs.fan_out(start, conc)
+            procs.fan_out(start, conc, on_interrupt=barrier.abort)
         except BaseException:
             # Ctrl-C: instances still booting belong to no slot yet; a driver that can, stops them all.
             close = getattr(driver, "close", None)
@@ -379,15 +379,17 @@ class BootRunner:
                 close()
             raise
         finally:
-            # Tear everything down (also on Ctrl-C), timing each teardown.
-            for k in range(conc):
-                inst = instances[k]
-                if inst is not None:
-                    try:
-                        inst.teardown()
-                    except Exception as exc:  # noqa: BLE001
-                        self.events.note(f"teardown of {inst.name} failed: {exc}")
-                    slots[k]["lifecycle"] = dict(inst.lifecycle)
+            # Tear everything down (also on Ctrl-C), timing each teardown; an interrupt that comes
+            # meanwhile waits until all of the round is gone.
+            with procs.interrupts_deferred():
+                for k in range(conc):
+                    inst = instances[k]
+                    if inst is not None:
+                        try:
+                            inst.teardown()
+                        except Exception as exc:  # noqa: BLE001
+                            self.events.note(f"teardown of {inst.name} failed: {exc}")
+                        slots[k]["lifecycle"] = dict(inst.lifecycle)
         results = []
         for k, out in enumerate(slots):
             results.append(self._record(cell, rep, k, conc, out))

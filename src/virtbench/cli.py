@@ -8,7 +8,7 @@ import sys
 import click
 from rich.markup import escape
 
-from . import __version__, cli_lifecycle, cli_places, cli_results, cli_run, cli_setup, paths
+from . import __version__, cli_lifecycle, cli_places, cli_results, cli_run, cli_setup, paths, procs
 from .cli_common import err
 from .cli_reproduce import reproduce
 from .errors import UserError
@@ -52,7 +52,8 @@ cli.add_command(reproduce)
 
 def main() -> None:
     try:
-        cli.main(standalone_mode=False)
+        with procs.sigterm_as_interrupt():  # every command tears down on `kill` as on Ctrl-C
+            cli.main(standalone_mode=False)
     except UserError as exc:
         err.print(f"[red]error:[/red] {escape(exc.message)}", highlight=False)
         if exc.hint:

@@ -18,6 +18,7 @@ import os
 import shlex
 import shutil
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -268,10 +269,16 @@ def _remove_old_images(cmd: str, keep: set[str]) -> None:
             _run(local(), [cmd, "rmi", ref], timeout=120)
 
 
-def remove(machine: Machine, cli: list[str], cmd: str, name: str) -> None:
-    res = _run(machine, [*cli, "rm", "-f", *(["-t", "0"] if cmd == "podman" else []), name], timeout=CLI_TIMEOUT)
-    if not res.ok and "no such container" not in (res.stderr + res.stdout).lower():
-        raise UserError(f"{cmd} rm {name} failed: {tail(res)}")
+def remove(machine: Machine, cli: list[str], cmd: str, name: str, tries: int = 4) -> None:
+    """Remove a container in whatever state. A start cut short (Ctrl-C, SIGTERM) can leave its mounts
+    busy for a moment ("device or resource busy"), so a failed removal is tried again."""
+    for attempt in range(tries):
+        res = _run(machine, [*cli, "rm", "-f", *(["-t", "0"] if cmd == "podman" else []), name], timeout=CLI_TIMEOUT)
+        if res.ok or "no such container" in (res.stderr + res.stdout).lower():
+            return
+        if attempt < tries - 1:
+            time.sleep(1.0 + attempt)
+    raise UserError(f"{cmd} rm {name} failed: {tail(res)}")
 
 
 @functools.lru_cache(maxsize=4)

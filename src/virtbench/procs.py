@@ -30,16 +30,101 @@ def interrupts_held():
         signal.signal(signal.SIGTERM, old_term)
 
 
-def fan_out(fn: Callable[[int], None], count: int) -> None:
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Ctrl-C and SIGTERM held until the block ends, then raised as KeyboardInterrupt: for teardown
+    in the normal course of a run, which an interrupt must neither cut in half (leaking what is not
+    yet removed) nor lose. A no-op outside the main thread."""
+    got: list[int] = []
+    try:
+        old_int = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+        old_term = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+    if got:  # reached only when the block ended without an exception of its own
+        raise KeyboardInterrupt(f"signal {got[0]}")
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM raised as Ctrl-C (KeyboardInterrupt) in the main thread, so `kill` or a cancelled CI
+    job tears everything down the way Ctrl-C does. A no-op outside the main thread."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def fan_out(fn: Callable[[int], None], count: int, on_interrupt: Callable[[], None] | None = None) -> None:
     """fn(0) .. fn(count - 1), each in its own thread, all at once; returns when all have returned.
-    Joins in short steps so that Ctrl-C reaches the calling thread meanwhile (a plain join() would
-    hold it off until every thread ends); on Ctrl-C the caller tears down what the threads made."""
-    threads = [threading.Thread(target=fn, args=(k,), daemon=True) for k in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        while t.is_alive():
-            t.join(0.2)
+    Waits in short steps so that Ctrl-C reaches the calling thread meanwhile (a plain join() would
+    hold it off until every thread ends). On Ctrl-C (or SIGTERM, see sigterm_as_interrupt) the
+    threads' commands are stopped (`on_interrupt`, then every command procs.run has running) and the
+    threads are waited for before the interrupt goes on, so that what they made is known to the
+    caller, which tears it down, and no command started here finishes after that teardown.
+    Each thread's end is its own Event: a Thread.join() cut short by KeyboardInterrupt can leave
+    is_alive() False for a thread that still runs (CPython before 3.13)."""
+    done = [threading.Event() for _ in range(count)]
+
+    def body(k: int) -> None:
+        try:
+            fn(k)
+        finally:
+            done[k].set()
+
+    threads = [threading.Thread(target=body, args=(k,), daemon=True) for k in range(count)]
+    started: list[threading.Event] = []
+    try:
+        for k, t in enumerate(threads):
+            t.start()
+            started.append(done[k])
+        for ev in done:
+            while not ev.wait(0.2):
+                pass
+    except BaseException:
+        with interrupts_held():
+            if on_interrupt:
+                on_interrupt()
+            _stop_live(started)
+        raise
+
+
+_live: set[subprocess.Popen] = set()
+_live_lock = threading.Lock()
+
+
+def _stop_live(ends: list[threading.Event], grace: float = 10.0, bound: float = 120.0) -> None:
+    """SIGTERM every process group procs.run has running, SIGKILL those of them still there after
+    `grace` seconds, and wait (at most `bound` seconds) for every event of `ends` (the threads' ends).
+    Commands the threads start after this (their own clean-up: removing what a stopped command half
+    made) are let be."""
+    deadline = time.monotonic() + bound
+    with _live_lock:
+        stopped = list(_live)
+    for sig, until in ((signal.SIGTERM, time.monotonic() + grace), (signal.SIGKILL, deadline)):
+        for proc in stopped:
+            if proc.returncode is None:
+                try:
+                    os.killpg(proc.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for ev in ends:
+            ev.wait(max(0.0, until - time.monotonic()))
+        if all(ev.is_set() for ev in ends):
+            return
 
 
 def run(argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
@@ -59,6 +144,8 @@ def run(argv: Sequence[str], timeout: float | None = None, stdin: bytes | None =
         now = time.time()
         return ExecResult(argv, 127, "", f"{exc.filename}: not found", started, now)
     timed_out = False
+    with _live_lock:
+        _live.add(proc)
     try:
         out, err = proc.communicate(stdin, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -70,6 +157,9 @@ def run(argv: Sequence[str], timeout: float | None = None, stdin: bytes | None =
         kill_group(proc)
         proc.communicate()
         raise
+    finally:
+        with _live_lock:
+            _live.discard(proc)
     return ExecResult(argv, proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"),
                       started, time.time(), timed_out)
 

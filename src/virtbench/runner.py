@@ -18,13 +18,11 @@ import json
 import os
 import re
 import shutil
-import signal
 import tempfile
 import time
 import traceback
 from collections import defaultdict
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,7 +155,7 @@ class Runner(Rounds):
         self.machines = machines.pool_for(self.matrix.inventory)
         try:
             with self.store.recording_status(self.run_id, f"virtbench run --resume {self.run_id}"), \
-                    _sigterm_as_interrupt(), self._testbeds_used(), owners.running(self.run_id):
+                    procs.sigterm_as_interrupt(), self._testbeds_used(), owners.running(self.run_id):
                 states = self._prepare_envs(workdir)
                 self._loop(states, tallies, next_round)
         finally:
@@ -550,19 +548,3 @@ def _load() -> float | None:
         return round(os.getloadavg()[0], 2)
     except OSError:
         return None
-
-
-@contextmanager
-def _sigterm_as_interrupt():
-    """Treat SIGTERM like Ctrl-C so `kill` also tears everything down."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
