@@ -6,11 +6,11 @@ decide for the others), and no detail names the pid of the process that signalle
 import os
 import shutil
 import signal
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from waitkit import Watcher
 
 from virtbench.machines import local
 from virtbench.vm import disk, probe
@@ -34,40 +34,33 @@ def _ancestors(pid: int) -> set[int]:
     return out
 
 
-class _Killer:
+class _Killer(Watcher):
     """Kills (SIGTERM) the first probe QEMU of this process that has run for `after` seconds, as
     another process ending it would."""
 
+    interval = 0.02
+
     def __init__(self, after: float = 0.3):
+        super().__init__()
         self.after, self.killed = after, None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._seen: dict[int, float] = {}
 
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-    def _watch(self) -> None:
-        seen: dict[int, float] = {}
-        while self.killed is None and not self._stop.wait(0.02):
-            for d in os.listdir("/proc"):
-                if not d.isdigit():
-                    continue
-                try:
-                    cmd = Path(f"/proc/{d}/cmdline").read_bytes()
-                except OSError:
-                    continue
-                if b"root=/dev/virtbench-probe-none" not in cmd or os.getpid() not in _ancestors(int(d)):
-                    continue
-                first = seen.setdefault(int(d), time.monotonic())
-                if time.monotonic() - first >= self.after:
-                    os.kill(int(d), signal.SIGTERM)
-                    self.killed = int(d)
-                    return
+    def tick(self) -> bool:
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"root=/dev/virtbench-probe-none" not in cmd or os.getpid() not in _ancestors(int(d)):
+                continue
+            first = self._seen.setdefault(int(d), time.monotonic())
+            if time.monotonic() - first >= self.after:
+                os.kill(int(d), signal.SIGTERM)
+                self.killed = int(d)
+                return True
+        return False
 
 
 def test_a_timed_out_attempt_names_no_pid(boot):

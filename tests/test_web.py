@@ -4,10 +4,10 @@ the host (scale-up: one nginx with 1 and 2 workers, loaded directly)."""
 import json
 import os
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
+from waitkit import Watcher
 
 from virtbench import analysis, suite
 from virtbench.errors import SuiteError, UserError
@@ -167,29 +167,19 @@ needs_tools = pytest.mark.skipif(not (shutil.which("wrk") and shutil.which("ngin
                                  reason="needs wrk and nginx on the host (setup.sh installs them)")
 
 
-class _OwnNginx:
+class _OwnNginx(Watcher):
     """Watches this test's own nginx while its run goes: masters whose prefix lies under the test's
     scratch directory, and their children (the workers, whose command line names no prefix). Other
     tests' and users' nginx on this machine are never looked at."""
 
     def __init__(self, scratch: Path):
+        super().__init__()
         self.scratch = str(scratch)
         self.seen: dict[int, str] = {}  # pid -> start time (field 22 of /proc/PID/stat)
         self.masters = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
 
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-    def _watch(self) -> None:
-        while not self._stop.wait(0.05):
-            self.scan()
+    def tick(self) -> None:
+        self.scan()
 
     def scan(self) -> None:
         masters = [pid for pid in _pids() if self.scratch in _cmdline(pid)

@@ -19,3 +19,32 @@ def until(check: Callable[[], T], timeout: float = 10.0, step: float = 0.05) -> 
         if got or time.monotonic() >= deadline:
             return got
         time.sleep(step)
+
+
+class Watcher:
+    """A thread that calls `tick()` every `interval` seconds while a test runs (a `with` block), until
+    the block ends or tick() returns True: for watching processes come and go during a run."""
+
+    interval = 0.05
+
+    def __init__(self):
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval):
+            if self.tick():
+                return
+
+    def tick(self) -> bool | None:
+        raise NotImplementedError
