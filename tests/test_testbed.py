@@ -1,6 +1,7 @@
 """The local testbed: real sshd hosts in network namespaces (no mocks). Prefix "vbtt" and subnet
 10.215.0.0/24 keep these tests apart from a user's testbed and from the `testbed2` fixture."""
 
+import json
 import os
 import signal
 import subprocess
@@ -186,6 +187,10 @@ def test_cli(tmp_path):
         res = vb("down", "--name", "vbtc")
     assert res.returncode == 0 and "removed netns vbtc-1" in res.stdout
     assert "nothing to remove" in vb("down", "--name", "vbtc").stdout
+    res = vb("status", "--name", "vbtc")
+    assert res.returncode == 1 and res.stdout.startswith("testbed vbtc is not up")
+    res = vb("status", "--name", "vbtc", "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)["hosts"] == []
 
 
 def test_sshd_that_does_not_start_is_reported_and_cleaned(tmp_path, monkeypatch):

@@ -172,9 +172,10 @@ def testbed_down(prefix, force) -> None:
 
 @testbed.command("status")
 @click.option("--name", "prefix", metavar="NAME", help="testbed name [default: tb<user>]")
-@click.option("--json", "as_json", is_flag=True, help="print the status as one JSON object")
+@click.option("--json", "as_json", is_flag=True, help="print the status as one JSON object (exit 0 whatever it says)")
 def testbed_status(prefix, as_json) -> None:
-    """Show a testbed's hosts and whether each answers over ssh, who made it and which runs use it."""
+    """Show a testbed's hosts and whether each answers over ssh, who made it and which runs use it.
+    Exits 1 when the testbed is not up or a host does not answer (as `hosts` and `testbed k8s status`)."""
     from .machines import testbed as tb
 
     prefix = prefix or tb.default_name()
@@ -185,7 +186,7 @@ def testbed_status(prefix, as_json) -> None:
     if not data["hosts"]:
         out.print(f"testbed {prefix} is not up" + (f"; leftovers: {', '.join(data['leftovers'])}"
                                                    if data["leftovers"] else ""), highlight=False)
-        return
+        sys.exit(1)
     for h in data["hosts"]:
         mark = "[green]up[/green]  " if h["answers"] else "[red]DOWN[/red]"
         out.print(f"{mark} {h['name']}  {h['address']}  (netns {h['netns']})", highlight=False)
@@ -193,3 +194,5 @@ def testbed_status(prefix, as_json) -> None:
         out.print(f"made by {data['owner']['user']} at {render.when(data['owner']['created'])}", highlight=False)
     for r in data.get("runs") or []:
         out.print(f"in use by run {r['run_id']} (user {r['user']}, pid {r['pid']})", highlight=False)
+    if not all(h["answers"] for h in data["hosts"]):
+        sys.exit(1)

@@ -86,9 +86,10 @@ def heal() -> None:
 
 
 @k8s.command("status")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the status (up, server, version, nodes and "
+              "whether each is Ready, leftovers) as one JSON object (exit 0 whatever it says)")
 def status(as_json) -> None:
-    """Whether the testbed cluster is up, its nodes and whether they are Ready."""
+    """Whether the testbed cluster is up, its nodes and whether they are Ready. Exits 1 when it is not up."""
     from . import status as st
 
     data = st.status()
