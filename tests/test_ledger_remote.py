@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from testbedkit import own_testbed
 
 from virtbench import suite
 from virtbench.cli import cli
@@ -63,18 +64,8 @@ time.sleep(600)
 @pytest.fixture(scope="module")
 def testbed_lo(tmp_path_factory):
     """One SSH host of this module's own testbed; removed at the end."""
-    from virtbench.machines import testbed
-
-    problems = testbed.check()
-    blocking = [p for p in problems if p.startswith("not root") or "refuses network namespaces" in p]
-    if blocking:
-        pytest.skip("no local testbed: " + "; ".join(blocking))
-    testbed.down(PREFIX)  # whatever a killed session of this module left
-    path = testbed.up(1, tmp_path_factory.mktemp("tb") / "inventory.yml", prefix=PREFIX, subnet=None)
-    try:
+    with own_testbed(1, tmp_path_factory.mktemp("tb") / "inventory.yml", PREFIX) as path:
         yield str(path)
-    finally:
-        testbed.down(PREFIX)
 
 
 class _LateSweep(Events):
@@ -91,6 +82,15 @@ class _LateSweep(Events):
 
     def note(self, message: str) -> None:
         self.log.append(message)
+
+
+def _late_runner(store: Store, inventory: str, events: "_LateSweep") -> Runner:
+    """One dhrystone repetition on the host, no warm-up; `events` hands the testbed host out late."""
+    matrix = suite.adhoc("system", {"test": "dhrystone", "duration": "0.2", "copies": "1"}, ["host"], repeat=1)
+    matrix.policy.warmup = 0
+    matrix.inventory = inventory
+    events.runner = Runner(store, matrix, events=events)
+    return events.runner
 
 
 def _tbf(m, dev: str) -> bool:
@@ -137,12 +137,8 @@ def test_a_killed_process_conditions_on_a_remote_host_are_swept_and_named_in_the
             {"host": "another-controller", "boot": None, "pid": 1, "pidstart": "1", "run_id": "x"}).encode())
 
         store = Store(tmp_path / "r.sqlite")
-        matrix = suite.adhoc("system", {"test": "dhrystone", "duration": "0.2", "copies": "1"}, ["host"], repeat=1)
-        matrix.policy.warmup = 0
-        matrix.inventory = testbed_lo
         events = _LateSweep()
-        runner = events.runner = Runner(store, matrix, events=events)
-        rid = runner.start()
+        rid = _late_runner(store, testbed_lo, events).start()
 
         named = [f"removed a leftover of an earlier run: condition files {p} (run killed-run: its helpers, mounts "
                  f"and files) on {HOST}" for p in left]
@@ -276,11 +272,8 @@ class _Interrupted(_LateSweep):
 def test_an_interrupted_run_still_names_a_late_sweeps_removal(testbed_lo, tmp_path):
     with _killed_helper(testbed_lo) as (m, made):
         store = Store(tmp_path / "r.sqlite")
-        matrix = suite.adhoc("system", {"test": "dhrystone", "duration": "0.2", "copies": "1"}, ["host"], repeat=1)
-        matrix.policy.warmup = 0
-        matrix.inventory = testbed_lo
         events = _Interrupted()
-        runner = events.runner = Runner(store, matrix, events=events)
+        runner = _late_runner(store, testbed_lo, events)
         with pytest.raises(KeyboardInterrupt):
             runner.start()
         rid = runner.run_id

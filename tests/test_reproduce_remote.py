@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 from motokit import moto_server
+from testbedkit import own_testbed
 
 from virtbench import reproduce as rp
 from virtbench import reproduce_times as rt
@@ -23,18 +24,8 @@ TCG = {"accelerator": "tcg", "cluster": False, "nfs": False, "cores": 2, "probe_
 @pytest.fixture(scope="module")
 def testbed_rp(tmp_path_factory):
     """Two SSH hosts of this module's own testbed; removed at the end."""
-    from virtbench.machines import testbed
-
-    problems = testbed.check()
-    blocking = [p for p in problems if p.startswith("not root") or "refuses network namespaces" in p]
-    if blocking:
-        pytest.skip("no local testbed: " + "; ".join(blocking))
-    testbed.down(PREFIX)  # whatever a killed session of this module left
-    inventory = testbed.up(2, tmp_path_factory.mktemp("tb") / "inventory.yml", prefix=PREFIX, subnet=None)
-    try:
+    with own_testbed(2, tmp_path_factory.mktemp("tb") / "inventory.yml", PREFIX) as inventory:
         yield str(inventory)
-    finally:
-        testbed.down(PREFIX)
 
 
 def _tiny_ep() -> rp.Experiment:
