@@ -14,20 +14,25 @@ from .model import ExecResult
 
 
 @contextlib.contextmanager
-def interrupts_held():
-    """Ctrl-C and SIGTERM ignored inside: for teardown, which a second Ctrl-C must not cut short
-    (that would leak the instances not yet removed). A no-op outside the main thread."""
+def _handling(handler, signals=(signal.SIGINT, signal.SIGTERM)):
+    """`handler` for `signals` inside the block, the previous handlers after it. Only the main
+    thread may set handlers: elsewhere the block runs as it is."""
     try:
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    except ValueError:
+        previous = [(sig, signal.signal(sig, handler)) for sig in signals]
+    except ValueError:  # not the main thread (the first signal call raises, so nothing was changed)
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
+        for sig, old in previous:
+            signal.signal(sig, old)
+
+
+def interrupts_held():
+    """Ctrl-C and SIGTERM ignored inside: for teardown, which a second Ctrl-C must not cut short
+    (that would leak the instances not yet removed). A no-op outside the main thread."""
+    return _handling(signal.SIG_IGN)
 
 
 @contextlib.contextmanager
@@ -36,36 +41,18 @@ def interrupts_deferred():
     in the normal course of a run, which an interrupt must neither cut in half (leaking what is not
     yet removed) nor lose. A no-op outside the main thread."""
     got: list[int] = []
-    try:
-        old_int = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
-        old_term = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
-    except ValueError:
+    with _handling(lambda signum, frame: got.append(signum)):
         yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
     if got:  # reached only when the block ended without an exception of its own
         raise KeyboardInterrupt(f"signal {got[0]}")
 
 
-@contextlib.contextmanager
 def sigterm_as_interrupt():
     """SIGTERM raised as Ctrl-C (KeyboardInterrupt) in the main thread, so `kill` or a cancelled CI
     job tears everything down the way Ctrl-C does. A no-op outside the main thread."""
     def handler(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    return _handling(handler, (signal.SIGTERM,))
 
 
 def fan_out(fn: Callable[[int], None], count: int, on_interrupt: Callable[[], None] | None = None) -> None:
