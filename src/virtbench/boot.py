@@ -370,14 +370,16 @@ class BootRunner:
                 lc = getattr(exc, "lifecycle", None) or {"requested": t0}
                 out.update(status="failed", reason=str(exc), lifecycle=dict(lc), failed_after=time.time() - t0)
 
-        try:
-            procs.fan_out(start, conc, on_interrupt=barrier.abort)
-        except BaseException:
-            # Ctrl-C: instances still booting belong to no slot yet; a driver that can, stops them all.
+        def give_up() -> None:
+            # Ctrl-C: starts not yet begun do not begin; instances still booting belong to no slot
+            # yet, so a driver that can stops them all (a VM's QEMU, a cloud's starts in flight).
+            barrier.abort()
             close = getattr(driver, "close", None)
             if close:
                 close()
-            raise
+
+        try:
+            procs.fan_out(start, conc, on_interrupt=give_up)
         finally:
             # Tear everything down (also on Ctrl-C), timing each teardown; an interrupt that comes
             # meanwhile waits until all of the round is gone.

@@ -58,12 +58,16 @@ def sigterm_as_interrupt():
 def fan_out(fn: Callable[[int], None], count: int, on_interrupt: Callable[[], None] | None = None) -> None:
     """fn(0) .. fn(count - 1), each in its own thread, all at once; returns when all have returned.
     Waits in short steps so that Ctrl-C reaches the calling thread meanwhile (a plain join() would
-    hold it off until every thread ends). On Ctrl-C (or SIGTERM, see sigterm_as_interrupt) the
-    threads' commands are stopped (`on_interrupt`, then every command procs.run has running) and the
-    threads are waited for before the interrupt goes on, so that what they made is known to the
-    caller, which tears it down, and no command started here finishes after that teardown.
-    Each thread's end is its own Event: a Thread.join() cut short by KeyboardInterrupt can leave
-    is_alive() False for a thread that still runs (CPython before 3.13)."""
+    hold it off until every thread ends).
+
+    On Ctrl-C (or SIGTERM, see sigterm_as_interrupt) without `on_interrupt`, the interrupt goes on at
+    once and the caller tears down what the threads made. With it, `on_interrupt()` runs (it makes
+    the threads give up: a driver's close() that stops QEMUs, a barrier's abort), then the threads
+    are waited for, so that what they made is known to the caller and nothing they started comes up
+    after its teardown: their commands are let finish for `settle` seconds (an engine command killed
+    halfway can leave what the engine cannot remove, such as a start's network namespace), then
+    stopped. Each thread's end is its own Event: a Thread.join() cut short by KeyboardInterrupt can
+    leave is_alive() False for a thread that still runs (CPython before 3.13)."""
     done = [threading.Event() for _ in range(count)]
 
     def body(k: int) -> None:
@@ -82,10 +86,10 @@ def fan_out(fn: Callable[[int], None], count: int, on_interrupt: Callable[[], No
             while not ev.wait(0.2):
                 pass
     except BaseException:
-        with interrupts_held():
-            if on_interrupt:
+        if on_interrupt is not None:
+            with interrupts_held():
                 on_interrupt()
-            _stop_live(started)
+                _settle(started)
         raise
 
 
@@ -93,24 +97,30 @@ _live: set[subprocess.Popen] = set()
 _live_lock = threading.Lock()
 
 
-def _stop_live(ends: list[threading.Event], grace: float = 10.0, bound: float = 120.0) -> None:
-    """SIGTERM every process group procs.run has running, SIGKILL those of them still there after
-    `grace` seconds, and wait (at most `bound` seconds) for every event of `ends` (the threads' ends).
-    Commands the threads start after this (their own clean-up: removing what a stopped command half
-    made) are let be."""
-    deadline = time.monotonic() + bound
+def _settle(ends: list[threading.Event], settle: float = 30.0, grace: float = 10.0, bound: float = 120.0) -> None:
+    """Wait for every event of `ends` (the threads' ends): `settle` seconds as they are, then SIGTERM
+    the commands procs.run had running by then, SIGKILL those still there after `grace` seconds, and
+    wait until `bound` seconds have passed in all. Commands started after a signal (a thread's own
+    clean-up of what a stopped command half made) are let be."""
+    start = time.monotonic()
+
+    def wait_until(t: float) -> bool:
+        for ev in ends:
+            ev.wait(max(0.0, t - time.monotonic()))
+        return all(ev.is_set() for ev in ends)
+
+    if wait_until(start + settle):
+        return
     with _live_lock:
         stopped = list(_live)
-    for sig, until in ((signal.SIGTERM, time.monotonic() + grace), (signal.SIGKILL, deadline)):
+    for sig, until in ((signal.SIGTERM, time.monotonic() + grace), (signal.SIGKILL, start + bound)):
         for proc in stopped:
             if proc.returncode is None:
                 try:
                     os.killpg(proc.pid, sig)
                 except (ProcessLookupError, PermissionError):
                     pass
-        for ev in ends:
-            ev.wait(max(0.0, until - time.monotonic()))
-        if all(ev.is_set() for ev in ends):
+        if wait_until(until):
             return
 
 
