@@ -51,13 +51,26 @@ fi
 
 # Go builds the Kubernetes testbed (testbed/k8s, `virtbench testbed k8s up`); Debian 12's is too old.
 # /usr/local/go when it is there, else the toolchain module from the Go module proxy, unpacked once
-# into the user's cache (where virtbench looks for it).
+# into the user's cache (where virtbench looks for it). The proxy is the user's: GOPROXY, else what
+# an installed go says (`go env GOPROXY`, which reads the user's go env file), else Go's own default.
 GO_TOOLCHAIN=go1.26.8
 go_dir="${XDG_CACHE_HOME:-$HOME/.cache}/virtbench/go/toolchain-$GO_TOOLCHAIN"
+go_proxy() {
+  local list="${GOPROXY:-}" entry
+  if [ -z "$list" ] && command -v go >/dev/null; then list=$(go env GOPROXY 2>/dev/null || true); fi
+  list="${list:-https://proxy.golang.org,direct}"  # the default Go documents for GOPROXY
+  for entry in ${list//[,|]/ }; do
+    case "$entry" in http://*|https://*|file://*) echo "${entry%/}"; return 0 ;; esac
+  done
+  echo "setup.sh: GOPROXY='$list' names no module proxy to fetch Go $GO_TOOLCHAIN from" >&2
+  echo "  set GOPROXY to your proxy's URL, or install Go >= ${GO_TOOLCHAIN#go} as /usr/local/go" >&2
+  return 1
+}
 if [ ! -x /usr/local/go/bin/go ] && [ ! -x "$go_dir/bin/go" ]; then
-  echo "==> Go $GO_TOOLCHAIN from proxy.golang.org (golang.org/toolchain) into $go_dir"
+  proxy=$(go_proxy)
+  echo "==> Go $GO_TOOLCHAIN from $proxy (golang.org/toolchain) into $go_dir"
   tmp=$(mktemp -d)
-  curl -fsSL -o "$tmp/go.zip" "https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-$GO_TOOLCHAIN.linux-amd64.zip"
+  curl -fsSL -o "$tmp/go.zip" "$proxy/golang.org/toolchain/@v/v0.0.1-$GO_TOOLCHAIN.linux-amd64.zip"
   python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$tmp/go.zip" "$tmp/x"
   mkdir -p "$(dirname "$go_dir")"
   mv "$tmp/x/golang.org/toolchain@v0.0.1-$GO_TOOLCHAIN.linux-amd64" "$go_dir"

@@ -32,7 +32,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("below the drivers", ("vm", "engine", "cpuset", "lifecycle", "instances", "nfsclient")),
     ("the seam", ("machines",)),
     ("foundations", ("procs", "fanout", "hostdirs", "paths", "model", "errors", "sizes", "kernels", "image", "store",
-                     "stats", "stats_exact", "stats_boot", "stats_verdict", "shapes", "tomlpos", "published", "cpugiven", "virtbench")),
+                     "stats", "stats_exact", "stats_boot", "stats_verdict", "shapes", "tomlpos", "published", "cpugiven",
+                     "aptsources", "virtbench")),
 ]
 
 

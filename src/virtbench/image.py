@@ -1,7 +1,7 @@
 """The guest image: one Debian root filesystem tarball, the same bytes in every environment.
 
 Built with mmdebstrap from Debian bookworm packages plus virtbench's native kernels (copied to
-/opt/virtbench/bin). Cached under data_dir()/images/<hash>/ by a hash of everything that goes in.
+/opt/virtbench/bin), fetched from the mirrors and through the proxies this machine's apt uses. Cached under data_dir()/images/<hash>/ by a hash of everything that goes in.
 Only the KEEP newest images keep their tarball; older ones keep just manifest.json (a record of
 what they held), so disk use stays bounded at about KEEP x 0.5 GB.
 """
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from . import kernels, paths, procs
+from . import aptsources, kernels, paths, procs
 from .kernels import sha256_of
 from .errors import MissingTool, UserError
 
@@ -33,11 +33,6 @@ SUITE = "bookworm"
 # "apt" (essential set + apt + ours) against "minbase" (+ Priority:required) with this package list:
 # 96.6 s / 523 MB against 93.3 s / 529 MB (same within network noise); apt is the smaller root.
 VARIANT = "apt"
-MIRRORS = (
-    "deb http://deb.debian.org/debian bookworm main",
-    "deb http://deb.debian.org/debian bookworm-updates main",
-    "deb http://deb.debian.org/debian-security bookworm-security main",
-)
 PACKAGES = (
     # benchmark tools
     "fio", "sysbench", "stress-ng", "iperf3", "bonnie++", "nginx-light", "wrk", "openmpi-bin",
@@ -129,7 +124,8 @@ def inputs() -> dict:
         "suite": SUITE,
         "variant": VARIANT,
         "arch": _arch(),
-        "mirrors": list(MIRRORS),
+        # The host's apt sources for SUITE (the image's own sources.list); none: mmdebstrap's default.
+        "mirrors": list(aptsources.sources(SUITE)),
         "packages": sorted(PACKAGES),
         "dpkg_options": list(DPKG_OPTIONS),
         "mmdebstrap": _mmdebstrap_version(_mmdebstrap()),
@@ -229,7 +225,9 @@ def _build_into(exe: str, inp: dict, h: str, d: Path, log: Callable[[str], None]
         argv = [exe, f"--mode={'root' if os.geteuid() == 0 else 'unshare'}", f"--variant={VARIANT}",
                 "--include=" + ",".join(sorted(PACKAGES)), "--format=tar",
                 *[f"--dpkgopt={o}" for o in DPKG_OPTIONS], f"--customize-hook={hook}",
-                SUITE, str(tmp_tar), *MIRRORS]
+                # a proxy changes where bytes come from, not which: not in the hash
+                *[f"--aptopt={o}" for o in aptsources.proxies()],
+                SUITE, str(tmp_tar), *inp["mirrors"]]
         log(f"building guest image {h}: mmdebstrap --variant={VARIANT}, {len(PACKAGES)} packages, "
             f"{len(inp['native'])} native kernels")
         started = time.time()
