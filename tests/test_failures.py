@@ -64,7 +64,11 @@ def test_unresolvable_ssh_host_exits_non_zero_and_says_why(ghost, tmp_path):
     # the host is named once: "ghost: ssh: Could not resolve ...", not "ghost: ghost: ssh: ..."
     assert "ghost: ssh: Could not resolve hostname" in summary
     assert "ghost: ghost" not in res.stdout + res.stderr
-    assert "--retry-failed" in res.stderr and "no cell has results" in res.stderr
+    assert f"--retry-failed --db {db}" in res.stderr and "no cell has results" in res.stderr
+    # `runs` does not call it plainly completed
+    (row,) = json.loads(vb("runs", "--db", db, "--json").stdout)
+    assert (row["status"], row["note"]) == ("completed", "no cell has results")
+    assert "completed: no cell has results" in vb("runs", "--db", db).stdout
     assert res.stdout.startswith("run ")  # the plan and the live failures go to stderr
     assert "plan: 1 cell(s) x 1 environment(s)" in res.stderr
 

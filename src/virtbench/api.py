@@ -17,7 +17,7 @@ from .store import Store
 
 class Results:
     def __init__(self, db: str | Path | None = None):
-        self.store = Store(db or paths.default_db())
+        self.store = Store(db or paths.default_db(), named=db)
 
     def runs(self):
         import pandas as pd

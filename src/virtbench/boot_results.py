@@ -45,7 +45,7 @@ def results(store: Store, run_id: str) -> dict[str, Any]:
     run = store.run(run_id)
     spec = run["spec"]
     if spec.get("kind") != "boot":
-        raise UserError(f"run {run['id']} is not a boot run", "show it with: virtbench show " + run["id"])
+        raise UserError(f"run {run['id']} is not a boot run", f"show it with: virtbench show {run['id']}{store.db_option}")
     b = spec["boot"]
     attempts = store.attempts(run["id"])
     samples = store.samples(run["id"])

@@ -55,9 +55,10 @@ def main() -> None:
         with procs.sigterm_as_interrupt():  # every command tears down on `kill` as on Ctrl-C
             cli.main(standalone_mode=False)
     except UserError as exc:
-        err.print(f"[red]error:[/red] {escape(exc.message)}", highlight=False)
+        # soft_wrap: a hint's command (a path in it) is copied whole, never broken at 80 columns
+        err.print(f"[red]error:[/red] {escape(exc.message)}", highlight=False, soft_wrap=True)
         if exc.hint:
-            err.print(f"  {escape(exc.hint)}", highlight=False)
+            err.print(f"  {escape(exc.hint)}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except click.exceptions.Abort:
         err.print("aborted")

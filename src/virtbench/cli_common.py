@@ -28,7 +28,7 @@ def _store(db: str | None, *, reading: bool = False) -> Store:
     if reading and db and "://" not in db and not Path(db).expanduser().exists():
         raise UserError(f"no results database at {db}",
                         "check the --db path (virtbench run writes one there), or leave --db out for the default")
-    return Store(db or paths.default_db())
+    return Store(db or paths.default_db(), named=db)
 
 
 def _emit_json(data) -> None:

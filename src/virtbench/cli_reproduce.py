@@ -96,7 +96,7 @@ def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, 
     from .reproduce import (Reproducer, cloud_options, experiments_done, left_out_always, machine_facts,
                             parse_budget, plan, spec_for)
 
-    store = Store(db or paths.default_db())
+    store = Store(db or paths.default_db(), named=db)
     budget_s = parse_budget(budget)
     chosen = list(studies) or None
     command = "virtbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -131,12 +131,12 @@ def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, 
     except KeyboardInterrupt:
         rid = rep.run_id or resume_id
         err.print(f"\ninterrupted; everything was torn down. Resume with: virtbench reproduce --resume {rid}"
-                  + (f" --db {db}" if db else ""), highlight=False)
+                  f"{store.db_option}", highlight=False)
         sys.exit(130)
     show(store, run_id, as_json)
     code = exit_code(store, run_id)
     if code:
-        at = f" --db {db}" if db else ""
+        at = store.db_option
         done = experiments_done(store, run_id)
         if any(d["status"] == "failed" for d in done.values()):
             err.print(f"experiments failed (their reasons are in the plan above); run them again with: "

@@ -69,9 +69,9 @@ def _show(store: Store, run_id: str, as_json: bool) -> None:
     _removals(store, data["run_id"])
     if not data["results"]:
         out.print("[yellow]this run has no results yet[/yellow]")
-        render.failed_cells(out, data)
+        render.failed_cells(out, data, store.db_option)
         return
-    render.results_tables(out, data)
+    render.results_tables(out, data, store.db_option)
 
 
 def _removals(store: Store, run_id: str) -> None:

@@ -145,10 +145,10 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
             progress.stop()
             rid = runner.run_id if runner and runner.run_id else resume_id
             err.print(f"\ninterrupted; everything was torn down. Resume with: virtbench run --resume {rid}"
-                      + (f" --db {db}" if db else ""), soft_wrap=True, highlight=False)
+                      f"{store.db_option}", soft_wrap=True, highlight=False)
             sys.exit(130)
     _show(store, run_id, as_json)
-    _end(store, run_id, db)
+    _end(store, run_id)
 
 
 def _progress_bar(console=None) -> Progress:
@@ -185,7 +185,7 @@ def _confirm_plan(plan, yes: bool) -> None:
             sys.exit(0)
 
 
-def _end(store: Store, run_id: str, db: str | None) -> None:
+def _end(store: Store, run_id: str) -> None:
     """The run's last words on stderr and its exit status: 0 every cell has results, 3 some failed,
     4 none succeeded (outcomes.EXIT_*)."""
     from . import outcomes
@@ -194,10 +194,7 @@ def _end(store: Store, run_id: str, db: str | None) -> None:
     code = outcomes.exit_code(outcome)
     if code == outcomes.EXIT_OK:
         return
-    missing = len(outcome["failed"]) + len(outcome["not_run"])
-    total = outcome["cells"] - outcome["skipped"]
-    what = "no cell has results" if code == outcomes.EXIT_NONE_SUCCEEDED else f"{missing} of {total} cells have no results"
-    err.print(f"[red]run {run_id} finished with failures: {what}[/red] (listed above). After fixing the cause, rerun "
-              f"only those in the same run: virtbench run --resume {run_id} --retry-failed"
-              + (f" --db {db}" if db else ""), highlight=False, soft_wrap=True)
+    err.print(f"[red]run {run_id} finished with failures: {outcomes.shortfall(outcome)}[/red] (listed above). After fixing the cause, rerun "
+              f"only those in the same run: virtbench run --resume {run_id} --retry-failed{store.db_option}",
+              highlight=False, soft_wrap=True)
     sys.exit(code)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 from rich.markup import escape
 
@@ -17,7 +19,9 @@ from .errors import UserError
 @click.option("--fix", is_flag=True, help="first build the native kernels if they are not built")
 def doctor(as_json: bool, inventory: str | None, fix: bool) -> None:
     """Check what this machine can run, and say how to fix what it cannot; with --inventory, also
-    whether each host of the inventory answers over SSH and what it has."""
+    whether each host of the inventory answers over SSH and what it has. Exits 1 when a host of the
+    inventory does not answer, as `hosts` does; this machine's own FAIL lines (many only limit what
+    runs here: those cells are skipped with the reason) leave the exit status 0."""
     from .doctor import checks, host_checks
 
     if fix:
@@ -26,16 +30,17 @@ def doctor(as_json: bool, inventory: str | None, fix: bool) -> None:
         except UserError as exc:  # the checks below say what is missing
             err.print(f"[red]cannot build the native kernels:[/red] {escape(exc.message)}", highlight=False)
     results = checks()
-    if inventory:
-        results += host_checks(_inventory_path(inventory))
+    hosts = host_checks(_inventory_path(inventory)) if inventory else []
+    results += hosts
     if as_json:
         _emit_json(results)
-        return
-    for c in results:
+    for c in [] if as_json else results:
         mark = "[green]ok[/green]  " if c["ok"] else "[red]FAIL[/red]"
         out.print(f"{mark} {c['name']}: {c['detail']}", highlight=False)
         if not c["ok"] and c.get("fix"):
             out.print(f"       fix: {c['fix']}", highlight=False)
+    if not all(h["ok"] for h in hosts):
+        sys.exit(1)
 
 
 @click.command("build")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -92,8 +93,23 @@ def host_checks(inventory_path: str) -> list[dict[str, Any]]:
         else:
             detail = f"{row['address']}: unreachable: {row['reason']}"
         out.append({"name": f"host {row['name']}", "ok": bool(row["reachable"]), "detail": detail,
-                    "fix": "check it with: ssh HOST true (address, port, user and key as in the inventory)"})
+                    "fix": f"check it with: {ssh_check_command(inv.hosts[row['name']])}"})
     return out
+
+
+def ssh_check_command(host) -> str:
+    """The ssh command line that tries what virtbench tries: the inventory's address, port, user,
+    key and known_hosts file, run `true` there."""
+    argv = ["ssh", "-o", "BatchMode=yes"]
+    if host.port:
+        argv += ["-p", str(host.port)]
+    if host.user:
+        argv += ["-l", host.user]
+    if host.key_file:
+        argv += ["-i", host.key_file]
+    if host.known_hosts:
+        argv += ["-o", f"UserKnownHostsFile={host.known_hosts}"]
+    return shlex.join(argv + [host.destination, "true"])
 
 
 def _condition_checks() -> list[dict[str, Any]]:

@@ -82,6 +82,18 @@ def exit_code(outcome: dict[str, Any]) -> int:
     return EXIT_NONE_SUCCEEDED if outcome["with_results"] == 0 else EXIT_SOME_FAILED
 
 
+def shortfall(outcome: dict[str, Any]) -> str | None:
+    """What a finished run lacks, in words ("no cell has results", "2 of 8 cells have no results"),
+    or None when every cell has results: the run's end summary and its status in `virtbench runs`."""
+    code = exit_code(outcome)
+    if code == EXIT_OK:
+        return None
+    if code == EXIT_NONE_SUCCEEDED:
+        return "no cell has results"
+    missing = len(outcome["failed"]) + len(outcome["not_run"])
+    return f"{missing} of {outcome['cells'] - outcome['skipped']} cells have no results"
+
+
 def failed_keys(outcome: dict[str, Any]) -> set[tuple[str, str]]:
     """(cell key, environment) of every cell without results: what --retry-failed runs again."""
     return {(e["cell_key"], e["environment"]) for e in outcome["failed"] + outcome["not_run"]}

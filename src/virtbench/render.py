@@ -85,8 +85,9 @@ def _measured_caption(rows: list[dict], envs: list[str]) -> str:
     return "\n".join(lines)
 
 
-def results_tables(console: Console, data: dict[str, Any]) -> None:
-    """One table per (workload, params except the per-row test, condition); one row per metric."""
+def results_tables(console: Console, data: dict[str, Any], db_option: str = "") -> None:
+    """One table per (workload, params except the per-row test, condition); one row per metric.
+    db_option: the --db the hints repeat (`Store.db_option`)."""
     envs, baseline = data["environments"], data["baseline"]
     groups: dict[str, list[dict]] = defaultdict(list)
     monitor_rows = [r for r in data["results"] if r["metadata"].get("monitor")]
@@ -133,7 +134,7 @@ def results_tables(console: Console, data: dict[str, Any]) -> None:
                       f"{', '.join(metrics[:6])}{' ...' if len(metrics) > 6 else ''}) is in --json and "
                       f"`virtbench report`[/dim]", highlight=False)
     _warnings(console, data)
-    failed_cells(console, data)
+    failed_cells(console, data, db_option)
 
 
 def _value_cell(r: dict | None) -> str:
@@ -230,7 +231,7 @@ def _warnings(console: Console, data: dict[str, Any]) -> None:
         console.print(f"  [yellow]-[/yellow] {note}", highlight=False)
 
 
-def failed_cells(console: Console, data: dict[str, Any]) -> None:
+def failed_cells(console: Console, data: dict[str, Any], db_option: str = "") -> None:
     """The cells without results, each with the first line of its reason (after the tables, so the
     last thing a run prints says what did not work)."""
     outcome = data.get("outcome") or {}
@@ -250,7 +251,7 @@ def failed_cells(console: Console, data: dict[str, Any]) -> None:
         tries = f" ({e['failures']} failed)" if e.get("failures") else ""
         reason = e["reason"]
         if not e.get("attempts") and not e.get("failures") and data.get("status") != "completed":
-            reason = f"not reached: the run is {data.get('status')} (virtbench run --resume {data.get('run_id')})"
+            reason = f"not reached: the run is {data.get('status')} (virtbench run --resume {data.get('run_id')}{db_option})"
         console.print(f"  [red]-[/red] {what} @ {e['environment']}{tries}: {reason}", highlight=False)
 
 
@@ -260,9 +261,15 @@ def runs_table(console: Console, runs: list[dict[str, Any]]) -> None:
         table.add_column(col, no_wrap=col in ("run id", "started"))
     for r in runs:
         took = f"{r['finished_at'] - r['created_at']:.0f} s" if r["finished_at"] else "-"
-        table.add_row(r["id"], when(r["created_at"]), took, r["status"], r["suite_name"] or "",
+        table.add_row(r["id"], when(r["created_at"]), took, run_status(r), r["suite_name"] or "",
                       r["baseline"] or "", str(r["samples"]), str(r["failures"]))
     console.print(table)
+
+
+def run_status(r: dict[str, Any]) -> str:
+    """A stored run's status as `runs` lists it: a completed run says what it lacks (its note, set
+    at its end)."""
+    return f"completed: {r['note']}" if r["status"] == "completed" and r.get("note") else r["status"]
 
 
 def compare_table(console: Console, data: dict[str, Any]) -> None:

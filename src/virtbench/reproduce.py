@@ -229,7 +229,7 @@ class Reproducer:
     def resume(self, run_id: str) -> str:
         run = self.store.run(run_id)
         if run["spec"].get("kind") != "reproduce":
-            raise UserError(f"run {run['id']} is not a reproduce run", f"resume it with: virtbench run --resume {run['id']}")
+            raise UserError(f"run {run['id']} is not a reproduce run", f"resume it with: virtbench run --resume {run['id']}{self.store.db_option}")
         done = experiments_done(self.store, run["id"])
         # A completed run is resumed only to run its failed experiments again (skipped ones stay skipped).
         if run["status"] == "completed" and not any(d["status"] == "failed" for d in done.values()):
@@ -243,7 +243,7 @@ class Reproducer:
         return self.run_id
 
     def _execute(self, spec: dict[str, Any], started: float) -> None:
-        with self.store.recording_status(self.run_id, f"virtbench reproduce --resume {self.run_id}"):
+        with self.store.recording_status(self.run_id, f"virtbench reproduce --resume {self.run_id}{self.store.db_option}"):
             self._steps(spec, started + spec["budget_s"] - MIN_RESERVE_S / 2)
 
     def _steps(self, spec: dict[str, Any], deadline: float) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import conditions, cpugiven, drivers, estimates, machines, monitor, procs, sysinfo, workloads
+from . import conditions, cpugiven, drivers, estimates, machines, monitor, outcomes, procs, sysinfo, workloads
 from .conditions import Applied, ConditionUnavailable
 from .drivers.base import DriverContext, Instance
 from .errors import UserError, WorkloadFailed
@@ -100,18 +100,17 @@ class Runner(Rounds):
     def resume(self, run_id: str, *, retry_failed: bool = False) -> str:
         """Continue a stored run: its matrix comes from the store, its counts from its attempts.
         retry_failed: run again, in the same run, only the cells without results of a finished run."""
-        from . import outcomes
-
         run = self.store.run(run_id)
         self.matrix = Matrix.from_spec(run["spec"])
         self.run_id = run["id"]
         if retry_failed:
             if run["status"] == "running":
                 raise UserError(f"run {run['id']} is still running (or was killed without a trace)",
-                                "wait for it to end; a killed run: virtbench run --resume RUN_ID")
+                                f"wait for it to end; a killed run: virtbench run --resume RUN_ID{self.store.db_option}")
             if run["status"] == "interrupted":  # its unfinished cells would stay unfinished
                 raise UserError(f"run {run['id']} was interrupted: finish it first",
-                                f"virtbench run --resume {run['id']}, then --retry-failed for what still failed")
+                                f"virtbench run --resume {run['id']}{self.store.db_option}, then --retry-failed "
+                                "for what still failed")
             failed = outcomes.failed_keys(outcomes.cell_outcomes(self.store, self.run_id))
             if not failed:
                 raise UserError(f"run {run['id']} has no failed cells: every cell has results (or was skipped)",
@@ -121,7 +120,8 @@ class Runner(Rounds):
         else:
             if run["status"] == "completed":
                 raise UserError(f"run {run['id']} already completed", "start a new run instead, or rerun its "
-                                f"failed cells with: virtbench run --resume {run['id']} --retry-failed")
+                                f"failed cells with: virtbench run --resume {run['id']} --retry-failed"
+                                f"{self.store.db_option}")
             tallies, next_round = self._tallies_from_store()
             # An environment that gave up (its host went away, say) gets a new chance: its cell runs
             # again with all its environments in fresh rounds, as --retry-failed does, since a
@@ -154,10 +154,13 @@ class Runner(Rounds):
         states: dict[str, _EnvState] = {}
         self.machines = machines.pool_for(self.matrix.inventory)
         try:
-            with self.store.recording_status(self.run_id, f"virtbench run --resume {self.run_id}"), \
+            with self.store.recording_status(self.run_id, f"virtbench run --resume {self.run_id}{self.store.db_option}"), \
                     procs.sigterm_as_interrupt(), self._testbeds_used(), owners.running(self.run_id):
                 states = self._prepare_envs(workdir)
                 self._loop(states, tallies, next_round)
+            # completed, and what it lacks: `virtbench runs` must not call a run without results complete
+            self.store.set_status(self.run_id, "completed",
+                                  outcomes.shortfall(outcomes.cell_outcomes(self.store, self.run_id)))
         finally:
             self._teardown(states)
             self._final_removals()

@@ -6,6 +6,7 @@ Every attempt and sample is committed the moment it exists, so a crash or Ctrl-C
 from __future__ import annotations
 
 import json
+import shlex
 from contextlib import contextmanager
 import secrets
 import time
@@ -136,9 +137,21 @@ def url_for(db: str | Path) -> str:
     return f"sqlite:///{path}"
 
 
+def _absolute(db: str | Path) -> str:
+    """A --db as a hint repeats it: a file as an absolute path (the hint may be run elsewhere), a
+    URL with its password hidden (hints are printed and stored)."""
+    text = str(db)
+    if "://" in text:
+        return sa.engine.make_url(text).render_as_string(hide_password=True)
+    return str(Path(text).expanduser().absolute())
+
+
 class Store:
-    def __init__(self, db: str | Path):
+    def __init__(self, db: str | Path, *, named: str | Path | None = None):
+        """named: the --db the user gave (None: the default database). Every hint that names a
+        command repeats it (`db_option`), or the command would look in another database."""
         self.url = url_for(db)
+        self.db_option = f" --db {shlex.quote(_absolute(named))}" if named else ""
         try:
             self.engine = sa.create_engine(self.url, future=True)
             if self.url.startswith("sqlite"):
@@ -288,7 +301,8 @@ class Store:
                 rows = conn.execute(sa.select(runs).where(runs.c.id.like(f"{run_id}%"))).mappings().all()
                 if len(rows) != 1:
                     known = [r["id"] for r in self.runs()[:5]]
-                    hint = "list runs with: virtbench runs" + (f" (latest: {', '.join(known)})" if known else "")
+                    hint = (f"list runs with: virtbench runs{self.db_option}"
+                            + (f" (latest: {', '.join(known)})" if known else ""))
                     what = "is ambiguous" if rows else "is not in"
                     raise UserError(f"run id '{run_id}' {what} the database {self.url}", hint)
                 row = rows[0]
@@ -303,7 +317,7 @@ class Store:
                   .group_by(samples.c.run_id).subquery())
         fails = (sa.select(attempts.c.run_id, sa.func.count().label("failures"))
                  .where(attempts.c.status == "failed").group_by(attempts.c.run_id).subquery())
-        q = (sa.select(runs.c.id, runs.c.created_at, runs.c.finished_at, runs.c.status, runs.c.suite_name,
+        q = (sa.select(runs.c.id, runs.c.created_at, runs.c.finished_at, runs.c.status, runs.c.note, runs.c.suite_name,
                        runs.c.baseline, sa.func.coalesce(counts.c.samples, 0).label("samples"),
                        sa.func.coalesce(fails.c.failures, 0).label("failures"))
              .outerjoin(counts, counts.c.run_id == runs.c.id).outerjoin(fails, fails.c.run_id == runs.c.id)

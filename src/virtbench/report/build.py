@@ -33,7 +33,7 @@ def part_for(data: RunData) -> Part:
 
 def document(store: Store, run_ids: list[str]) -> Document:
     if not run_ids:
-        raise UserError("no run id given", "list runs with: virtbench runs")
+        raise UserError("no run id given", f"list runs with: virtbench runs{store.db_option}")
     datas = [load(store, rid) for rid in run_ids]
     seen = [d.id for d in datas]
     if len(set(seen)) != len(seen):

@@ -20,7 +20,7 @@ def result(store: Store, run_id: str) -> dict:
     run = store.run(run_id)
     spec = run["spec"]
     if spec.get("kind") != "reproduce":
-        raise UserError(f"run {run['id']} is not a reproduce run", f"show it with: virtbench show {run['id']}")
+        raise UserError(f"run {run['id']} is not a reproduce run", f"show it with: virtbench show {run['id']}{store.db_option}")
     ev = evidence.collect(store, run["id"])
     cards = score.scorecard(ev, for_studies(spec.get("studies")))
     done = experiments_done(store, run["id"])
