@@ -1,5 +1,5 @@
-"""Each published claim pinned on synthetic results that hold and that differ (studies/claims.py,
-studies/score.py), and the rules that keep a verdict honest: TCG never counts for a
+"""Each published finding (the built-in study files, studies/NNN.toml) pinned on synthetic results that
+hold and that differ (studies/score.py), and the rules that keep a verdict honest: TCG never counts for a
 hardware-virtualization finding, no cluster means not measured, a missing experiment says why."""
 
 import math
@@ -7,8 +7,19 @@ import math
 import pytest
 
 from virtbench.studies import score
-from virtbench.studies.claims import CLAIMS, by_id, for_studies
+from virtbench.studies.studyfile import builtin_findings
 from virtbench.studies.score import DIFFERS, HOLDS, NOT_MEASURED, Evidence, Group
+
+CLAIMS = builtin_findings()
+
+
+def by_id(fid: str):
+    return next(f for f in CLAIMS if f.id == fid)
+
+
+def for_studies(studies):
+    return builtin_findings(studies)
+
 
 KVM = {"accelerator": "kvm", "cluster": True, "nfs": True}
 BASE = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
@@ -48,7 +59,7 @@ def _ratio_target(args: dict, holds: bool) -> float:
 def synthetic(claim, holds: bool, *, accel: str = "kvm") -> list[Group]:
     """Groups for this claim's selectors whose values make it hold (or differ)."""
     a = claim.args
-    if claim.check == "ratio":
+    if claim.rule == "ratio":
         r = _ratio_target(a, holds)
         num_fill = {"concurrency": 4, "delay_ms": 50, "bytes": 1 << 26, "file_size_kb": 1 << 20,
                     "file_size_mb": 1024, "transactions": 400000, "replicas": 1}
@@ -67,7 +78,7 @@ def synthetic(claim, holds: bool, *, accel: str = "kvm") -> list[Group]:
                        accel=accel)
             out.append(g)
         return out
-    if claim.check == "slope":
+    if claim.rule == "slope":
         s = a["select"]
         per = (lambda x: 20 + 50 * x) if holds else (lambda x: 60.0)
         return [_group(s, [per(x) + d for d in (-0.5, 0.0, 0.5)], accel=accel)
@@ -75,25 +86,25 @@ def synthetic(claim, holds: bool, *, accel: str = "kvm") -> list[Group]:
             Group(_exp(s), s["workload"], {**_concrete(s["params"], {}), "image_size": f"{x}G"},
                   {}, "vm", "vm", s["metric"], "s", False, [per(x) + d for d in (-0.5, 0.0, 0.5)],
                   {"accelerator": accel}) for x in (1, 2, 4)]
-    if claim.check == "efficiency":
+    if claim.rule == "efficiency":
         t1, t2 = (10.0, 5.0) if holds else (10.0, 8.0)
         return [_group(a["one"], [t1 * f for f in (0.99, 1.0, 1.01)], accel=accel),
                 _group(a["many"], [t2 * f for f in (0.99, 1.0, 1.01)], accel=accel)]
-    if claim.check == "order":
+    if claim.rule == "order":
         meds = (300.0, 150.0, 20.0) if holds else (300.0, 320.0, 20.0)
         return [_group(s, [m * f for f in (0.99, 1.0, 1.01, 0.995, 1.005, 1.0)], accel=accel)
                 for s, m in zip(a["chain"], meds)]
-    if claim.check == "level":
+    if claim.rule == "level":
         v = 0.98 if holds else 0.6
         return [_group(a["select"], [v, v - 0.01, v + 0.005], fill={"transactions": 400000}, accel=accel)]
-    if claim.check == "peak":
+    if claim.rule == "peak":
         # differs: still rising at 64, past the study's peak at 32 (a range that stopped at 8 would not decide)
         curve = {1: 100, 2: 150, 4: 200, 8: 180} if holds else {1: 100, 2: 150, 4: 200, 8: 260, 16: 300, 32: 320,
                                                                  64: 340}
         return [_group(a["select"], [v, v * 1.01], fill={}, accel=accel) for v in curve.values()] and [
             Group(_exp(a["select"]), "web", {"workers": 1, "replicas": x}, {}, "pods", "pods",
                   a["select"]["metric"], "req/s", True, [v, v * 1.01]) for x, v in curve.items()]
-    if claim.check == "penalty":
+    if claim.rule == "penalty":
         out = []
         p = {"fine": 1.5, "coarse": 1.0} if holds else {"fine": 1.0, "coarse": 1.3}
         for name in ("fine", "coarse"):
@@ -103,7 +114,7 @@ def synthetic(claim, holds: bool, *, accel: str = "kvm") -> list[Group]:
                     out.append(Group(a["experiment"], a[name]["workload"], {**a[name]["params"], "instances": inst},
                                      {}, kind, kind, a["metric"], "s", False, [t, t * 1.01, t * 0.99]))
         return out
-    raise AssertionError(f"no synthetic data for rule {claim.check}")
+    raise AssertionError(f"no synthetic data for rule {claim.rule}")
 
 
 MEASURABLE = [c for c in CLAIMS if not c.unmeasurable]
@@ -186,7 +197,7 @@ def test_scorecard_covers_all_five_studies_with_at_least_12_findings():
     assert len({c.id for c in CLAIMS}) == len(CLAIMS)
     assert all(c.cite and c.tolerance and c.quantity for c in CLAIMS)
     assert [c.study for c in for_studies(["002"])] == ["002"] * len(for_studies(["002"]))
-    cards = score.scorecard(Evidence([], {"accelerator": "tcg"}))
+    cards = score.scorecard(Evidence([], {"accelerator": "tcg"}), CLAIMS)
     assert all(v.verdict == NOT_MEASURED and v.reason for v in cards)
 
 
@@ -239,7 +250,7 @@ def _boundary(args: dict) -> float:
     return args["within"][1]
 
 
-RATIO_CLAIMS = [c for c in MEASURABLE if c.check == "ratio"]
+RATIO_CLAIMS = [c for c in MEASURABLE if c.rule == "ratio"]
 
 
 @pytest.mark.parametrize("claim", RATIO_CLAIMS, ids=lambda c: c.id)

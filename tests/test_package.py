@@ -30,10 +30,11 @@ def test_wheel_works_outside_the_checkout(tmp_path):
     (wheel,) = dist.glob("virtbench-*.whl")
     (sdist,) = dist.glob("virtbench-*.tar.gz")
     in_wheel = set(zipfile.ZipFile(wheel).namelist())
-    assert {"virtbench/native/Makefile", "virtbench/native/system/main.c", "virtbench/suites/quick.toml"} <= in_wheel
+    assert {"virtbench/native/Makefile", "virtbench/native/system/main.c", "virtbench/suites/quick.toml",
+            "virtbench/study_files/000.toml", "virtbench/study_files/004.toml"} <= in_wheel
     assert not any("/build/" in n or n.endswith(".o") for n in in_wheel)
     in_sdist = {n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n}
-    assert {"native/Makefile", "native/npb/npb.h", "suites/quick.toml", "setup.py"} <= in_sdist
+    assert {"native/Makefile", "native/npb/npb.h", "suites/quick.toml", "studies/001.toml", "setup.py"} <= in_sdist
 
     # A fresh venv; its dependencies come from this one (a .pth line), so no index is needed.
     venv = tmp_path / "venv"
@@ -58,6 +59,11 @@ def test_wheel_works_outside_the_checkout(tmp_path):
         "sorted(kernels.source_files())]))")], cwd=work, env=env).stdout)
     assert where[0].startswith(str(venv)) and where[1].startswith(str(tmp_path / "data" / "native"))
     assert where[2].startswith(str(venv)) and "system/main.c" in where[3]
+    # the built-in study files, and the suites they name relative to themselves, load from the package
+    studies = json.loads(sh([venv / "bin" / "python", "-c", (
+        "import json; from virtbench.reproduce import EXPERIMENTS; "
+        "print(json.dumps(sorted({e.suite_path for e in EXPERIMENTS})))")], cwd=work, env=env).stdout)
+    assert studies and all(p.startswith(str(venv)) and "/virtbench/suites/" in p for p in studies)
 
     run = vb("run", "--workload", "system", "--param", "test=dhrystone", "--param", "duration=0.2",
              "--envs", "host", "--repeat", "1", "--db", tmp_path / "r.sqlite", "--json")

@@ -13,6 +13,7 @@ from virtbench.errors import UserError
 from virtbench.report import build as report_build
 from virtbench.report import markdown
 from virtbench.store import Store
+from virtbench.studies.model import Experiment, Tier
 
 TCG = {"accelerator": "tcg", "cluster": False, "nfs": False, "cores": 2, "probe_s": None}
 KVM = {**TCG, "accelerator": "kvm", "cluster": True, "nfs": True}
@@ -286,8 +287,8 @@ def test_parse_budget():
 # -- a real run: two tiny host-only experiments on the quick suite ---------------------------------------
 
 def _tiny(eid: str, test: str) -> rp.Experiment:
-    return rp.Experiment(eid, "000", f"tiny {test}", "quick.toml", ("host",), "system", {"copies": ["1"]},
-                         tiers=(rp.Tier(f"{test}, 1 repetition", 1, 5, params={"duration": 0.05},
+    return Experiment(eid, "000", f"tiny {test}", "quick.toml", ("host",), "system", {"copies": ["1"]},
+                         tiers=(Tier(f"{test}, 1 repetition", 1, 5, params={"duration": 0.05},
                                         select={"test": [test]}),))
 
 
@@ -341,9 +342,9 @@ def test_reproduce_runs_resumes_and_reports_scorecard_first(tmp_path, monkeypatc
 
 
 def _two_tiers() -> rp.Experiment:
-    return rp.Experiment("tiny-t", "000", "tiny, two scales", "quick.toml", ("host",), "system", {"copies": ["1"]},
-                         tiers=(rp.Tier("dhrystone once", 1, 5, params={"duration": 0.05}, select={"test": ["dhrystone"]}),
-                                rp.Tier("dhrystone twice", 2, 400, params={"duration": 0.05},
+    return Experiment("tiny-t", "000", "tiny, two scales", "quick.toml", ("host",), "system", {"copies": ["1"]},
+                         tiers=(Tier("dhrystone once", 1, 5, params={"duration": 0.05}, select={"test": ["dhrystone"]}),
+                                Tier("dhrystone twice", 2, 400, params={"duration": 0.05},
                                         select={"test": ["dhrystone"]})))
 
 
@@ -365,10 +366,10 @@ def test_run_time_goes_up_a_scale_only_when_it_still_fits(tmp_path, monkeypatch,
 
 
 def _with_extra(eid: str) -> rp.Experiment:
-    return rp.Experiment(eid, "000", "tiny, one scale and more repetitions", "quick.toml", ("host",), "system",
+    return Experiment(eid, "000", "tiny, one scale and more repetitions", "quick.toml", ("host",), "system",
                          {"copies": ["1"]},
-                         tiers=(rp.Tier("dhrystone once", 1, 5, params={"duration": 0.05}, select={"test": ["dhrystone"]}),
-                                rp.Tier("dhrystone twice", 2, 6, params={"duration": 0.05},
+                         tiers=(Tier("dhrystone once", 1, 5, params={"duration": 0.05}, select={"test": ["dhrystone"]}),
+                                Tier("dhrystone twice", 2, 6, params={"duration": 0.05},
                                         select={"test": ["dhrystone"]}, extra=True)))
 
 

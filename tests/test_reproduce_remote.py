@@ -15,6 +15,7 @@ from virtbench import reproduce as rp
 from virtbench import reproduce_times as rt
 from virtbench.store import Store
 from virtbench.studies import card
+from virtbench.studies.model import Tier
 
 pytestmark = pytest.mark.slow
 PREFIX = "vbrp"
@@ -31,7 +32,7 @@ def testbed_rp(tmp_path_factory):
 def _tiny_ep() -> rp.Experiment:
     """The plan's own EP experiment (its suite cells, its platforms) at class S, 2 repetitions."""
     ep = next(e for e in rp.EXPERIMENTS if e.id == "000-npb-ep")
-    return replace(ep, tiers=(rp.Tier("class S, 2 repetitions", 2, 20, params={"class": "S"}),))
+    return replace(ep, tiers=(Tier("class S, 2 repetitions", 2, 20, params={"class": "S"}),))
 
 
 def _run(tmp_path, monkeypatch, experiments, facts, **kw) -> tuple[Store, str]:
@@ -87,7 +88,7 @@ def test_cloud_settings_run_the_cloud_boot_grid_labelled_as_moto(testbed_rp, mot
     facts = {**TCG, "cloud": rp.cloud_facts(cloud, testbed_rp)}
     assert facts["cloud"]["backend"] == "moto+testbed" and facts["cloud"]["emulated"]
     boot = next(e for e in rp.EXPERIMENTS if e.id == "000-boot-cloud")
-    boot = replace(boot, tiers=(rp.Tier("one image, 1 and 2 at once, 1 repetition", 1, 20,
+    boot = replace(boot, tiers=(Tier("one image, 1 and 2 at once, 1 repetition", 1, 20,
                                         boot={"concurrency": [1, 2]}),))
     store, run_id = _run(tmp_path, monkeypatch, (_tiny_ep(), boot), facts, inventory=testbed_rp, cloud=cloud)
     data = card.result(store, run_id)

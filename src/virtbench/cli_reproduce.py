@@ -58,13 +58,14 @@ def scorecard_table(cards: list[dict]) -> Table:
         t.add_column(col)
     colour = {"holds": "green", "differs": "red", "not measured": "yellow"}
     for c in cards:
-        t.add_row(escape(c["finding"]), c["study"], f"[{colour[c['verdict']]}]{c['verdict']}[/]",
+        revised = "".join(f"\n(revised {r['date']}: {r['change']})" for r in c.get("revised") or [])
+        t.add_row(escape(c["finding"]), c["study"], f"[{colour[c['verdict']]}]{c['verdict']}[/]" + escape(revised),
                   escape(c["measured"] if c["verdict"] != "not measured" else c["reason"]))
     return t
 
 
 @click.command("reproduce")
-@click.argument("studies", nargs=-1, type=click.Choice(["000", "001", "002", "003", "004"]))
+@click.argument("studies", nargs=-1, metavar="[STUDIES | STUDY_FILE.toml ...]")
 @click.option("--budget", default="30m", show_default=True,
               help="time the whole reproduction may take: 30m, 1h, 1h30m ...; scales are fitted to it")
 @click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
@@ -89,16 +90,18 @@ def scorecard_table(cards: list[dict]) -> Table:
 @click.option("--db", help=DB_HELP)
 @click.option("--json", "as_json", is_flag=True, help="print the scorecard and the plan as one JSON object")
 def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, plan_only, resume_id, db, as_json) -> None:
-    """Run the five studies' experiments (or those of the STUDIES named: 000 ... 004) on the platforms
-    this machine reaches, within --budget, and score each study's published findings against the
-    results: holds, differs, or not measured (with why)."""
+    """Run the five studies' experiments (or those of the STUDIES named: 000 ... 004), or those of
+    study files you wrote (STUDY_FILE.toml: your own paper's experiments and findings, see the README),
+    on the platforms this machine reaches, within --budget, and score each finding against the
+    results: holds, differs, or not measured (with why). The scorecard names the hash of every study
+    file it was scored with."""
     from .cli_common import _emit_json, _ensure_kernels, _inventory_path, err, out
     from .reproduce import (Reproducer, cloud_options, experiments_done, left_out_always, machine_facts,
                             parse_budget, plan, spec_for)
 
     store = Store(db or paths.default_db(), named=db)
     budget_s = parse_budget(budget)
-    chosen = list(studies) or None
+    chosen, own = _chosen(studies)
     command = "virtbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     events = _PrintEvents(err)
     rep = Reproducer(store, events=events, command=command)
@@ -111,23 +114,24 @@ def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, 
         inventory = _inventory_path(inventory) if inventory else None
         cloud = cloud_options(cloud) if cloud else None
         facts = machine_facts(kubeconfig, inventory, hosts, cloud)
-        steps = plan(budget_s, facts, studies=chosen, store=store)
+        steps = plan(budget_s, facts, studies=chosen, store=store, own=own)
         spec = spec_for(steps, budget_s, facts, chosen, kubeconfig, pods_image, inventory=inventory, hosts=hosts,
-                        cloud=cloud)
+                        cloud=cloud, own=own)
         err.print(_plan_table(spec["plan"], spec["left_out"]))
         total = sum(p["estimate_s"] or 0 for p in spec["plan"])
         err.print(f"estimated {total / 60:.1f} min of a {budget_s / 60:.0f} min budget; accelerator "
                   f"{facts['accelerator']}, load {facts['load_1m']:.2f} on {facts['cores']} cores", highlight=False)
         if plan_only:
             if as_json:
-                _emit_json({"plan": spec["plan"], "left_out": left_out_always(chosen), "facts": facts,
-                            "budget_s": budget_s})
+                _emit_json({"plan": spec["plan"], "left_out": left_out_always(chosen, own), "facts": facts,
+                            "budget_s": budget_s, "study_files": [{k: f[k] for k in ("id", "path", "sha256")}
+                                                                  for f in spec["study_files"]]})
             return
     _ensure_kernels()
     try:
         run_id = rep.resume(resume_id) if resume_id else rep.start(budget_s, chosen, facts, kubeconfig=kubeconfig,
                                                                     pods_image=pods_image, inventory=inventory,
-                                                                    hosts=hosts, cloud=cloud)
+                                                                    hosts=hosts, cloud=cloud, own=own)
     except KeyboardInterrupt:
         rid = rep.run_id or resume_id
         err.print(f"\ninterrupted; everything was torn down. Resume with: virtbench reproduce --resume {rid}"
@@ -146,6 +150,32 @@ def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, 
                 err.print(f"{eid}: {d['reason']}; run its failed cells again with: virtbench run --resume "
                           f"{d['child']} --retry-failed{at}", highlight=False)
         sys.exit(code)
+
+
+def _chosen(args: tuple[str, ...]):
+    """STUDIES: built-in study ids (000 ... 004), or paths of study files; (ids or None, studies or None)."""
+    from .reproduce import STUDY_IDS
+    from .studies import studyfile
+
+    if not args:
+        return None, None
+    files = [a for a in args if a not in STUDY_IDS]
+    if not files:
+        return list(args), None
+    if len(files) != len(args):
+        raise UserError("give either built-in study ids (000 ... 004) or study files, not both",
+                        "run the built-in studies and your own in two reproduce runs")
+    for f in files:
+        if not f.endswith(".toml"):
+            raise UserError(f"{f!r} is neither a built-in study ({', '.join(STUDY_IDS)}) nor a study file (.toml)",
+                            "name a study by its id, or give the path of your study file")
+    own = [studyfile.load(f) for f in files]
+    ids = [s.id for s in own]
+    for i, sid in enumerate(ids):
+        if sid in ids[:i]:
+            raise UserError(f"two study files have the id {sid!r} ({own[ids.index(sid)].path}, {own[i].path})",
+                            "give each study its own [study] id")
+    return None, own
 
 
 def exit_code(store: Store, run_id: str) -> int:
@@ -173,6 +203,8 @@ def show(store: Store, run_id: str, as_json: bool) -> None:
     done = {p["id"]: p for p in data["plan"]}
     out.print(_plan_table(data["plan"], data["left_out"], done))
     out.print(scorecard_table(data["scorecard"]))
+    for f in data.get("study_files") or []:
+        out.print(f"study {f['id']}: {f['path']} sha256 {f['sha256']}", highlight=False)
     c = data["counts"]
     out.print(f"run {data['run_id']} ({data['status']}): {c['holds']} hold, {c['differs']} differ, "
               f"{c['not measured']} not measured; {data['elapsed_s'] / 60:.1f} min of a "

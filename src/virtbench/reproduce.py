@@ -36,7 +36,9 @@ from .errors import UserError
 # The experiments (data), the machine's facts, the child runs' matrices and the estimates live in
 # their own modules; their names stay importable from here.
 from .reproduce_experiments import (CLOUD_ENV, CLOUD_SHAPE, EXPERIMENTS, LEFT_OUT_ALWAYS, PLATFORM_ENVS,  # noqa: F401
-                                    REMOTE_ENV, Experiment, Tier)
+                                    REMOTE_ENV)
+from .studies import chosen, studyfile
+from .studies.model import Experiment, Study, Tier  # noqa: F401
 from .reproduce_facts import _load, cloud_facts, cloud_options, cpu_probe, inventory_hosts, machine_facts  # noqa: F401
 from .reproduce_matrix import boot_grid, matrix_for  # noqa: F401
 from .reproduce_times import Estimator, estimate, load_history, record_history, timing_key  # noqa: F401
@@ -69,12 +71,13 @@ class Step:
 
 
 def plan(budget_s: float, facts: dict[str, Any], *, studies: list[str] | None = None,
-         history: dict | None = None, store=None) -> list[Step]:
+         history: dict | None = None, store=None, own: list[Study] | None = None) -> list[Step]:
     """Fit the chosen studies' experiments into the budget (pure when facts and history are given;
-    `store`: where the child plans read earlier samples, None: the workloads' models only)."""
+    `store`: where the child plans read earlier samples, None: the workloads' models only; `own`:
+    study files a user wrote, planned instead of the built-in studies)."""
     est = Estimator(load_history() if history is None else history, facts.get("probe_s"), store)
     steps: list[Step] = []
-    for exp in EXPERIMENTS:
+    for exp in (in_priority(own) if own else EXPERIMENTS):
         if studies and exp.study not in studies:
             continue
         step = Step(exp, 0, envs=_envs_for(exp, facts), platforms=_platform_note(exp, facts))
@@ -167,7 +170,22 @@ def _platform_note(exp: Experiment, facts: dict[str, Any]) -> str:
     return "; ".join(x for x in (hosts, on_cloud or "not on a cloud: no --cloud") if x)
 
 
-def left_out_always(studies: list[str] | None) -> dict[str, str]:
+def in_priority(studies: list[Study]) -> tuple[Experiment, ...]:
+    """Study files' experiments in the order a budget keeps them: by priority, then file order."""
+    return tuple(sorted((e for s in studies for e in s.experiments), key=lambda e: e.priority))
+
+
+def experiments_of(spec: dict[str, Any]) -> tuple[Experiment, ...]:
+    """The experiments a stored reproduce run was planned with: a user's study files' (as recorded),
+    else the built-in ones."""
+    if any(not f["builtin"] for f in spec.get("study_files") or []):
+        return in_priority(chosen.from_spec(spec))
+    return EXPERIMENTS
+
+
+def left_out_always(studies: list[str] | None, own: list[Study] | None = None) -> dict[str, str]:
+    if own:
+        return {k: v for s in own for k, v in s.left_out.items()}
     return {k: v for k, v in LEFT_OUT_ALWAYS.items() if not studies or k[:3] in studies}
 
 
@@ -183,10 +201,14 @@ class Events:
 
 def spec_for(steps: list[Step], budget_s: float, facts: dict[str, Any], studies: list[str] | None,
              kubeconfig: str | None, pods_image: str, *, inventory: str | None = None,
-             hosts: str = "all", cloud: dict[str, Any] | None = None) -> dict[str, Any]:
+             hosts: str = "all", cloud: dict[str, Any] | None = None, own: list[Study] | None = None) -> dict[str, Any]:
+    """The reproduce run as stored: its plan, and the study files it plans and scores with (their
+    texts and hashes: what the scorecard was pre-registered as)."""
+    files = own or [s for s in studyfile.builtin() if not studies or s.id in studies]
     return {"kind": "reproduce", "name": "reproduce", "path": None, "baseline": "host", "environments": [],
-            "cells": [], "policy": {}, "budget_s": budget_s, "studies": studies or list(STUDY_IDS),
-            "facts": facts, "plan": [s.as_dict() for s in steps], "left_out": left_out_always(studies),
+            "cells": [], "policy": {}, "budget_s": budget_s,
+            "studies": [s.id for s in own] if own else studies or list(STUDY_IDS), "study_files": chosen.record(files),
+            "facts": facts, "plan": [s.as_dict() for s in steps], "left_out": left_out_always(studies, own),
             "kubeconfig": kubeconfig, "pods_image": pods_image, "inventory": inventory, "hosts": hosts,
             "cloud": cloud}
 
@@ -217,10 +239,10 @@ class Reproducer:
 
     def start(self, budget_s: float, studies: list[str] | None, facts: dict[str, Any], *,
               kubeconfig: str | None = None, pods_image: str = "", inventory: str | None = None,
-              hosts: str = "all", cloud: dict[str, Any] | None = None) -> str:
-        steps = plan(budget_s, facts, studies=studies, store=self.store)
+              hosts: str = "all", cloud: dict[str, Any] | None = None, own: list[Study] | None = None) -> str:
+        steps = plan(budget_s, facts, studies=studies, store=self.store, own=own)
         spec = spec_for(steps, budget_s, facts, studies, kubeconfig, pods_image, inventory=inventory, hosts=hosts,
-                        cloud=cloud)
+                        cloud=cloud, own=own)
         self.run_id = self.store.create_run(spec, suite_name="reproduce", suite_path=None, baseline="host",
                                             command=self.command)
         self._execute(spec, self.clock())
@@ -247,7 +269,7 @@ class Reproducer:
             self._steps(spec, started + spec["budget_s"] - MIN_RESERVE_S / 2)
 
     def _steps(self, spec: dict[str, Any], deadline: float) -> None:
-        by_id = {e.id: e for e in EXPERIMENTS}
+        by_id = {e.id: e for e in experiments_of(spec)}
         steps = [p for p in spec["plan"] if p["tier"] is not None]
         done = experiments_done(self.store, self.run_id)
         slowdown = 1.0  # actual / estimated of the experiments run so far: the estimates of the rest follow it

@@ -7,11 +7,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from . import paths, shapes, workloads
+from . import shapes, workloads
 from . import suite as suite_mod
 from .errors import UserError
 from .model import EnvSpec
-from .reproduce_experiments import CLOUD_ENV, CLOUD_SHAPE, PLATFORM_ENVS, REMOTE_ENV, Experiment, Tier
+from .reproduce_experiments import CLOUD_ENV, CLOUD_SHAPE, PLATFORM_ENVS, REMOTE_ENV
+from .studies.model import Experiment, Tier
 
 def _allowed(value: Any, allowed: list) -> bool:
     return any(value == a or (a is None and value is None) for a in allowed)
@@ -28,7 +29,7 @@ def matrix_for(exp: Experiment, tier: Tier, envs: tuple[str, ...], *, kubeconfig
         raise UserError(f"experiment {exp.id}: SSH hosts without an inventory", "give --inventory FILE")
     if CLOUD_ENV in extra and not cloud:
         raise UserError(f"experiment {exp.id}: a cloud without its settings", "give --cloud KEY=VALUE ...")
-    m = suite_mod.load(paths.suites_dir() / exp.suite, envs=[e for e in envs if e not in PLATFORM_ENVS])
+    m = suite_mod.load(exp.suite_file(), envs=[e for e in envs if e not in PLATFORM_ENVS])
     where = {**exp.where, **tier.select}
     cells: dict[str, dict] = {}
     for c in m.cells:
@@ -69,7 +70,7 @@ def matrix_for(exp: Experiment, tier: Tier, envs: tuple[str, ...], *, kubeconfig
                     prev.pop("environments", None)
     if not cells:
         raise UserError(f"experiment {exp.id}: no cell of {exp.suite} matches its selection",
-                        "the suite file changed; update EXPERIMENTS in reproduce_experiments.py")
+                        "the suite file changed; update the experiment's where, condition_where and tiers in its study file")
     m.cells = list(cells.values())
     if REMOTE_ENV in extra:
         m.environments.append(EnvSpec(REMOTE_ENV, "ssh", shapes.resolve("native"), {"hosts": hosts}))
@@ -120,7 +121,7 @@ def _cloud_env_options(cloud: dict[str, Any]) -> dict[str, Any]:
 def boot_grid(exp: Experiment, tier: Tier, cloud: dict[str, Any] | None = None):
     from . import boot as boot_mod
 
-    g = boot_mod.load_suite(paths.suites_dir() / exp.suite)
+    g = boot_mod.load_suite(exp.suite_file())
     g.concurrency = list(tier.boot["concurrency"])
     g.repeat = tier.repeat
     if "cloud" in exp.needs:  # the experiment's declared need, not its driver's name

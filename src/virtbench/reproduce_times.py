@@ -21,7 +21,8 @@ from typing import Any
 
 from . import paths, workloads
 from . import plan as plan_mod
-from .reproduce_experiments import PLATFORM_ENVS, Experiment, Tier
+from .reproduce_experiments import PLATFORM_ENVS
+from .studies.model import Experiment, Tier
 from .reproduce_matrix import matrix_for
 from .suite import Matrix, cell_environments
 

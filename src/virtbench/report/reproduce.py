@@ -22,13 +22,17 @@ def part(store: Store, run_id: str) -> tuple[Part, list[str]]:
     rows, keys = [], []
     for v in data["scorecard"]:
         said = v["measured"] if v["verdict"] != "not measured" else v["reason"]
-        rows.append([v["finding"], v["study"], VERDICT_MARK[v["verdict"]], said, v["tolerance"], v["cite"]])
+        verdict = VERDICT_MARK[v["verdict"]] + "".join(
+            f" (finding revised {r['date']}: {r['change']}; why: {r['why']})" for r in v.get("revised") or [])
+        rows.append([v["finding"], v["study"], verdict, said, v["tolerance"], v["cite"]])
         keys.append({"claim": v["id"], "verdict": v["verdict"]})
     score = Table("Scorecard: each published finding of the studies, checked against this run's measurements",
                   ["finding", "study", "verdict", "measured (95 % interval) / why not measured", "holds if",
                    "where the study says it"], rows, keys=keys,
-                  note="Claims and tolerances were fixed from the studies' text before this data was looked at "
-                       "(studies/claims.py). Emulated (TCG) VMs never count for or against a finding about "
+                  note="Findings and tolerances are the study files' as this run recorded them ("
+                       + ("; ".join(f"{f['path']} sha256 {f['sha256'][:16]}" for f in data.get("study_files") or [])
+                          or "studies/NNN.toml") + "). A finding revised after results were seen says so beside "
+                       "its verdict. Emulated (TCG) VMs never count for or against a finding about "
                        "hardware virtualization.")
     facts = data.get("facts") or {}
     intro = (f"{c['holds']} hold, {c['differs']} differ, {c['not measured']} not measured. Budget "

@@ -7,22 +7,22 @@ import time
 
 from ..errors import UserError
 from ..store import Store
-from . import evidence, score
-from .claims import for_studies
+from . import chosen, evidence, score
 
 
 def result(store: Store, run_id: str) -> dict:
-    """The `reproduce --json` object: the scorecard first, then the plan with estimates and actual times."""
-    from ..reproduce import EXPERIMENTS, experiments_done
-
-    tiers = {e.id: e.tiers for e in EXPERIMENTS}
+    """The `reproduce --json` object: the scorecard (scored with the study files the run recorded,
+    their hashes beside it) first, then the plan with estimates and actual times."""
+    from ..reproduce import experiments_done, experiments_of
 
     run = store.run(run_id)
     spec = run["spec"]
     if spec.get("kind") != "reproduce":
         raise UserError(f"run {run['id']} is not a reproduce run", f"show it with: virtbench show {run['id']}{store.db_option}")
+    tiers = {e.id: e.tiers for e in experiments_of(spec)}
     ev = evidence.collect(store, run["id"])
-    cards = score.scorecard(ev, for_studies(spec.get("studies")))
+    findings = [f for s in chosen.from_spec(spec) for f in s.findings]
+    cards = score.scorecard(ev, findings)
     done = experiments_done(store, run["id"])
     plan = []
     for p in spec["plan"]:
@@ -33,6 +33,6 @@ def result(store: Store, run_id: str) -> dict:
                      "estimate_at_run_s": d.get("estimate_s"), "actual_s": d.get("actual_s")})
     elapsed = (run["finished_at"] or time.time()) - run["created_at"]
     return {"run_id": run["id"], "status": run["status"], "budget_s": spec["budget_s"],
-            "elapsed_s": round(elapsed, 1), "studies": spec.get("studies"), "facts": spec.get("facts"),
-            "counts": score.counts(cards), "scorecard": [c.as_dict() for c in cards], "plan": plan,
-            "left_out": spec.get("left_out", {})}
+            "elapsed_s": round(elapsed, 1), "studies": spec.get("studies"), "study_files": chosen.hashes(spec),
+            "facts": spec.get("facts"), "counts": score.counts(cards), "scorecard": [c.as_dict() for c in cards],
+            "plan": plan, "left_out": spec.get("left_out", {})}

@@ -1,4 +1,4 @@
-"""Scoring a claim (claims.py) against measured evidence: pure functions, no store, no I/O.
+"""Scoring a finding (a study file's, model.Finding) against measured evidence: pure functions, no store, no I/O.
 
 Evidence is a list of measured groups (the repetitions of one metric of one cell in one environment)
 plus facts about the machine (accelerator, cluster, NFS client) and, per plan experiment, why it has
@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import stats
-from .claims import CLAIMS, Claim
+from .model import Finding
 
 HOLDS, DIFFERS, NOT_MEASURED = "holds", "differs", "not measured"
 
@@ -87,6 +87,10 @@ class Verdict:
     ci: list[float] | None = None
     reason: str = ""
     environments: list[str] = field(default_factory=list)
+    quote: str = ""
+    quote_en: str = ""
+    # revisions of the finding (date, change, why): one made after results were seen is shown beside the verdict
+    revised: list[dict[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -139,7 +143,7 @@ def emulated_cloud(g: Group) -> bool:
 
 
 def select(ev: Evidence, s: dict[str, Any], *, exclude_tcg: bool = False, emulated: bool = False) -> list[Group]:
-    """Groups matching a selector (claims.sel). A param or condition value "max"/"min" keeps the groups
+    """Groups matching a selector (a study file's selector). A param or condition value "max"/"min" keeps the groups
     with the largest/smallest value of that key; "best" the one whose median is best. Results of an
     emulated cloud (moto) are never taken (`emulated` True: only for saying so)."""
     out = []
@@ -238,7 +242,7 @@ def _both_sides(lo: float, hi: float) -> str:
             "needed")
 
 
-def _rule_ratio(c: Claim, ev: Evidence, tcg: bool) -> tuple[bool, str, float, list[float] | None, list[str]]:
+def _rule_ratio(c: Finding, ev: Evidence, tcg: bool) -> tuple[bool, str, float, list[float] | None, list[str]]:
     num, den = one(ev, c.args["num"], exclude_tcg=tcg), one(ev, c.args["den"], exclude_tcg=tcg)
     r = _ratio(num, den)
     ok = decide(r.ratio, r.ci_low, r.ci_high, c.args)
@@ -253,7 +257,7 @@ def _rule_ratio(c: Claim, ev: Evidence, tcg: bool) -> tuple[bool, str, float, li
     return ok, text, r.ratio, ci, envs
 
 
-def _best_short_of(c: Claim, ev: Evidence, den: Group, tcg: bool) -> str | None:
+def _best_short_of(c: Finding, ev: Evidence, den: Group, tcg: bool) -> str | None:
     """For a denominator picked as the "best" of a range: why that range was too short, or None."""
     for key, v in c.args["den"]["params"].items():
         published = (c.args.get("published_at") or {}).get(key)
@@ -276,7 +280,7 @@ def _label(g: Group) -> str:
     return g.env + (f" ({', '.join(extra)})" if extra else "")
 
 
-def _rule_efficiency(c: Claim, ev: Evidence, tcg: bool):
+def _rule_efficiency(c: Finding, ev: Evidence, tcg: bool):
     a = c.args
     one_, many = one(ev, a["one"], exclude_tcg=tcg), one(ev, a["many"], exclude_tcg=tcg)
     r = stats.ratio(one_.values, many.values, higher_is_better=False)  # T1 / Tn
@@ -288,7 +292,7 @@ def _rule_efficiency(c: Claim, ev: Evidence, tcg: bool):
     return ok, text, e, ([lo, hi] if math.isfinite(lo) else None), sorted({one_.env, many.env})
 
 
-def _rule_order(c: Claim, ev: Evidence, tcg: bool):
+def _rule_order(c: Finding, ev: Evidence, tcg: bool):
     chain = [one(ev, s, exclude_tcg=tcg) for s in c.args["chain"]]
     decided, steps = [], []
     for prev, nxt in zip(chain, chain[1:]):
@@ -309,7 +313,7 @@ def _x_of(g: Group, key: str) -> float:
     return x
 
 
-def _rule_slope(c: Claim, ev: Evidence, tcg: bool):
+def _rule_slope(c: Finding, ev: Evidence, tcg: bool):
     from scipy import stats as sps
 
     s, key = c.args["select"], c.args["x"]
@@ -335,7 +339,7 @@ def _rule_slope(c: Claim, ev: Evidence, tcg: bool):
     return ok, text, fit.slope, ([lo, hi] if math.isfinite(lo) else None), sorted({g.env for g in groups})
 
 
-def _rule_level(c: Claim, ev: Evidence, tcg: bool):
+def _rule_level(c: Finding, ev: Evidence, tcg: bool):
     g = one(ev, c.args["select"], exclude_tcg=tcg)
     lo, hi, _level = stats.median_ci(g.values)
     ok = decide(g.median, lo, hi, {"at_least": c.args["at_least"]})
@@ -358,7 +362,7 @@ def short_of(best: float, xs: list[float], published: float | None, key: str, wh
             f"which {side} the published {what} at {_fmt(published)}: a larger tier or cluster needed")
 
 
-def _rule_peak(c: Claim, ev: Evidence, tcg: bool):
+def _rule_peak(c: Finding, ev: Evidence, tcg: bool):
     s, key = c.args["select"], c.args["x"]
     groups = select(ev, s, exclude_tcg=tcg)
     med: dict[float, float] = {}
@@ -377,7 +381,7 @@ def _rule_peak(c: Claim, ev: Evidence, tcg: bool):
     return xs[0] < best < xs[-1], text, best, None, envs
 
 
-def _rule_penalty(c: Claim, ev: Evidence, tcg: bool):
+def _rule_penalty(c: Finding, ev: Evidence, tcg: bool):
     a = c.args
     out, envs = {}, set()
     for name in ("fine", "coarse"):
@@ -404,7 +408,7 @@ RULES = {"ratio": _rule_ratio, "efficiency": _rule_efficiency, "order": _rule_or
 
 # -- scoring --------------------------------------------------------------------------------------------
 
-def missing_need(c: Claim, facts: dict[str, Any]) -> str | None:
+def missing_need(c: Finding, facts: dict[str, Any]) -> str | None:
     """Why the machine cannot measure this claim at all, or None."""
     if c.unmeasurable:
         return c.unmeasurable
@@ -415,14 +419,15 @@ def missing_need(c: Claim, facts: dict[str, Any]) -> str | None:
     return None
 
 
-def score(c: Claim, ev: Evidence) -> Verdict:
-    v = Verdict(c.id, c.study, c.finding, c.cite, c.quantity, c.tolerance, NOT_MEASURED)
+def score(c: Finding, ev: Evidence) -> Verdict:
+    v = Verdict(c.id, c.study, c.finding, c.cite, c.quantity, c.tolerance, NOT_MEASURED, quote=c.quote,
+                quote_en=c.quote_en, revised=[{"date": r.date, "change": r.change, "why": r.why} for r in c.revised])
     why = missing_need(c, ev.facts)
     if why:
         v.reason = why
         return v
     try:
-        ok, text, value, ci, envs = RULES[c.check](c, ev, "kvm" in c.needs)
+        ok, text, value, ci, envs = RULES[c.rule](c, ev, "kvm" in c.needs)
     except _NoData as exc:
         v.reason = str(exc)
         return v
@@ -437,8 +442,8 @@ def score(c: Claim, ev: Evidence) -> Verdict:
     return v
 
 
-def scorecard(ev: Evidence, claims: list[Claim] | None = None) -> list[Verdict]:
-    return [score(c, ev) for c in (CLAIMS if claims is None else claims)]
+def scorecard(ev: Evidence, findings: list[Finding]) -> list[Verdict]:
+    return [score(f, ev) for f in findings]
 
 
 def counts(verdicts: list[Verdict]) -> dict[str, int]:

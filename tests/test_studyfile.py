@@ -1,0 +1,117 @@
+"""Study files (studies/NNN.toml, a user's own): the loader reads the five built-in studies, resolves
+suites relative to the file, and names every problem of a wrong file by file, line and key at once."""
+
+import pytest
+
+from virtbench.studies import studyfile
+from virtbench.studies.studyfile import StudyFileError, StudyFileErrors
+
+GOOD = '''
+[study]
+id = "mine"
+title = "my paper"
+
+[[experiments]]
+id = "mine-cpu"
+title = "dhrystone, host vs container"
+suite = "suites/s.toml"
+envs = ["host", "container"]
+workload = "system"
+
+[[experiments.tiers]]
+label = "once"
+repeat = 4
+estimate_s = 10
+
+[[findings]]
+id = "mine-alike"
+finding = "a container runs dhrystone as fast as the host"
+quote = "containers cost nothing"
+cite = "section 3, Table 1"
+quantity = "dhrystone score, container / host"
+tolerance = "holds if the ratio is within 0.9-1.1"
+rule = "ratio"
+
+[findings.args]
+within = [0.9, 1.1]
+
+[findings.args.num]
+experiment = "mine-cpu"
+workload = "system"
+metric = "dhrystone"
+kind = "container"
+
+[findings.args.den]
+experiment = "mine-cpu"
+workload = "system"
+metric = "dhrystone"
+kind = "host"
+'''
+SUITE = '''
+[suite]
+name = "s"
+[environments.host]
+driver = "host"
+[environments.container]
+driver = "container"
+[[workloads]]
+name = "system"
+'''
+
+
+@pytest.fixture
+def study_dir(tmp_path):
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "s.toml").write_text(SUITE)
+    return tmp_path
+
+
+def test_the_five_builtin_studies_load_with_their_experiments_and_findings():
+    studies = studyfile.builtin()
+    assert [s.id for s in studies] == ["000", "001", "002", "003", "004"]
+    for s in studies:
+        assert s.experiments and s.findings and len(s.sha256) == 64
+        assert all(e.suite_file().is_file() for e in s.experiments)
+        assert all(f.quote and f.cite and f.rule for f in s.findings)
+
+
+def test_a_users_study_resolves_its_suite_relative_to_the_file(study_dir):
+    (study_dir / "study.toml").write_text(GOOD)
+    s = studyfile.load(study_dir / "study.toml")
+    (e,) = s.experiments
+    assert e.suite_file() == study_dir / "suites" / "s.toml" and e.study == "mine"
+    (f,) = s.findings
+    assert f.args["num"]["kind"] == ("container",) and f.args["within"] == [0.9, 1.1]
+    assert f.quote_en == "" and not s.builtin
+
+
+def test_every_problem_is_named_by_file_line_and_key(study_dir):
+    bad = (GOOD.replace('kind = "container"', 'kind = "jail"')
+               .replace('rule = "ratio"', 'rule = "ratio"\nneeds = ["gpu"]')
+               .replace('envs = ["host", "container"]', 'envs = ["host", "vm"]')
+               .replace('experiment = "mine-cpu"\nworkload = "system"\nmetric = "dhrystone"\nkind = "host"',
+                        'experiment = "theirs"\nworkload = "system"\nmetric = "dhrystone"\nkind = "host"'))
+    path = study_dir / "study.toml"
+    path.write_text(bad)
+    with pytest.raises(StudyFileErrors) as exc:
+        studyfile.load(path)
+    text = str(exc.value)
+    lines = bad.splitlines()
+    for key, needle in (("experiments.envs", 'envs = ["host", "vm"]'), ("findings.needs", 'needs = ["gpu"]'),
+                        ("findings.args.num.kind", 'kind = "jail"'),
+                        ("findings.args.den.experiment", 'experiment = "theirs"')):
+        line = lines.index(needle) + 1
+        assert f"{path}:{line}: key '{key}'" in text, (key, text)
+
+
+def test_a_missing_tolerance_and_an_unknown_rule_are_errors(study_dir):
+    path = study_dir / "study.toml"
+    path.write_text(GOOD.replace("within = [0.9, 1.1]\n", ""))
+    with pytest.raises(StudyFileError, match=r"study.toml:\d+: key 'findings.args': rule ratio needs exactly one tolerance"):
+        studyfile.load(path)
+    path.write_text(GOOD.replace('rule = "ratio"', 'rule = "vibes"'))
+    with pytest.raises(StudyFileError, match="unknown rule 'vibes'"):
+        studyfile.load(path)
+    path.write_text(GOOD.replace('suite = "suites/s.toml"', 'suite = "s.toml"'))
+    with pytest.raises(StudyFileError, match=r"no such file: .*s.toml \(a suite file, relative to the study file\)"):
+        studyfile.load(path)
