@@ -231,3 +231,36 @@ name = "nosuch"
     # 'small' is broken, so the entry naming it is not blamed for an unknown environment
     assert "unknown environment" not in info.value.message
     assert info.value.line == 2 and info.value.key == "suite.min_repetitions"
+
+
+def test_a_misspelt_baseline_shape_and_every_key_come_in_the_same_pass(tmp_path):
+    """What used to surface only after the other errors were fixed: the baseline when environments
+    are broken, an option beside an unknown shape, the [suite] list's ad hoc shapes, each policy key
+    and each condition."""
+    path = tmp_path / "bad.toml"
+    path.write_text("""[suite]
+environments = ["box", "vm:m1.tiny"]
+baseline = "hots"
+warmup = -1
+timeout = "x"
+
+[environments.box]
+driver = "container"
+shape = "m1.huge"
+engine = "dockr"
+
+[[workloads]]
+name = "system"
+params = { test = "dhrystone" }
+condition = { delay_ms = "abc", nosuchcond = 1 }
+""")
+    with pytest.raises(SuiteError) as info:
+        suite.load(path)
+    lines = info.value.message.splitlines()
+    assert lines[0] == "8 problems in the suite file:"
+    found = [tuple(ln.strip().split(": ", 2)[:2]) for ln in lines[1:]]
+    assert found == [(f"{path}:{n}", f"key '{k}'") for n, k in (
+        (2, "suite.environments"), (3, "suite.baseline"), (4, "suite.warmup"), (5, "suite.timeout"),
+        (9, "environments.box.shape"), (10, "environments.box.engine"),
+        (15, "workloads.condition.delay_ms"), (15, "workloads.condition.nosuchcond"))]
+    assert "unknown shape 'm1.tiny'" in lines[1] and "'hots' is not one of" in lines[2]

@@ -142,7 +142,8 @@ def load(path: str | Path, *, envs: list[str] | None = None, repeat: int | None 
     custom_shapes = _shapes(where, doc.get("shapes", {}))
     raw_envs = doc.get("environments", {})
     defined = _environments(where, raw_envs, custom_shapes)
-    broken = {n for n in raw_envs if n not in defined} if isinstance(raw_envs, dict) else set()
+    file_envs = list(raw_envs) if isinstance(raw_envs, dict) else []
+    broken = {n for n in file_envs if n not in defined}
     if not defined and not broken:
         with where.collect():
             raise where.error(("environments",), "no environments defined", drivers.names())
@@ -152,15 +153,21 @@ def load(path: str | Path, *, envs: list[str] | None = None, repeat: int | None 
     for name in selected:
         if name not in broken:
             with where.collect():
-                env_list.append(_pick_env(where, name, defined, custom_shapes))
+                env_list.append(_pick_env(where, name, defined, custom_shapes,
+                                          None if envs else ("suite", "environments")))
+            if not env_list or env_list[-1].name != name:  # its error is recorded: no baseline error too
+                broken.add(name)
     names = [e.name for e in env_list]
     baseline = meta.get("baseline", names[0] if names else "")
-    if baseline not in names and names and baseline not in broken:
+    # checked against the broken environments' names too: a broken one has its own errors, and a
+    # misspelt baseline is named in the same pass, not after those are fixed
+    if baseline not in names and baseline not in broken and (names or "baseline" in meta):
         if envs:  # the CLI narrowed the environments: fall back to the first one
-            baseline = names[0]
+            baseline = names[0] if names else baseline
         else:
             with where.collect():
-                raise where.error(("suite", "baseline"), f"'{baseline}' is not one of the run's environments", names)
+                raise where.error(("suite", "baseline"), f"'{baseline}' is not one of the run's environments",
+                                  names + [n for n in selected if n in broken and n in file_envs])
 
     wl_entries = doc.get("workloads", [])
     cells = []
@@ -278,17 +285,19 @@ def _environment(where: _Where, name: str, spec: Any, custom: dict[str, Shape]) 
     options_spec = drivers.driver_class(driver).options
     before = len(where.errors)
     _check_keys(where, spec, at, ("driver", "shape", *options_spec))
-    shape = _shape(where, at + ("shape",), spec.get("shape", "native"), custom)
-    if shape.name != "native" and not drivers.driver_class(driver).supports_shapes:
-        raise where.error(at + ("shape",), f"the {driver} driver cannot limit resources; remove the shape",
-                          ["native"])
+    shape = None
+    with where.collect():  # recorded: the options below are checked too
+        shape = _shape(where, at + ("shape",), spec.get("shape", "native"), custom)
+        if shape.name != "native" and not drivers.driver_class(driver).supports_shapes:
+            raise where.error(at + ("shape",), f"the {driver} driver cannot limit resources; remove the shape",
+                              ["native"])
     options = {}
     for key, opt in options_spec.items():
         value = spec.get(key, opt.default)
         if opt.choices and value not in opt.choices:
             where.errors.append(where.error(at + (key,), f"invalid value {value!r}", opt.choices))
         options[key] = value
-    return EnvSpec(name, driver, shape, options) if len(where.errors) == before else None
+    return EnvSpec(name, driver, shape, options) if len(where.errors) == before and shape else None
 
 
 def _shape(where: _Where, at: tuple, name: Any, custom: dict[str, Shape]) -> Shape:
@@ -311,9 +320,16 @@ def join_host_lists(names: list[str], defined: Iterable[str]) -> list[str]:
     return out
 
 
-def _pick_env(where: _Where, name: str, defined: dict[str, EnvSpec], custom: dict[str, Shape]) -> EnvSpec:
+def _pick_env(where: _Where, name: str, defined: dict[str, EnvSpec], custom: dict[str, Shape],
+              at: tuple | None = None) -> EnvSpec:
     """A suite-defined environment, or an ad hoc 'driver[:shape][@machine]' one. `@` names where it
-    runs: an inventory host for container and vm (option machine), hosts or a group for ssh."""
+    runs: an inventory host for container and vm (option machine), hosts or a group for ssh.
+    at: the file's key that names it ([suite] environments), for the error's line; None: --envs."""
+    def error(problem: str, hint: str, choices: list[str]) -> UserError:
+        if at is None:
+            return UserError(f"{where.path}: {problem}", hint)
+        return where.error(at, problem, choices)
+
     if name in defined:
         return defined[name]
     head, _, where_at = name.partition("@")
@@ -324,13 +340,13 @@ def _pick_env(where: _Where, name: str, defined: dict[str, EnvSpec], custom: dic
         if where_at:
             key = "hosts" if "hosts" in options_spec else "machine" if "machine" in options_spec else None
             if key is None:
-                raise UserError(f"{where.path}: environment '{name}': the {driver} driver runs on this machine "
-                                "only", f"use {head} without @{where_at}")
+                raise error(f"environment '{name}': the {driver} driver runs on this machine only",
+                            f"use {head} without @{where_at}", [head])
             options[key] = where_at
-        shape = _shape(where, ("environments", name), shape_name or "native", custom)
+        shape = _shape(where, at or ("environments", name), shape_name or "native", custom)
         return EnvSpec(name, driver, shape, options)
     choices = sorted(defined) + [f"{d}[:SHAPE][@HOST]" for d in drivers.names()]
-    raise UserError(f"{where.path}: unknown environment '{name}'", "valid choices: " + ", ".join(choices))
+    raise error(f"unknown environment '{name}'", "valid choices: " + ", ".join(choices), choices)
 
 
 def _workload_cells(where: _Where, i: int, entry: Any, duration: float | None,
@@ -403,9 +419,11 @@ def _narrow(path: Path, cells: list[dict], env_list: list[EnvSpec], baseline: st
 def _expand(where: _Where, at: tuple, wl, given: dict, duration: float | None,
             given_condition: dict | None = None) -> list[dict]:
     """Coerce each parameter and condition, sweep lists (cartesian product), validate each combination."""
-    cond_axes = _condition_axes(where, at, given_condition or {})
-    known = {p.name: p for p in wl.params}
     before = len(where.errors)
+    cond_axes: list[tuple[str, list]] = []
+    with where.collect():
+        cond_axes = _condition_axes(where, at, given_condition or {})
+    known = {p.name: p for p in wl.params}
     for key in given:
         if key not in known:
             where.errors.append(where.error(at + ("params", key), f"unknown parameter of workload '{wl.name}'",
@@ -447,22 +465,24 @@ def _condition_axes(where: _Where, at: tuple, given: dict) -> list[tuple[str, li
     if not isinstance(given, dict):
         raise where.error(at + ("condition",), "must be a table such as { delay_ms = [0, 10] }")
     axes = []
-    for key, raw in given.items():
+    for key, raw in given.items():  # each key's errors recorded: the parameters are checked too
         try:
             cond = conditions.get(key)
         except KeyError:
-            raise where.error(at + ("condition", key), "unknown condition", conditions.names()) from None
+            where.errors.append(where.error(at + ("condition", key), "unknown condition", conditions.names()))
+            continue
         values = []
         for item in raw if isinstance(raw, list) else [raw]:
             try:
                 values.append(cond.coerce(item))
             except ValueError as exc:
-                raise where.error(at + ("condition", key), str(exc)) from None
+                where.errors.append(where.error(at + ("condition", key), str(exc)))
         axes.append((key, values))
     return axes
 
 
 def _policy(where: _Where, meta: dict, repeat: int | None) -> Policy:
+    """The [suite] repetition, time and monitor keys; each wrong one recorded, the rest still read."""
     policy = Policy()
     if meta.get("warmup") == "auto":
         policy.warmup = "auto"
@@ -470,28 +490,31 @@ def _policy(where: _Where, meta: dict, repeat: int | None) -> Policy:
         if key in meta and not (key == "warmup" and meta[key] == "auto"):
             value = meta[key]
             if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "warmup" else 1):
-                if key == "warmup":
-                    raise where.error(("suite", key), 'must be a whole number >= 0 or "auto"')
-                raise where.error(("suite", key), f"must be a whole number >= {0 if key == 'warmup' else 1}")
-            setattr(policy, key, value)
+                where.errors.append(where.error(("suite", key), 'must be a whole number >= 0 or "auto"'
+                                                if key == "warmup" else "must be a whole number >= 1"))
+            else:
+                setattr(policy, key, value)
     for key in ("ci_target", "time_budget", "timeout"):
         if key in meta:
             value = meta[key]
             if not isinstance(value, (int, float)) or value <= 0:
-                raise where.error(("suite", key), f"must be a positive number, got {value!r}")
-            setattr(policy, key, float(value))
+                where.errors.append(where.error(("suite", key), f"must be a positive number, got {value!r}"))
+            else:
+                setattr(policy, key, float(value))
     if "monitor" in meta:
         if not isinstance(meta["monitor"], bool):
-            raise where.error(("suite", "monitor"), f"must be true or false, got {meta['monitor']!r}")
-        policy.monitor = meta["monitor"]
+            where.errors.append(where.error(("suite", "monitor"), f"must be true or false, got {meta['monitor']!r}"))
+        else:
+            policy.monitor = meta["monitor"]
     if "monitor_interval" in meta:
         value = meta["monitor_interval"]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.05 <= value <= 3600:
-            raise where.error(("suite", "monitor_interval"), f"must be a number of seconds from 0.05 to 3600, "
-                                                             f"got {value!r}")
-        policy.monitor_interval = float(value)
+            where.errors.append(where.error(("suite", "monitor_interval"),
+                                            f"must be a number of seconds from 0.05 to 3600, got {value!r}"))
+        else:
+            policy.monitor_interval = float(value)
     if policy.max_repetitions < policy.min_repetitions:
-        raise where.error(("suite", "max_repetitions"), "must be >= min_repetitions")
+        where.errors.append(where.error(("suite", "max_repetitions"), "must be >= min_repetitions"))
     if repeat:
         policy.min_repetitions = policy.max_repetitions = repeat
     return policy
