@@ -115,7 +115,7 @@ def test_some_cells_failed_exit_3_json_and_retry_only_those(ghost, tmp_path):
 
 
 def test_no_verdict_from_one_repetition(tmp_path):
-    """A ratio from n = 1 has no test behind it: 'n too small', never '~'."""
+    """A ratio from n = 1 has no test behind it: 'inconclusive (n too small)', never equivalent."""
     from virtbench import suite
     from virtbench.runner import Runner
 
@@ -126,7 +126,8 @@ def test_no_verdict_from_one_repetition(tmp_path):
     m.policy.warmup = 0
     rid = Runner(store, m).start()
     rows = [r for r in analysis.results(store, rid)["results"] if r["environment"] == "host2"]
-    assert rows and all(r["verdict"] == "n too small" for r in rows if r["ratio"] is not None)
+    assert rows and all((r["verdict"], r["verdict_reason"], r["detectable"]) == ("inconclusive", "n too small", None)
+                        for r in rows if r["ratio"] is not None)
 
 
 @pytest.mark.slow

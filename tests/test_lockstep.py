@@ -130,7 +130,7 @@ def test_holes_are_left_out_of_the_ratio_and_said(tmp_path):
                for w in row["warnings"])
     # round-to-round load (0.6-1.0) cancels in the pairs: the 5 % slowdown is found, tightly
     assert row["ratio"] == pytest.approx(0.95, rel=0.01) and row["ratio_ci_high"] < 0.96
-    assert row["verdict"] == "significant"
+    assert row["verdict"] == "slower" and row["significant"]  # dhrystone: a throughput, 0.95 is slower
 
 
 def test_an_old_run_without_rounds_falls_back_to_unpaired_groups_and_says_so(tmp_path):

@@ -1,6 +1,7 @@
 """Reports from real short stored runs: HTML tables equal the stored statistics, Markdown and figures,
 compare --html, escaping, and bad input (unknown id, empty run, a run with only failures)."""
 
+import html
 import json
 import os
 import re
@@ -137,7 +138,8 @@ def test_two_environments_have_ratio_charts_and_marks(runs):
     assert "score ratio host-b / host" in text and "overall index" in text
     stored = analysis.results(Store(runs["db"]), runs["two"])["results"]
     marks = {fmt.mark(r, "host") for r in stored}
-    assert "=" in marks and marks & {"*", "~"}
+    assert "=" in marks and {m.split(" (")[0] for m in marks} - {"=", ""} <= {"faster", "slower", "equivalent", "inconclusive"}
+    assert all(html.escape(m, quote=False) in text for m in marks - {"="})  # each verdict as the table prints it
     # Published figures beside ours, with the study and table named and the scale convention stated.
     assert "study 004, CPU calibration: UnixBench overall index" in text and "2402.8" in text
     assert "Scale factor s = our index / published index" in text and "study 000" in text
@@ -180,6 +182,8 @@ def test_compare_html(runs):
         assert cells[5] == fmt.value(r["median_a"]) and cells[9] == fmt.value(r["median_b"])
         assert cells[12:15] == [fmt.ratio(r["ratio"]), fmt.ratio(r["ratio_ci_low"]), fmt.ratio(r["ratio_ci_high"])]
         assert cells[16] == fmt.mark(r)
+        assert cells[16].split(" (")[0] in ("faster", "slower", "equivalent", "inconclusive") or r["ratio"] is None
+        assert cells[17] == fmt.levels(r)
     assert "Only in B" in out.read_text()
 
 

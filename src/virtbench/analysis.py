@@ -29,7 +29,9 @@ from typing import Any
 from . import monitor, scaling, stats, workloads
 from .outcomes import reason_line
 from .store import Store, canonical
-from .verdicts import FDR, _bh_adjusted, _family, _verdicts  # the BH step; re-exported (plan, runner, tests)
+from .stats_exact import MIN_N_95
+from .stats_verdict import DEFAULT_MARGIN
+from .verdicts import FDR, _bh_adjusted, _family, _verdicts, verdict_fields  # the BH step; re-exported (plan, runner, tests)
 
 # Sample metadata that differs per repetition; not lifted into a result's metadata.
 _PER_SAMPLE = {"repetition", "round", "measured_seconds", "count", "index", "instance", "condition", "warnings",
@@ -54,10 +56,19 @@ def _series_cell(cell: dict, key: str | None, value: Any) -> dict:
     return {**cell, "key": f"{cell['key']}/{key}={value}", "params": {**cell["params"], key: value}}
 
 
-def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
+def run_margin(run: dict) -> float:
+    """The equivalence margin a run's suite stated (key `margin`), else the default (2 %)."""
+    m = (run.get("spec") or {}).get("policy", {}).get("margin")
+    return float(m) if isinstance(m, (int, float)) and m > 0 else DEFAULT_MARGIN
+
+
+def results(store: Store, run_id: str, *, seed: int = 0, margin: float | None = None) -> dict[str, Any]:
+    """A run's result rows (the `--json` object of `run` and `show`); `margin`: the equivalence
+    margin of the verdicts, a fraction (default: the suite's `margin`, else 2 %)."""
     run = store.run(run_id)
     run_id = run["id"]
     baseline = run["baseline"]
+    margin = run_margin(run) if margin is None else margin
     env_order = [e["name"] for e in run["spec"]["environments"]]
     cells = {c["key"]: c for c in run["spec"]["cells"]}
 
@@ -96,7 +107,7 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
         for env in here:
             row = _row(cell, metric, env, by_env.get(env, []), base_values, env == baseline,
                        0 if is_monitor else failures[(cell_key, env)], reasons[(cell_key, env)], seed,
-                       base_samples=by_env.get(baseline, []))
+                       base_samples=by_env.get(baseline, []), margin=margin)
             if baseline not in _cell_envs(cells[cell_key], env_order) and env != baseline and row["n"]:
                 row["warnings"].append(f"no ratio: this cell does not run on the baseline ({baseline})")
             rows.append(row)
@@ -117,8 +128,10 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
             row["warnings"] = [f"skipped: {reason}"]
             rows.append(row)
     _verdicts(rows, values, lambda r: _family(r, cells.get(r["cell_key"].split("/")[0])),
-              lambda r: ((r["cell_key"], r["metric"], r["environment"]), (r["cell_key"], r["metric"], baseline)))
-    rows += _index_rows(rows, groups, cells, env_order, baseline, seed)
+              lambda r: ((r["cell_key"], r["metric"], r["environment"]), (r["cell_key"], r["metric"], baseline)),
+              margin)
+    _target_notes(rows, (run.get("spec") or {}).get("policy") or {})
+    rows += _index_rows(rows, groups, cells, env_order, baseline, seed, margin)
     order = {k: i for i, k in enumerate(cells)}
 
     def point(r: dict) -> float:
@@ -130,7 +143,7 @@ def results(store: Store, run_id: str, *, seed: int = 0) -> dict[str, Any]:
                              env_order.index(r["environment"]) if r["environment"] in env_order else 99))
     _attach_failures(rows, failures, reasons)
     out = {"run_id": run_id, "status": run["status"], "suite": run["suite_name"], "baseline": baseline,
-           "environments": env_order, "results": [_clean(r) for r in rows]}
+           "environments": env_order, "margin": margin, "results": [_clean(r) for r in rows]}
     scaled = scaling.analyse(rows, values, baseline, seed=seed)
     if scaled:
         out["scaling"] = scaled
@@ -218,7 +231,7 @@ def _cell_envs(cell: dict, env_order: list[str]) -> list[str]:
 
 
 #: Fewest repetitions per side that let a rank test reach p <= 0.05 (4: 2 / C(8, 4) = 0.029).
-_MIN_VERDICT_N = next(n for n in range(2, 100) if stats.mw_min_p(n, n) <= 0.05)
+_MIN_VERDICT_N = MIN_N_95["bootstrap"]
 
 
 def _rounds(samples_: list[dict]) -> dict[int, float] | None:
@@ -244,7 +257,7 @@ def _paired(samples_: list[dict], base_samples: list[dict]) -> tuple[list[float]
 
 
 def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reasons, seed,
-         base_samples=None) -> dict[str, Any]:
+         base_samples=None, margin: float = DEFAULT_MARGIN) -> dict[str, Any]:
     values = [s["value"] for s in samples_]
     summary = stats.summarize(values, seed=seed)
     hib = bool(samples_[0]["higher_is_better"]) if samples_ else True
@@ -293,7 +306,8 @@ def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reason
            "ratio_ci_high": r.ci_high, "p_value": r.p_value, "significant": r.significant,
            "higher_is_better": hib, "failures": failures, "metadata": meta, "warnings": warnings,
            "ci_level": summary.ci_level, "ratio_ci_level": r.ci_level, "ratio_ci_method": r.method,
-           "verdict": None, "p_adjusted": math.nan, "p_threshold": math.nan, "comparisons": 0,
+           "verdict": None, "detectable": None, "margin": None, "verdict_reason": None, "ci_target_met": None,
+           "p_adjusted": math.nan, "p_threshold": math.nan, "comparisons": 0,
            "pairs": r.pairs, "holes": holes}
     if not is_baseline and math.isfinite(r.ratio) and math.isfinite(r.min_p):
         # picked up by _verdicts, which corrects across the table and removes these keys
@@ -301,8 +315,32 @@ def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reason
         if paired is not None:
             row["_paired"] = paired
     elif not is_baseline and math.isfinite(r.ratio):
-        row["verdict"] = "n too small"  # a ratio, but too few values on a side for any test
+        # a ratio, but too few values on a side for any test (and so no interval)
+        row.update(verdict_fields(r.ci_low, r.ci_high, 0.0, 1.0 - FDR, margin, hib), verdict_reason="n too small")
     return row
+
+
+#: The warning of a row that ended at max_repetitions without its ci_target (render groups by it).
+TARGET_MISSED = ("ci_target {target} not reached in {rounds} rounds (max_repetitions): raise max_repetitions or the "
+                 "workload's duration, or accept the wider interval")
+
+
+def _target_notes(rows: list[dict], policy: dict) -> None:
+    """A compared row that took the run's max_repetitions rounds and still has a ratio interval wider
+    than ci_target says so (`ci_target_met` False, and a warning with what to change); True where it
+    is met; None where the run had no adaptive target."""
+    target, most, least = policy.get("ci_target"), policy.get("max_repetitions"), policy.get("min_repetitions")
+    for r in rows:
+        if r.get("verdict") is None or not target or not most or (least or 0) >= most or r["metadata"].get("monitor"):
+            continue  # the monitor's series never decide when a cell stops
+        lo, hi, ratio = r["ratio_ci_low"], r["ratio_ci_high"], r["ratio"]
+        half = (hi - lo) / 2 / ratio if all(isinstance(x, float) and math.isfinite(x) for x in (lo, hi, ratio)) \
+            and ratio > 0 else math.inf
+        r["ci_target_met"] = bool(half <= target + 1e-12 and r.get("verdict_reason") is None)
+        if not r["ci_target_met"] and max(r.get("pairs") or 0, r["n"]) >= most:
+            got = f"±{half * 100:.2g} %" if math.isfinite(half) and r.get("verdict_reason") is None \
+                else "no interval at the table's level"
+            r["warnings"].append(f"{TARGET_MISSED.format(target=f'±{target * 100:g} %', rounds=most)}: {got}")
 
 
 def _failed_row(cell, env, failures, reasons) -> dict[str, Any]:
@@ -323,7 +361,7 @@ def _attach_failures(rows: list[dict], failures: dict, reasons: dict) -> None:
                              f"{count} failed repetition(s): {_top(reasons[where])}")
 
 
-def _index_rows(rows, groups, cells, env_order, baseline, seed) -> list[dict[str, Any]]:
+def _index_rows(rows, groups, cells, env_order, baseline, seed, margin=DEFAULT_MARGIN) -> list[dict[str, Any]]:
     """Overall index per (workload, params without the test param, condition) and environment."""
     families: dict[str, dict[str, Any]] = {}
     for (cell_key, metric, _series), by_env in groups.items():
@@ -353,8 +391,13 @@ def _index_rows(rows, groups, cells, env_order, baseline, seed) -> list[dict[str
             else:
                 r = _nan_ratio()
             n = min(len(v) for v in per_test)
-            # No verdict from fewer repetitions than a rank test needs for p <= 0.05 on either side.
+            # No verdict from fewer repetitions than a rank test needs for p <= 0.05 on either side:
+            # a bootstrap of 2 or 3 values does not hold 95 %, so no level is claimed for it.
             small = env != baseline and min([n, *(len(v) for v in base_tests)]) < _MIN_VERDICT_N
+            level = 0.95 if math.isfinite(r.ci_low) and env != baseline and not small else math.nan
+            said = {"verdict": None, "detectable": None, "margin": None, "verdict_reason": None, "ci_target_met": None}
+            if env != baseline and math.isfinite(r.ratio):
+                said = verdict_fields(r.ci_low, r.ci_high, level if not small else 0.0, 0.95, margin, True)
             out.append({"cell_key": fam["cell"]["key"], "workload": fam["cell"]["workload"],
                         "params": fam["cell"]["params"], "condition": fam["cell"]["condition"], "metric": "index",
                         "unit": "index", "environment": env, "n": n, "median": point, "mean": math.nan,
@@ -365,10 +408,8 @@ def _index_rows(rows, groups, cells, env_order, baseline, seed) -> list[dict[str
                         # an index summarizes the table's tests, so it is not one more comparison in
                         # their correction; its CI's level is its weakest test's
                         "ci_level": min(stats.median_ci(v)[2] for v in per_test) if math.isfinite(lo) else math.nan,
-                        "ratio_ci_level": 0.95 if math.isfinite(r.ci_low) and env != baseline else math.nan,
-                        "ratio_ci_method": "bootstrap" if env != baseline else "",
-                        "verdict": None if env == baseline or not math.isfinite(r.ratio) else
-                        "n too small" if small else ("significant" if r.significant else "not significant"),
+                        "ratio_ci_level": level,
+                        "ratio_ci_method": "bootstrap" if env != baseline else "", **said,
                         "p_adjusted": math.nan, "p_threshold": math.nan, "comparisons": 0})
     return out
 
@@ -426,9 +467,11 @@ def _clean(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
 
 
-def compare(store: Store, run_a: str, run_b: str, *, seed: int = 0) -> dict[str, Any]:
-    """Run B against run A: the same (workload, params, condition, metric, environment) matched up."""
+def compare(store: Store, run_a: str, run_b: str, *, seed: int = 0, margin: float | None = None) -> dict[str, Any]:
+    """Run B against run A: the same (workload, params, condition, metric, environment) matched up;
+    `margin`: the equivalence margin (default: run A's suite's, else 2 %)."""
     a, b = store.run(run_a)["id"], store.run(run_b)["id"]
+    margin = run_margin(store.run(a)) if margin is None else margin
 
     def grouped(run_id: str) -> dict[tuple, list[dict]]:
         out: dict[tuple, list[dict]] = defaultdict(list)
@@ -456,10 +499,13 @@ def compare(store: Store, run_a: str, run_b: str, *, seed: int = 0) -> dict[str,
             "n_b": sb_.n, "median_b": sb_.median, "ci_low_b": sb_.ci_low, "ci_high_b": sb_.ci_high,
             "ratio": r.ratio, "ratio_ci_low": r.ci_low, "ratio_ci_high": r.ci_high, "p_value": r.p_value,
             "significant": r.significant, "ci_level_a": sa_.ci_level, "ci_level_b": sb_.ci_level,
-            "ratio_ci_level": r.ci_level, "ratio_ci_method": r.method, "verdict": None,
+            "ratio_ci_level": r.ci_level, "ratio_ci_method": r.method, "verdict": None, "detectable": None,
+            "margin": None, "verdict_reason": None,
             "p_adjusted": math.nan, "p_threshold": math.nan, "comparisons": 0, "_key": key}
         if math.isfinite(r.ratio) and math.isfinite(r.min_p):
             row.update(_compared=True, _min_p=r.min_p, _seed=seed)
+        elif math.isfinite(r.ratio):  # one value on a side: no interval, no test
+            row.update(verdict_fields(r.ci_low, r.ci_high, 0.0, 1.0 - FDR, margin, hib), verdict_reason="n too small")
         rows.append(row)
 
     def family(r: dict) -> str:
@@ -468,8 +514,8 @@ def compare(store: Store, run_a: str, run_b: str, *, seed: int = 0) -> dict[str,
         return json.dumps([r["workload"], params, r["condition"], monitor.is_monitor_metric(r["metric"])],
                           sort_keys=True, default=str)
 
-    _verdicts(rows, values, family, lambda r: (("b", r["_key"]), ("a", r["_key"])))
+    _verdicts(rows, values, family, lambda r: (("b", r["_key"]), ("a", r["_key"])), margin)
     rows = [_clean({k: v for k, v in r.items() if k != "_key"}) for r in rows]
     only_a = sorted({k[3] + "@" + k[4] for k in ga if k not in gb})
     only_b = sorted({k[3] + "@" + k[4] for k in gb if k not in ga})
-    return {"run_a": a, "run_b": b, "results": rows, "only_in_a": only_a, "only_in_b": only_b}
+    return {"run_a": a, "run_b": b, "margin": margin, "results": rows, "only_in_a": only_a, "only_in_b": only_b}

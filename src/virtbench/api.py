@@ -28,11 +28,14 @@ class Results:
         """Every sample of a run, one row each; params, condition and metadata as dicts."""
         return self.store.dataframe(run_id)
 
-    def results(self, run_id: str):
-        """The summary rows `virtbench show --json` prints, as a DataFrame."""
+    def results(self, run_id: str, *, margin: float | None = None):
+        """The summary rows `virtbench show --json` prints, as a DataFrame: per row its `verdict`
+        (faster, slower, equivalent, inconclusive; None for the baseline), `margin` (the
+        equivalence margin, a fraction: default the suite's `margin`, else 0.02), `detectable` (the
+        largest change the ratio's interval leaves open) and `ratio_ci_level` (the interval's real level)."""
         import pandas as pd
 
-        return pd.DataFrame(analysis.results(self.store, run_id)["results"])
+        return pd.DataFrame(analysis.results(self.store, run_id, margin=margin)["results"])
 
     def timeseries(self, run_id: str, *, instance: str | None = None, metric: str | None = None):
         """The monitor's series (store table `timeseries`), one row per tick, instance and metric: t (epoch s),
@@ -48,8 +51,14 @@ class Results:
             df[col] = df.pop(f"{col}_json").map(lambda v: json.loads(v) if v else {})
         return df
 
-    def summary(self, run_id: str) -> dict[str, Any]:
-        return analysis.results(self.store, run_id)
+    def summary(self, run_id: str, *, margin: float | None = None) -> dict[str, Any]:
+        return analysis.results(self.store, run_id, margin=margin)
+
+    def compare(self, run_a: str, run_b: str, *, margin: float | None = None):
+        """Run B against run A (`virtbench compare --json`'s rows) as a DataFrame, with the same verdicts."""
+        import pandas as pd
+
+        return pd.DataFrame(analysis.compare(self.store, run_a, run_b, margin=margin)["results"])
 
 
 def open_store(db: str | Path | None = None) -> Results:

@@ -20,6 +20,9 @@ err = Console(stderr=True)
 out = Console(width=None if sys.stdout.isatty() else 200)
 
 DB_HELP = "results database: a SQLite file path or a postgresql:// URL [default: the user's data directory]"
+MARGIN_HELP = ("equivalence margin of the verdicts, a fraction of the baseline: a ratio whose whole CI lies within "
+               "it of 1 is 'equivalent' [default: the suite's margin, else 0.02 = ±2 %]")
+MARGIN_TYPE = click.FloatRange(0, 1, min_open=True, max_open=True)
 
 
 def _store(db: str | None, *, reading: bool = False) -> Store:

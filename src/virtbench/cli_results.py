@@ -9,11 +9,11 @@ import click
 from rich.markup import escape
 
 from . import analysis, render
-from .cli_common import DB_HELP, _emit_json, _store, err, out
+from .cli_common import DB_HELP, MARGIN_HELP, MARGIN_TYPE, _emit_json, _store, err, out
 from .store import Store
 
 
-def _show(store: Store, run_id: str, as_json: bool) -> None:
+def _show(store: Store, run_id: str, as_json: bool, margin: float | None = None) -> None:
     if store.run(run_id)["spec"].get("kind") == "reproduce":  # its scorecard and plan
         from .cli_reproduce import show as show_reproduce
 
@@ -29,7 +29,7 @@ def _show(store: Store, run_id: str, as_json: bool) -> None:
             boot_mod.render(out, data)
             _removals(store, run_id)
         return
-    data = analysis.results(store, run_id)
+    data = analysis.results(store, run_id, margin=margin)
     if as_json:
         _emit_json(data)
         return
@@ -99,14 +99,17 @@ def runs(db, as_json) -> None:
 @click.argument("run_id")
 @click.option("--db", help=DB_HELP)
 @click.option("--json", "as_json", is_flag=True, help="print it as JSON, as the command that made the run does")
-def show(run_id, db, as_json) -> None:
+@click.option("--margin", type=MARGIN_TYPE, help=MARGIN_HELP)
+def show(run_id, db, as_json, margin) -> None:
     """Show a stored run: a run's tables (--json: the object of `run --json`), a boot run's phases (as
     `boot --json`), a reproduce run's plan and scorecard (as `reproduce --json`).
 
     Each environment's ratio to the baseline comes from the run's lockstep rounds: the Hodges-Lehmann
     estimate of the rounds' ratios, its CI the exact signed-rank test inverted (runs stored without
-    rounds: ratio of medians, Mann-Whitney); the legend under the tables says which."""
-    _show(_store(db, reading=True), run_id, as_json)
+    rounds: ratio of medians, Mann-Whitney); the legend under the tables says which. Each ratio's
+    verdict: equivalent (its whole CI within --margin of 1), faster or slower (the CI excludes 1),
+    else inconclusive with the smallest difference the run could have seen."""
+    _show(_store(db, reading=True), run_id, as_json, margin)
 
 
 @click.command()
@@ -116,16 +119,18 @@ def show(run_id, db, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print the comparison as one JSON object")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False),
               help="also write the comparison as an HTML file")
-def compare(run_a, run_b, db, as_json, html_file) -> None:
+@click.option("--margin", type=MARGIN_TYPE, help=MARGIN_HELP)
+def compare(run_a, run_b, db, as_json, html_file, margin) -> None:
     """Compare RUN_B against RUN_A, matching workload, parameters, metric and environment.
 
     B / A is RUN_B's median over RUN_A's, its CI the exact Mann-Whitney test on log values, inverted
-    (two runs' repetitions are not paired), with a Benjamini-Hochberg correction across each table."""
-    data = analysis.compare(_store(db, reading=True), run_a, run_b)
+    (two runs' repetitions are not paired), with a Benjamini-Hochberg correction across each table,
+    and the verdicts of `show` (equivalent within --margin, faster, slower, inconclusive)."""
+    data = analysis.compare(_store(db, reading=True), run_a, run_b, margin=margin)
     if html_file:
         from . import report
 
-        report.write_compare(_store(db, reading=True), run_a, run_b, html_file)
+        report.write_compare(_store(db, reading=True), run_a, run_b, html_file, margin=margin)
         err.print(f"wrote {html_file}", highlight=False)
     if as_json:
         _emit_json(data)
@@ -143,13 +148,15 @@ def compare(run_a, run_b, db, as_json, html_file) -> None:
 @click.option("--figures", "figures_dir", type=click.Path(file_okay=False),
               help="also write each chart as SVG and PNG here")
 @click.option("--db", help=DB_HELP)
-def report_cmd(run_ids, output, fmt, figures_dir, db) -> None:
+@click.option("--margin", type=MARGIN_TYPE, help=MARGIN_HELP)
+def report_cmd(run_ids, output, fmt, figures_dir, db, margin) -> None:
     """Write one self-contained report (HTML, or Markdown tables) of one or more stored runs."""
     from . import report
 
     if output is None and fmt == "html":
         output = f"virtbench-report-{run_ids[0]}.html"
-    text = report.write(_store(db, reading=True), list(run_ids), output, fmt=fmt, figures_dir=figures_dir)
+    text = report.write(_store(db, reading=True), list(run_ids), output, fmt=fmt, figures_dir=figures_dir,
+                        margin=margin)
     if output is None:
         click.echo(text, nl=False)
     else:

@@ -9,7 +9,7 @@ import time
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .cli_common import DB_HELP, _ensure_kernels, _inventory_path, _parse_params, _store, err
+from .cli_common import DB_HELP, MARGIN_HELP, MARGIN_TYPE, _ensure_kernels, _inventory_path, _parse_params, _store, err
 from .cli_results import _show
 from .errors import UserError
 from .progress import Eta, Outlook, hms
@@ -78,8 +78,9 @@ class _ProgressEvents(Events):
 @click.option("--inventory", "-i", "inventory", type=click.Path(dir_okay=False),
               help="Ansible-style inventory (YAML or INI) of SSH hosts: ssh environments and machine=HOST use it")
 @click.option("--json", "as_json", is_flag=True, help="print the results as one JSON object on stdout")
+@click.option("--margin", type=MARGIN_TYPE, help=MARGIN_HELP.replace("[default: the suite's", "(stored with the run) [default: the suite's"))
 def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id, retry_failed, yes, inventory,
-        as_json) -> None:
+        as_json, margin) -> None:
     """Run a SUITE file (e.g. suites/quick.toml), or one --workload, and print the comparison.
 
     Before the first repetition it prints the plan (cells x environments x repetitions) and an
@@ -122,6 +123,8 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
                                      repeat=repeat, duration=duration, baseline=baseline)
         if inventory:
             matrix.inventory = _inventory_path(inventory)
+        if margin is not None:
+            matrix.policy.margin = margin
         plan = plan_mod.make(matrix, store=store)
         _confirm_plan(plan, yes)
     elif suite or workload or inventory:
@@ -147,7 +150,7 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
             err.print(f"\ninterrupted; everything was torn down. Resume with: virtbench run --resume {rid}"
                       f"{store.db_option}", soft_wrap=True, highlight=False)
             sys.exit(130)
-    _show(store, run_id, as_json)
+    _show(store, run_id, as_json, margin)
     _end(store, run_id)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from .stats_exact import MIN_N_95
+
 PAIRED = "paired"        # exact signed-rank test inverted over the rounds' log ratios
 SIGN = "sign"            # the sign test's interval over the rounds (very many rounds)
 UNPAIRED = "unpaired"    # ratio of medians, exact Mann-Whitney test inverted on log values
@@ -70,3 +72,10 @@ def smallest_p_text(rows: Iterable[dict]) -> str:
     if UNPAIRED in used:
         parts.append("4 per side reach p = 0.029 unpaired, 6 reach 0.0022")
     return "; ".join(parts)
+
+
+def minimum_text() -> str:
+    """How many values each interval needs for 95 % at all (stats_exact.MIN_N_95), in words."""
+    n = MIN_N_95
+    return (f"95 % needs {n['median']} values for a median, {n['signed-rank']} rounds for a paired ratio, "
+            f"{n['mann-whitney']} values a side for an unpaired one")

@@ -14,24 +14,33 @@ from rich.table import Table
 from .ratio_methods import BOOTSTRAP, kinds, ratio_phrase
 
 
-def legend(rows: list[dict], baseline: str = "baseline") -> str:
+def verdict_help(margin: float | None = None) -> str:
+    """What the four verdicts mean (every legend uses this)."""
+    m = f"±{margin * 100:g} %" if margin else "the margin"
+    return (f"equivalent = the whole CI lies within {m} of 1 (--margin, suite key margin); faster / slower = "
+            "otherwise the CI excludes 1 (for a time metric a ratio above 1 is slower, for a throughput metric "
+            "faster); inconclusive = neither: it could not see a difference smaller than the one printed "
+            "(the CI's farther bound), or 'n too small' = these repetitions cannot reach the CI's level")
+
+
+def legend(rows: list[dict], baseline: str = "baseline", margin: float | None = None) -> str:
     """The key under a run's tables; the ratio's part says how these rows' ratios were computed."""
-    return ("median [95% CI: order statistics, distribution-free; a lower level is printed where n is too small "
+    return ("median [95% CI: order statistics, distribution-free; the real level is printed where n is too small "
             f"for 95%]; {ratio_phrase(rows, baseline=baseline)}, at the level printed in its column: 95% raised for a "
-            "Benjamini-Hochberg correction across the table (false discovery rate 5%); * = significant: the CI "
-            "excludes 1; ~ = not significant: the CI includes 1; 'n too small' = these repetitions cannot reach "
-            "that level, no verdict; index: CI from its tests' order-statistic bounds, index ratio: bootstrap 95% "
-            "CI, * when it excludes 1")
+            "Benjamini-Hochberg correction across the table (false discovery rate 5%), a row's own lower level "
+            f"printed beside it; {verdict_help(margin)}; † = max_repetitions reached before ci_target; index: CI "
+            "from its tests' order-statistic bounds, index ratio: bootstrap 95% CI (no level claimed below 4 "
+            "repetitions a side)")
 
 
-def compare_legend(rows: list[dict]) -> str:
+def compare_legend(rows: list[dict], margin: float | None = None) -> str:
     """The key under `compare`: two runs' repetitions are not paired, so B / A is a ratio of medians."""
     boot = "; a percentile bootstrap where values are not positive" if BOOTSTRAP in kinds(rows) else ""
-    return ("median [95% CI: order statistics, distribution-free]; B / A = B's median / A's median (two runs' "
-            "repetitions are not paired), its CI the exact Mann-Whitney test on log values, inverted (Hodges-"
-            f"Lehmann){boot}, at 95% raised for a Benjamini-Hochberg correction across each table (false discovery "
-            "rate 5%); * = significant: the CI excludes 1; ~ = not significant: the CI includes 1; 'n too small' = "
-            "these repetitions cannot reach that level")
+    return ("median [95% CI: order statistics, distribution-free; the real level is printed where n is too small]; "
+            "B / A = B's median / A's median (two runs' repetitions are not paired), its CI the exact Mann-Whitney "
+            f"test on log values, inverted (Hodges-Lehmann){boot}, at 95% raised for a Benjamini-Hochberg correction "
+            f"across each table (false discovery rate 5%), a row's own lower level printed beside it; "
+            f"{verdict_help(margin)}")
 
 
 def num(value: float | None, digits: int = 4) -> str:
@@ -127,7 +136,8 @@ def results_tables(console: Console, data: dict[str, Any], db_option: str = "") 
             table.add_row(*line, style="bold" if metric == "index" else None)
         console.print(table)
     shown = [r for rows in groups.values() for r in rows]  # the monitor's rows are not in these tables
-    console.print(f"[dim]{legend(shown, data.get('baseline') or 'baseline')}[/dim]", highlight=False)
+    console.print(f"[dim]{legend(shown, data.get('baseline') or 'baseline', data.get('margin'))}[/dim]",
+                  highlight=False)
     if monitor_rows:
         metrics = sorted({r["metric"] for r in monitor_rows})
         console.print(f"[dim]resource use while running ({len(metrics)} monitor metrics: "
@@ -142,9 +152,7 @@ def _value_cell(r: dict | None) -> str:
         if r and r.get("skipped") and not r["failures"]:
             return "[yellow]skipped[/yellow]"
         return f"[red]failed ({r['failures']})[/red]" if r and r["failures"] else "-"
-    text = f"{num(r['median'])} {_ci(r['ci_low'], r['ci_high'])}"
-    if r.get("ci_level") is not None and r["ci_level"] < 0.95 - 1e-9:
-        text += f" {_pct(r['ci_level'])}"  # n too small for 95 %: say which level this is
+    text = f"{num(r['median'])} {_ci(r['ci_low'], r['ci_high'])}{median_level(r.get('ci_level'))}"
     index = r["metadata"].get("index")
     if index is not None:
         text += f" (idx {num(index, 4)})"
@@ -155,6 +163,11 @@ def _value_cell(r: dict | None) -> str:
 
 def _pct(level: float) -> str:
     return f"{level * 100:.3g}%"
+
+
+def median_level(level: float | None) -> str:
+    """' 75%' after a median's CI whose level is below 95 % (n too small for 95 %), else ''."""
+    return f" {_pct(level)}" if level is not None and level < 0.95 - 1e-9 else ""
 
 
 def _table_level(rows: list[dict]) -> float | None:
@@ -168,16 +181,27 @@ def _ratio_cell(r: dict | None, level: float | None = None) -> str:
         return "-"
     text = f"{r['ratio']:.3f} {_ci(r['ratio_ci_low'], r['ratio_ci_high'], 3)}"
     own = r.get("ratio_ci_level")
-    if own is not None and r.get("p_threshold") is not None and own < (level or 0.95) - 5e-4:
-        text += f" {_pct(own)}"
-    return text + " " + mark(r)
+    if r.get("verdict") and r["ratio_ci_low"] is not None and (own is None or own < (level or 0.95) - 5e-4):
+        text += f" {_pct(own)}" if own is not None else " (no level)"  # never under the column's level
+    return text + " " + mark(r) + (" †" if r.get("ci_target_met") is False else "")
+
+
+def pct(fraction: float) -> str:
+    """0.09 -> '9 %', 0.0123 -> '1.2 %', 0.153 -> '15 %'."""
+    x = fraction * 100
+    return f"{x:.0f} %" if x >= 10 else f"{x:.2g} %"
 
 
 def mark(r: dict) -> str:
-    """'*' significant, '~' not, 'n too small' when the repetitions cannot reach the table's level."""
-    if r.get("verdict") == "n too small":
-        return "n too small"
-    return "*" if r["significant"] else "~"
+    """A row's verdict as the tables print it: faster, slower, equivalent, 'inconclusive (could not
+    see < 9 %)' or 'inconclusive (n too small)'; '' for a row without one (the baseline)."""
+    v = r.get("verdict")
+    if v != "inconclusive":
+        return v or ""
+    if r.get("verdict_reason"):
+        return f"inconclusive ({r['verdict_reason']})"
+    return f"inconclusive (could not see < {pct(r['detectable'])})" if r.get("detectable") is not None \
+        else "inconclusive"
 
 
 _CV = re.compile(r"coefficient of variation ([0-9.]+%)")
@@ -212,6 +236,9 @@ def _warnings(console: Console, data: dict[str, Any]) -> None:
                        "frequency, or add repetitions"].append((row, f"cv {cv.group(1)}"))
             elif failed:
                 places[f"failed repetitions: {failed.group(2)}"].append((row, f"x{failed.group(1)}"))
+            elif w.startswith("ci_target ") and "): " in w:  # analysis.TARGET_MISSED: the row's half-width apart
+                kind, got = w.rsplit(": ", 1)
+                places[kind].append((row, got))
             elif w.startswith("only "):
                 places[w.split(":", 1)[0] + ": " + w.split(":", 1)[1].split(";", 1)[-1].strip()].append((row, ""))
             else:
@@ -274,15 +301,20 @@ def run_status(r: dict[str, Any]) -> str:
 
 def compare_table(console: Console, data: dict[str, Any]) -> None:
     table = Table(title=f"{data['run_b']} against {data['run_a']}", title_justify="left", header_style="bold")
-    for col in ("workload", "params", "metric", "env", "A median", "B median", "B / A", ""):
-        table.add_column(col, justify="right" if "median" in col or col == "B / A" else "left")
+    level = _table_level(data["results"])
+    for col in ("workload", "params", "metric", "env", "A median", "B median",
+                "B / A" + (f" ({_pct(level)} CI)" if level else ""), "verdict"):
+        table.add_column(col, justify="right" if "median" in col or col.startswith("B / A") else "left")
     for r in data["results"]:
+        own = r.get("ratio_ci_level")
+        lower = own is not None and r["ratio_ci_low"] is not None and own < (level or 0.95) - 5e-4
         table.add_row(r["workload"], json.dumps(r["params"], sort_keys=True), r["metric"], r["environment"],
-                      f"{num(r['median_a'])} {_ci(r['ci_low_a'], r['ci_high_a'])}",
-                      f"{num(r['median_b'])} {_ci(r['ci_low_b'], r['ci_high_b'])}",
-                      f"{num(r['ratio'], 3)} {_ci(r['ratio_ci_low'], r['ratio_ci_high'], 3)}", mark(r))
+                      f"{num(r['median_a'])} {_ci(r['ci_low_a'], r['ci_high_a'])}{median_level(r.get('ci_level_a'))}",
+                      f"{num(r['median_b'])} {_ci(r['ci_low_b'], r['ci_high_b'])}{median_level(r.get('ci_level_b'))}",
+                      f"{num(r['ratio'], 3)} {_ci(r['ratio_ci_low'], r['ratio_ci_high'], 3)}"
+                      + (f" {_pct(own)}" if lower else ""), mark(r))
     console.print(table)
-    console.print(f"[dim]{compare_legend(data['results'])}[/dim]", highlight=False)
+    console.print(f"[dim]{compare_legend(data['results'], data.get('margin'))}[/dim]", highlight=False)
     for side in ("only_in_a", "only_in_b"):
         if data[side]:
             console.print(f"{side.replace('_', ' ')}: {', '.join(data[side][:20])}")

@@ -25,6 +25,8 @@ __all__ = [
     "signed_rank_min_p",
     "rounds_for_level",
     "min_repetitions",
+    "min_n",
+    "MIN_N_95",
     "bh_level",
     "MW_EXACT_PAIRS",
     "MAX_PAIRS",
@@ -234,6 +236,37 @@ def min_repetitions(confidence: float = 0.95, alpha: float = 0.05) -> int:
     while 1.0 - 2.0 * 0.5 ** n < confidence or mw_min_p(n, n) > alpha or signed_rank_min_p(n) > alpha:
         n += 1
     return n
+
+
+def min_n(method: str, confidence: float = 0.95) -> int:
+    """The fewest values with which a method's interval can reach ``confidence`` at all (below it
+    the interval is the widest there is, at a lower level that the row states; see MIN_N_95):
+
+    * "median": values, the order-statistic interval [min, max] has level 1 - 2 / 2^n (95 %: 6,
+      at 96.9 %; 3 values: 75 %, 5: 93.75 %);
+    * "signed-rank" (paired rounds) and "sign" (its stand-in for very many rounds): rounds, the
+      same 1 - 2 / 2^n (95 %: 6);
+    * "mann-whitney" (unpaired groups): values per side with equal groups, level 1 - 2 / C(2n, n)
+      (95 %: 4, at 97.1 %; 2 vs 2: 66.7 %, 3 vs 3: 90 %); unequal groups m, n reach it when
+      2 / C(m+n, m) <= 1 - confidence (2 vs 3: 80 %; 3 vs 5 and 2 vs 8 reach 95 %);
+    * "bootstrap": no exact level at any n; virtbench claims its nominal level from the
+      Mann-Whitney minimum on (an index ratio with fewer states none).
+
+    For a table's corrected level pass it as ``confidence`` (6 comparisons: 1 - 0.05 / 6 needs 8
+    rounds)."""
+    if method in ("median", "signed-rank", "sign"):
+        return rounds_for_level(confidence)
+    if method in ("mann-whitney", "bootstrap"):
+        n = 1
+        while 1.0 - mw_min_p(n, n) < confidence - 1e-12:
+            n += 1
+        return n
+    raise ValueError(f"unknown interval method {method!r}; one of median, signed-rank, sign, mann-whitney, bootstrap")
+
+
+#: The one place that says how many values (rounds, or values per side) each interval needs for 95 %:
+#: {"median": 6, "signed-rank": 6, "sign": 6, "mann-whitney": 4, "bootstrap": 4}.
+MIN_N_95 = {m: min_n(m) for m in ("median", "signed-rank", "sign", "mann-whitney", "bootstrap")}
 
 
 def bh_level(p_values: Sequence[float], min_ps: Sequence[float], q: float = 0.05) -> tuple[float, int, int]:

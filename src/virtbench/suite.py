@@ -30,6 +30,8 @@ SUITE_KEYS = {
     "min_repetitions": "repetitions always taken",
     "max_repetitions": "repetitions at most",
     "ci_target": "stop a cell when every ratio to the baseline has a CI half-width within this fraction of the ratio",
+    "margin": "equivalence margin of the verdicts, a fraction of the baseline: a ratio whose whole CI lies within "
+              "it of 1 is 'equivalent' (default 0.02, i.e. ±2 %)",
     "time_budget": "seconds for the adaptive repetitions: past its minimum a cell stops once its share is spent",
     "timeout": "seconds one repetition may take (default: the workload's own estimate)",
     "monitor": "sample CPU, memory, network and disk of the host and every instance while repetitions run "
@@ -48,6 +50,7 @@ class Policy:
     min_repetitions: int = 3
     max_repetitions: int = 10
     ci_target: float = 0.02
+    margin: float = 0.02  # stats_verdict.DEFAULT_MARGIN: the equivalence margin of the verdicts
     time_budget: float | None = None
     timeout: float | None = None
     monitor: bool = True
@@ -501,6 +504,13 @@ def _policy(where: _Where, meta: dict, repeat: int | None) -> Policy:
                 where.errors.append(where.error(("suite", key), f"must be a positive number, got {value!r}"))
             else:
                 setattr(policy, key, float(value))
+    if "margin" in meta:
+        value = meta["margin"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+            where.errors.append(where.error(("suite", "margin"), f"must be a fraction between 0 and 1 (0.02 = ±2 %), "
+                                                                f"got {value!r}"))
+        else:
+            policy.margin = float(value)
     if "monitor" in meta:
         if not isinstance(meta["monitor"], bool):
             where.errors.append(where.error(("suite", "monitor"), f"must be true or false, got {meta['monitor']!r}"))

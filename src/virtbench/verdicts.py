@@ -2,9 +2,11 @@
 ratio's CI redone at the matching Benjamini-Yekutieli level, and the verdict read from it.
 
 Split out of ``analysis.py`` (issue 23): analysis builds the rows, this step corrects them across
-each family (table) and fills in ``significant``, ``p_adjusted``, ``p_threshold``, ``comparisons``
-and ``verdict``. ``analysis`` re-exports ``FDR`` and the helpers, so ``analysis._verdicts`` keeps
-working.
+each family (table) and fills in ``significant`` (a Benjamini-Hochberg discovery: the printed CI
+excludes 1), ``p_adjusted``, ``p_threshold``, ``comparisons`` and the verdict fields
+(:func:`verdict_fields`: ``verdict``, one of faster / slower / equivalent / inconclusive,
+``detectable``, ``margin``, ``verdict_reason``). ``analysis`` re-exports ``FDR`` and the helpers, so
+``analysis._verdicts`` keeps working.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import math
 from collections import defaultdict
 
 from . import stats, workloads
+from .stats_verdict import DEFAULT_MARGIN, interval_verdict
 
 #: False discovery rate of the correction across one table's comparisons (Benjamini-Hochberg).
 FDR = 0.05
@@ -28,12 +31,23 @@ def _family(row: dict, cell: dict | None) -> str:
                        bool(row["metadata"].get("monitor"))], sort_keys=True, default=str)
 
 
-def _verdicts(rows: list[dict], values: dict, family, value_key) -> None:
+def verdict_fields(low: float, high: float, level: float, needed: float, margin: float,
+                   higher_is_better: bool) -> dict:
+    """A row's verdict fields from its ratio interval (stats_verdict.interval_verdict): ``verdict``,
+    ``detectable`` (None unless finite), ``margin`` and ``verdict_reason`` ("n too small", "no
+    interval" or None)."""
+    v = interval_verdict(low, high, level=level, needed=needed, margin=margin, higher_is_better=higher_is_better)
+    return {"verdict": v.verdict, "detectable": v.detectable, "margin": margin, "verdict_reason": v.reason or None}
+
+
+def _verdicts(rows: list[dict], values: dict, family, value_key, margin: float = DEFAULT_MARGIN) -> None:
     """Benjamini-Hochberg across each family of ratio rows, and each ratio's CI at the matching
     Benjamini-Yekutieli level (1 - R q / m), so `significant` is read from the interval printed:
-    it excludes 1 exactly when the comparison is a BH discovery (without ties). A comparison whose
-    group sizes cannot reach that level gets verdict "n too small" and its widest interval, with
-    the lower level it has. Rows without a ratio (baseline, missing data) get verdict None."""
+    it excludes 1 exactly when the comparison is a BH discovery (without ties). The verdict is read
+    from that same interval (:func:`verdict_fields`; equivalent within `margin`, else faster or
+    slower when it excludes 1, else inconclusive). A comparison whose group sizes cannot reach that
+    level gets its widest interval, with the lower level it has, and verdict "inconclusive" with
+    reason "n too small". Rows without a ratio (baseline, missing data) get verdict None."""
     fams: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         if r.get("_compared"):
@@ -54,11 +68,13 @@ def _verdicts(rows: list[dict], values: dict, family, value_key) -> None:
                                  alpha=threshold, seed=r.pop("_seed", 0))
             reachable = math.isfinite(rr.min_p) and rr.min_p <= threshold + 1e-12
             excludes = rr.ci_low > 1.0 or rr.ci_high < 1.0
-            r.update(ratio_ci_low=rr.ci_low, ratio_ci_high=rr.ci_high, ratio_ci_level=rr.ci_level,
+            # a bootstrap states its nominal level; the test's own floor says whether it is reachable
+            level = rr.ci_level if reachable else min(rr.ci_level, 1.0 - rr.min_p)
+            r.update(ratio_ci_low=rr.ci_low, ratio_ci_high=rr.ci_high, ratio_ci_level=level,
                      ratio_ci_method=rr.method, significant=bool(reachable and excludes), p_adjusted=p_adj,
                      p_threshold=threshold, comparisons=tested,
-                     verdict=("n too small" if not reachable else
-                              "significant" if excludes else "not significant"))
+                     **verdict_fields(rr.ci_low, rr.ci_high, level, 1.0 - threshold, margin,
+                                      r.get("higher_is_better", True)))
     for r in rows:  # rows that never had a ratio
         for k in ("_compared", "_min_p", "_seed", "_paired"):
             r.pop(k, None)

@@ -46,12 +46,13 @@ def emit(doc: Document, output: str | Path | None, fmt: str = "html", figures_di
 
 
 def write(store: Store, run_ids: list[str], output: str | Path | None, *, fmt: str = "html",
-          figures_dir: str | Path | None = None) -> str:
-    return emit(build.document(store, list(run_ids)), output, fmt, figures_dir)
+          figures_dir: str | Path | None = None, margin: float | None = None) -> str:
+    return emit(build.document(store, list(run_ids), margin), output, fmt, figures_dir)
 
 
-def write_compare(store: Store, run_a: str, run_b: str, output: str | Path | None, *, fmt: str = "html") -> str:
-    return emit(compare.document(store, run_a, run_b), output, fmt, None)
+def write_compare(store: Store, run_a: str, run_b: str, output: str | Path | None, *, fmt: str = "html",
+                  margin: float | None = None) -> str:
+    return emit(compare.document(store, run_a, run_b, margin), output, fmt, None)
 
 
 __all__ = ["write", "write_compare", "emit", "Document"]

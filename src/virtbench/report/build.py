@@ -31,10 +31,10 @@ def part_for(data: RunData) -> Part:
     return Part(data.id, f"Run {data.id} · {data.run['suite_name'] or ''}".rstrip(" ·"), head + body)
 
 
-def document(store: Store, run_ids: list[str]) -> Document:
+def document(store: Store, run_ids: list[str], margin: float | None = None) -> Document:
     if not run_ids:
         raise UserError("no run id given", f"list runs with: virtbench runs{store.db_option}")
-    datas = [load(store, rid) for rid in run_ids]
+    datas = [load(store, rid, margin) for rid in run_ids]
     seen = [d.id for d in datas]
     if len(set(seen)) != len(seen):
         raise UserError("the same run is given twice: " + ", ".join(sorted({i for i in seen if seen.count(i) > 1})))
@@ -44,7 +44,7 @@ def document(store: Store, run_ids: list[str]) -> Document:
     for d in datas:
         if reproduce.is_reproduce(d.run):  # its scorecard first, then the run of each experiment
             head, children = reproduce.part(store, d.id)
-            loaded = [load(store, c) for c in children]
+            loaded = [load(store, c, margin) for c in children]
             parts += [head] + [part_for(c) for c in loaded]
             rows += [r for c in loaded for r in c.results["results"]]
         else:

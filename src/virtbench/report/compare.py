@@ -15,7 +15,7 @@ from .sections.common import describe, slug
 from .sections.ratios import monitor_metrics
 
 COLUMNS = ["metric", "parameters", "environment", "unit", "n A", "median A", "A CI low", "A CI high", "n B",
-           "median B", "B CI low", "B CI high", "B / A", "ratio CI low", "ratio CI high", "p", "sig."]
+           "median B", "B CI low", "B CI high", "B / A", "ratio CI low", "ratio CI high", "p", "verdict", "notes"]
 
 
 def _label(r: dict) -> str:
@@ -28,7 +28,7 @@ def cells(r: dict) -> list[str]:
             str(r["n_a"]), fmt.value(r["median_a"]), fmt.value(r["ci_low_a"]), fmt.value(r["ci_high_a"]),
             str(r["n_b"]), fmt.value(r["median_b"]), fmt.value(r["ci_low_b"]), fmt.value(r["ci_high_b"]),
             fmt.ratio(r["ratio"]), fmt.ratio(r["ratio_ci_low"]), fmt.ratio(r["ratio_ci_high"]),
-            fmt.p_value(r["p_value"]), fmt.mark(r)]
+            fmt.p_value(r["p_value"]), fmt.mark(r), fmt.levels(r)]
 
 
 def _run_cells(side: str, d) -> list[str]:
@@ -38,12 +38,12 @@ def _run_cells(side: str, d) -> list[str]:
             ", ".join(d.env_order), str(d.sample_count)]
 
 
-def document(store: Store, run_a: str, run_b: str) -> Document:
+def document(store: Store, run_a: str, run_b: str, margin: float | None = None) -> Document:
     da, db = load(store, run_a), load(store, run_b)
-    data = analysis.compare(store, da.id, db.id)
+    data = analysis.compare(store, da.id, db.id, margin=margin)
     summary = Section(slug("compare", da.id, db.id), f"Run B {db.id} against run A {da.id}", intro=(
         "Results matched by workload, parameters, condition, metric and environment. B / A is the ratio of "
-        "medians with its 95 % CI; for a time metric > 1 means B is slower, for a throughput metric "
+        "medians with its CI (95 % raised for the correction across each table, or the lower level its notes give); for a time metric > 1 means B is slower, for a throughput metric "
         "> 1 means B is faster."))
     summary.blocks.append(Table("The two runs", ["", "run", "suite", "status", "started", "took", "environments",
                                                  "samples"], [_run_cells("A", da), _run_cells("B", db)]))
@@ -77,7 +77,7 @@ def document(store: Store, run_a: str, run_b: str) -> Document:
             return None if r["ratio"] is None else (r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"], fmt.mark(r))
         summary.blocks.append(Chart(
             slug("compare", da.id, db.id, workload), f"{workload}: run B / run A",
-            "Horizontal bars: median in run B divided by median in run A, with 95 % CI whiskers; the dashed "
+            "Horizontal bars: median in run B divided by median in run A, with CI whiskers (95 %, or the level its table gives); the dashed "
             f"line is 1 (no change). Marks: {fmt.MARK_HELP}.",
             lambda uid, groups=groups, get=get, w=workload: svg.bars(
                 uid, f"{w}: run B / run A", groups, ["B / A"], get, "run B / run A", refline=1.0, digits=fmt.ratio),

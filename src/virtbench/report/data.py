@@ -66,12 +66,13 @@ class RunData:
         return counts
 
 
-def load(store: Store, run_id: str) -> RunData:
+def load(store: Store, run_id: str, margin: float | None = None) -> RunData:
+    """A run's data for the report; `margin`: the verdicts' equivalence margin (default: the suite's)."""
     run = store.run(run_id)  # raises UserError for an unknown or ambiguous id
     rid = run["id"]
     attempts = attempt_summary(store, rid)
     sample_count = count_samples(store, rid)
-    return RunData(run=run, results=analysis.results(store, rid),
+    return RunData(run=run, results=analysis.results(store, rid, margin=margin),
                    environments=store.environments(rid), instances=store.instances(rid), attempts=attempts,
                    sample_count=sample_count, timeseries=load_timeseries(store, rid, run["created_at"]),
                    events=store.events(rid))

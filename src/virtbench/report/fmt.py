@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 
 from ..ratio_methods import ratio_phrase
+from ..render import mark as verdict_mark
 from ..render import num
 
 __all__ = ["num", "value", "ratio", "p_value", "mark", "levels", "when", "seconds", "MARK_HELP",
@@ -15,10 +16,12 @@ __all__ = ["num", "value", "ratio", "p_value", "mark", "levels", "when", "second
 
 # Which test a ratio's CI inverts depends on the rows (paired rounds or not): ratio_note and the
 # methods note say it; the marks read the same either way.
-MARK_HELP = ("* = significant: the ratio's CI excludes 1 (at 95 % raised for a Benjamini-Hochberg correction "
-             "across the table, false discovery rate 5 %; an index ratio: bootstrap 95 % CI); ~ = not "
-             "significant: the CI includes 1; n too small = these repetitions cannot reach the table's level, no "
-             "verdict; = = the baseline itself")
+MARK_HELP = ("Verdicts, read from the ratio's CI (at 95 % raised for a Benjamini-Hochberg correction across the "
+             "table, false discovery rate 5 %; an index ratio: bootstrap 95 % CI): equivalent = the whole CI lies "
+             "within the equivalence margin of 1 (default ±2 %; --margin, suite key margin); faster / slower = "
+             "otherwise the CI excludes 1 (for a time metric a ratio above 1 is slower); inconclusive = neither, "
+             "with the smallest difference the run could have seen (could not see < x %), or n too small = these "
+             "repetitions cannot reach the CI's level; = = the baseline itself")
 
 
 # Two runs' repetitions are not paired: compare's B / A is a ratio of medians (analysis.compare).
@@ -45,23 +48,31 @@ def p_value(p: float | None) -> str:
 
 
 def mark(row: dict, baseline: str | None = None) -> str:
-    """The significance mark of a result row: '=' for the baseline, '*' significant, '~' not, '' no ratio."""
+    """The verdict of a result row, worded as the terminal's (render.mark): '=' for the baseline,
+    faster / slower / equivalent / 'inconclusive (could not see < 9 %)', '' without a ratio."""
     if baseline is not None and row.get("environment") == baseline and row.get("n"):
         return "="
     if row.get("ratio") is None:
         return ""
-    if row.get("verdict") == "n too small":
-        return "n too small"
-    return "*" if row.get("significant") else "~"
+    return verdict_mark(row)
 
 
 def levels(row: dict) -> str:
-    """The CI levels of a row when below 95 % (n too small for 95 %), else ''."""
+    """The CI levels of a row where they are not what the table states: a median's below 95 % (n too
+    small for 95 %), a ratio's below its table's corrected level, or a ratio interval with no level."""
     out = []
-    if row.get("ci_level") is not None and row["ci_level"] < 0.95 - 1e-9:
-        out.append(f"median CI {row['ci_level'] * 100:.3g} % (n={row['n']})")
-    if row.get("verdict") == "n too small" and row.get("ratio_ci_level") is not None:
-        out.append(f"ratio CI {row['ratio_ci_level'] * 100:.3g} %")
+    for key, what in (("ci_level", "median CI"), ("ci_level_a", "A's median CI"), ("ci_level_b", "B's median CI")):
+        if row.get(key) is not None and row[key] < 0.95 - 1e-9:  # compare's rows have one per run
+            n = row.get({"ci_level": "n", "ci_level_a": "n_a", "ci_level_b": "n_b"}[key])
+            out.append(f"{what} {row[key] * 100:.3g} % (n={n})")
+    if row.get("verdict") and row.get("ratio_ci_low") is not None:
+        own, stated = row.get("ratio_ci_level"), (1 - row["p_threshold"]) if row.get("p_threshold") else 0.95
+        if own is None:
+            out.append("ratio CI: no level (n too small)")
+        elif own < stated - 5e-4:
+            out.append(f"ratio CI {own * 100:.3g} %")
+    if row.get("ci_target_met") is False:
+        out.append("ci_target not reached")
     return "; ".join(out)
 
 

@@ -60,7 +60,8 @@ def methods(rows: list[dict]) -> str:
     compared = [r for r in rows if r.get("verdict") and r["metric"] != "index"]
     tables = {(r["comparisons"], r["p_threshold"]) for r in compared if r.get("p_threshold") is not None}
     levels = sorted({round((1 - t) * 100, 2) for _, t in tables})
-    small = sum(1 for r in compared if r["verdict"] == "n too small")
+    small = sum(1 for r in compared if r.get("verdict_reason") == "n too small")
+    margins = sorted({r["margin"] for r in compared if r.get("margin")})
     text = (f"Methods ({n_text} repetitions per result). Median: its 95 % confidence interval is the distribution-"
             "free order-statistic interval [x(j), x(n+1-j)] (binomial level; needs n >= 6 for 95 %"
             + (f"; here some are [min, max] at {', '.join(f'{v:g} %' for v in low)}" if low else "") + "). "
@@ -69,13 +70,20 @@ def methods(rows: list[dict]) -> str:
             "across the comparisons of each table (false discovery rate 5 %), comparisons whose n cannot reach "
             "p <= 0.05 left out; each ratio CI is printed at the matching Benjamini-Yekutieli level 1 - R x 0.05 / m "
             "(R significant of m tested)"
-            + (f", here {', '.join(f'{v:g} %' for v in levels)}" if levels else "") + "; * = the CI excludes 1.")
+            + (f", here {', '.join(f'{v:g} %' for v in levels)}" if levels else "") + ". Verdicts, from that "
+            "interval: equivalent when it lies wholly within the equivalence margin"
+            + (f" (here ±{', '.join(f'{m * 100:g}' for m in margins)} %)" if margins else "")
+            + ", i.e. two one-sided tests at half the interval's error rate each; otherwise faster or slower when it "
+            "excludes 1; otherwise inconclusive, with the smallest difference the run could have seen (the "
+            "interval's farther bound: max(1/low, high) - 1).")
     if small:
-        text += (f" {small} comparison(s) are marked 'n too small': their repetitions cannot reach the table's "
-                 f"level; run more repetitions ({ratio_methods.smallest_p_text(rows)}).")
+        text += (f" {small} comparison(s) are 'inconclusive (n too small)': their repetitions cannot reach the "
+                 f"table's level; run more repetitions ({ratio_methods.smallest_p_text(rows)}; "
+                 f"{ratio_methods.minimum_text()}).")
     return text + (" Overall index: geometric mean of the tests' indexes; its CI is the geometric mean of the tests' "
                    "order-statistic bounds (conservative; level: its weakest test's), and the ratio of two indexes "
-                   "has a percentile-bootstrap 95 % CI (2000 resamples), * when it excludes 1.")
+                   "has a percentile-bootstrap 95 % CI (2000 resamples; no level claimed below 4 repetitions a side), "
+                   "read into the same verdicts.")
 
 
 def _ratio_methods(rows: list[dict]) -> str:

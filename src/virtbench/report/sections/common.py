@@ -11,7 +11,7 @@ from .. import fmt
 from ..model import Table
 
 RESULT_COLUMNS = ["environment", "n", "median", "CI low", "CI high", "unit", "ratio", "ratio CI low",
-                  "ratio CI high", "p", "sig.", "notes"]
+                  "ratio CI high", "p", "verdict", "notes"]
 
 
 def slug(*parts: Any) -> str:

@@ -108,7 +108,7 @@ def _sweep_chart(data: RunData, workload: str, key: str, metric: str, where: str
                   note=fmt.ratio_note([r for _, r in points], data.baseline))
     return Chart(slug(data.id, workload, metric, key, where), title,
                  f"Lines: median {metric} against {key}, one line per environment (distinct marker and dash "
-                 "pattern, labelled at its end), with 95 % CI error bars"
+                 "pattern, labelled at its end), with CI error bars (95 %, or the level its table gives)"
                  + ("; logarithmic axes where marked." if log_x or log_y else "."),
                  lambda uid: svg.lines(uid, title, lines, key + (" (log scale)" if log_x else ""),
                                        f"{metric} [{unit}]" + (" (log scale)" if log_y else ""),

@@ -92,12 +92,12 @@ def _efficiency(data: RunData, workload: str, where: str, rows: list[dict]) -> l
     sid = slug(data.id, "scaling", workload, where)
     return [
         Chart(f"{sid}-speedup", f"{title}: speedup against cores",
-              "Lines: speedup per environment (distinct marker and dash pattern) with 95 % CI error bars; "
+              "Lines: speedup per environment (distinct marker and dash pattern) with CI error bars (95 %, or the level its table gives); "
               "the dotted line is ideal (S = p).",
               lambda uid: svg.lines(uid, f"{title}: speedup", speed, "cores (ranks x threads)", "speedup T1 / Tp"),
               table),
         Chart(f"{sid}-efficiency", f"{title}: parallel efficiency against cores",
-              "Lines: efficiency per environment with 95 % CI error bars; the dotted line is ideal (E = 1)"
+              "Lines: efficiency per environment with CI error bars (95 %, or the level its table gives); the dotted line is ideal (E = 1)"
               + ("; the other dotted lines are each environment's algorithmic ideal 1 / (p f + 1 - f)."
                  if ideal else "."),
               lambda uid: svg.lines(uid, f"{title}: efficiency", effic, "cores (ranks x threads)",
@@ -122,7 +122,7 @@ def _shapes(data: RunData, shapes: list[dict]) -> Chart:
                   ["shape", "environment", "median time", "CI low", "CI high", "reference", "ratio", "CI low",
                    "CI high"], cells, numeric={2, 3, 4, 6, 7, 8})
     return Chart(slug(data.id, "scaling-shapes"), "Constant total cores: time ratio per shape",
-                 "Horizontal bars: each shape's median time divided by the reference's, with 95 % CI whiskers; "
+                 "Horizontal bars: each shape's median time divided by the reference's, with CI whiskers (95 %, or the level its table gives); "
                  "> 1 is slower.",
                  lambda uid: svg.bars(uid, "time ratio per shape", groups, envs, get, "time ratio to the reference",
                                       refline=1.0, style_of=data.env_order.index, digits=fmt.ratio), table)

@@ -1,6 +1,6 @@
 """Disk workloads (bonnie, iozone-like, dd, fio; studies 000-004): each metric of interest against the
 file size and, where the run has a delay condition, against the delay actually measured, one line per
-environment and storage target with 95 % CI error bars; throughput per storage target where nothing
+environment and storage target with CI error bars (95 %, or the level its table gives); throughput per storage target where nothing
 was swept; ratio bars for the other metrics; the studies' findings beside ours."""
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def _chart(data: RunData, cid: str, title: str, points: list[tuple[float, str, d
     xl = xlabel + (" (log scale)" if log_x else "")
     return Chart(cid, title, (
         f"Lines: median {metric} against {xlabel}, one line per {'environment and storage target' if named else 'environment'}"
-        " (each with its own marker and dash pattern, named at its end and in the legend), with 95 % CI error bars"
+        " (each with its own marker and dash pattern, named at its end and in the legend), with CI error bars (95 %, or the level its table gives)"
         + ("; logarithmic axes where marked." if log_x or log_y else ".")),
         lambda uid: svg.lines(uid, title, lines, xl, ylabel, log_x=log_x, log_y=log_y), table)
 
@@ -234,7 +234,7 @@ def _per_target(data: RunData, workload: str, rows: list[dict], varying: list[st
                       note=fmt.ratio_note(grp, data.baseline))
         out.append(Chart(sid(data, "storage", workload, metric, "targets", where), title,
                          f"Horizontal bars: median {metric} per storage target and file size, one bar per environment "
-                         "(value written beside each bar), with 95 % CI whiskers.",
+                         "(value written beside each bar), with CI whiskers (95 %, or the level its table gives).",
                          lambda uid, t=title, b=bars, e=envs, g=get, u=unit, m=metric: svg.bars(
                              uid, t, b, e, g, f"{m} [{u}]", style_of=data.env_order.index, digits=fmt.value),
                          table))

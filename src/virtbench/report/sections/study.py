@@ -38,7 +38,7 @@ Point = tuple[float, str, dict]  # x, line label, analysis.results() row
 def curve(data: RunData, cid: str, title: str, points: list[Point], xlabel: str, *, log_x: bool | None = None,
           log_y: bool | None = None, x_text: Callable[[float], str] = fmt.value,
           reference: list[svg.Line] | None = None, description: str = "") -> Chart:
-    """Median of one metric against x, one line per label with 95 % CI error bars; its data table
+    """Median of one metric against x, one line per label with CI error bars (95 %, or the level its table gives); its data table
     (one row per point, keyed by cell, metric and environment) follows the chart."""
     points = sorted(points, key=lambda p: (p[1], p[0]))
     labels = list(dict.fromkeys(lbl for _, lbl, _ in sorted(points, key=lambda p: _line_order(data, p))))
@@ -65,7 +65,7 @@ def curve(data: RunData, cid: str, title: str, points: list[Point], xlabel: str,
     xl = xlabel + (" (log scale)" if log_x else "")
     return Chart(cid, title, description or (
         f"Lines: median {metric} against {xlabel}, one line per {'environment' if len(labels) < 2 else 'series'} "
-        "(each with its own marker and dash pattern, named at its end and in the legend), with 95 % CI error bars"
+        "(each with its own marker and dash pattern, named at its end and in the legend), with CI error bars (95 %, or the level its table gives)"
         + ("; logarithmic axes where marked." if log_x or log_y else ".")),
         lambda uid: svg.lines(uid, title, lines, xl, ylabel, log_x=log_x, log_y=log_y), table)
 

@@ -125,7 +125,7 @@ def _panel(sid: str, title: str, rows: list[dict], envs: list[str], baseline: st
         return (m["index"], m.get("index_ci_low"), m.get("index_ci_high"), "") if "index" in m else None
     blocks.append(Chart(
         f"{sid}-index", f"System suite, {title}: index per test",
-        "Horizontal bars: score / UnixBench baseline x 10 per test and environment, with 95 % CI whiskers; "
+        "Horizontal bars: score / UnixBench baseline x 10 per test and environment, with CI whiskers (95 %, or the level its table gives); "
         "the last row is the overall index (geometric mean).",
         lambda uid: svg.bars(uid, f"{title}: index per test", groups, envs, get_index,
                              "index (score / UnixBench baseline x 10)", bold=[INDEX], digits=fmt.value,
