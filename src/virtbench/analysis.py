@@ -398,6 +398,8 @@ def _index_rows(rows, groups, cells, env_order, baseline, seed, margin=DEFAULT_M
             said = {"verdict": None, "detectable": None, "margin": None, "verdict_reason": None, "ci_target_met": None}
             if env != baseline and math.isfinite(r.ratio):
                 said = verdict_fields(r.ci_low, r.ci_high, level if not small else 0.0, 0.95, margin, True)
+                if small:
+                    said["verdict_reason"] = "n too small"
             out.append({"cell_key": fam["cell"]["key"], "workload": fam["cell"]["workload"],
                         "params": fam["cell"]["params"], "condition": fam["cell"]["condition"], "metric": "index",
                         "unit": "index", "environment": env, "n": n, "median": point, "mean": math.nan,
