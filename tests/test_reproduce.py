@@ -439,3 +439,20 @@ def test_failed_experiments_are_recorded_with_their_reasons_and_set_the_exit_sta
     again = rp.experiments_done(store, run_id)
     assert again["tiny-b"]["status"] == "ok" and again["tiny-b"]["child"] != done["tiny-b"]["child"]
     assert again["tiny-c"]["status"] == "failed" and cli_reproduce.exit_code(store, run_id) == outcomes.EXIT_SOME_FAILED
+
+
+def test_the_machine_checks_are_told_one_by_one_with_what_they_found():
+    """`reproduce --plan` prints each check as it starts and ends (a slow probe is seen waiting);
+    the accelerator says when its kept answer was probed (vm/probe.py keeps it per boot)."""
+    from virtbench import reproduce_facts
+
+    heard = []
+    facts = reproduce_facts.machine_facts(None, progress=lambda label, found: heard.append((label, found)))
+    labels = [label for label, _ in heard]
+    assert labels == ["CPU probe", "CPU probe", "NFS client", "NFS client", "QEMU's accelerator",
+                      "QEMU's accelerator"]
+    assert all(found is None for _, found in heard[::2]) and all(found.endswith(" s)") for _, found in heard[1::2])
+    found = heard[-1][1]
+    assert found.startswith(str(facts["accelerator"] or "none"))
+    if facts["accelerator_probed_at"]:
+        assert "kept for this boot" in found

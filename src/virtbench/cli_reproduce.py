@@ -64,6 +64,17 @@ def scorecard_table(cards: list[dict]) -> Table:
     return t
 
 
+def _check_line(label: str, found: str | None) -> None:
+    """One line per check of the machine: its name as it starts (a slow probe is seen waiting), what
+    it found and how long it took as it ends."""
+    from .cli_common import err
+
+    if found is None:
+        err.print(f"  {label} ...", end="", highlight=False)
+    else:
+        err.print(f" {found}", highlight=False, soft_wrap=True)
+
+
 @click.command("reproduce")
 @click.argument("studies", nargs=-1, metavar="[STUDIES | STUDY_FILE.toml ...]")
 @click.option("--budget", default="30m", show_default=True,
@@ -110,10 +121,10 @@ def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, 
             raise UserError("--resume continues a stored reproduce run with its own plan; give no STUDIES, "
                             "--kubeconfig, --inventory, --cloud or --plan")
     else:
-        err.print("checking this machine (QEMU's accelerator, NFS client, cluster, hosts, cloud) ...", highlight=False)
+        err.print("checking this machine:", highlight=False)
         inventory = _inventory_path(inventory) if inventory else None
         cloud = cloud_options(cloud) if cloud else None
-        facts = machine_facts(kubeconfig, inventory, hosts, cloud)
+        facts = machine_facts(kubeconfig, inventory, hosts, cloud, progress=_check_line)
         steps = plan(budget_s, facts, studies=chosen, store=store, own=own)
         spec = spec_for(steps, budget_s, facts, chosen, kubeconfig, pods_image, inventory=inventory, hosts=hosts,
                         cloud=cloud, own=own)

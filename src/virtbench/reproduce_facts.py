@@ -10,22 +10,48 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from .errors import UserError
 
+# told of each check as it starts (label, None) and as it ends (label, what it found)
+Progress = Callable[[str, "str | None"], None]
+
 
 def machine_facts(kubeconfig: str | None, inventory: str | None = None, hosts: str = "all",
-                  cloud: dict[str, Any] | None = None) -> dict[str, Any]:
+                  cloud: dict[str, Any] | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """What decides which experiments can run: the accelerator QEMU has, a cluster, an NFS client,
     the inventory's hosts (by name; whether they answer is found when they are used, as in `run`),
-    the cloud of the --cloud settings (what answers its API)."""
-    facts: dict[str, Any] = {"cores": os.cpu_count() or 1, "load_1m": _load(), "probe_s": cpu_probe(),
-                             "cluster": bool(kubeconfig), "nfs": _has_nfs_client(),
-                             "hosts": inventory_hosts(inventory, hosts) if inventory else [],
-                             "cloud": cloud_facts(cloud, inventory) if cloud else None}
-    facts["accelerator"], facts["accelerator_detail"] = _accelerator()
+    the cloud of the --cloud settings (what answers its API). `progress` hears of each check."""
+    say = progress or (lambda label, found: None)
+
+    def check(label: str, fn: Callable[[], Any], found: Callable[[Any], str]) -> Any:
+        say(label, None)
+        t0 = time.monotonic()
+        value = fn()
+        say(label, f"{found(value)} ({time.monotonic() - t0:.1f} s)")
+        return value
+
+    facts: dict[str, Any] = {"cores": os.cpu_count() or 1, "load_1m": _load(), "cluster": bool(kubeconfig)}
+    facts["probe_s"] = check("CPU probe", cpu_probe, lambda s: f"{s * 1000:.0f} ms of fixed work, load "
+                             f"{facts['load_1m'] or 0:.2f} on {facts['cores']} cores")
+    facts["nfs"] = check("NFS client", _has_nfs_client, lambda ok: "in this kernel" if ok else "none in this kernel")
+    facts["hosts"] = check("inventory hosts", lambda: inventory_hosts(inventory, hosts),
+                           lambda names: ", ".join(names)) if inventory else []
+    facts["cloud"] = check("cloud API", lambda: cloud_facts(cloud, inventory),
+                           lambda c: f"{c['backend']} ({c['region']})") if cloud else None
+    accel = check("QEMU's accelerator", _accelerator, _accelerator_found)
+    facts["accelerator"], facts["accelerator_detail"] = accel[0], accel[1]
+    facts["accelerator_probed_at"] = accel[2]
     return facts
+
+
+def _accelerator_found(accel: tuple[str | None, str, float | None]) -> str:
+    name, _, probed_at = accel
+    when = (f"probed {time.strftime('%H:%M', time.localtime(probed_at))}, kept for this boot"
+            if probed_at else "not kept: probed again next time")
+    return f"{name or 'none'} ({when})"
 
 
 def cloud_options(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
@@ -88,8 +114,9 @@ def _has_nfs_client() -> bool:
     return any(line.split()[-1] in ("nfs", "nfs4") for line in text.splitlines() if line.strip())
 
 
-def _accelerator() -> tuple[str | None, str]:
-    """KVM only if a real probe boot works (cached by the vm driver); else TCG."""
+def _accelerator() -> tuple[str | None, str, float | None]:
+    """KVM only if a real probe boot works, else TCG; the detail, and when the answer was probed
+    (None: not kept). The vm driver keeps it per machine boot, QEMU and guest kernel (vm/probe.py)."""
     from . import drivers, image, machines
     from .drivers.base import DriverContext
 
@@ -98,9 +125,9 @@ def _accelerator() -> tuple[str | None, str]:
     try:
         ctx = DriverContext("reproduce-probe", workdir, image.require(), pool)
         got = drivers.make("vm", ctx).accelerator("auto")
-        return got["accel"], got.get("kvm_problem") or ""
+        return got["accel"], got.get("kvm_problem") or "", got.get("probed_at")
     except UserError as exc:
-        return None, str(exc)
+        return None, str(exc), None
     finally:
         pool.close()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -96,7 +96,8 @@ def detect(machine: Machine, kernel: str, kernel_version: str, cache: Path, want
             tmp = cache.with_name(f"{cache.name}.partial-{os.getpid()}")
             tmp.write_text(json.dumps(data, indent=1))
             os.replace(tmp, cache)
-        return _for(data, want)
+            return _for(data, want)
+        return _for({**data, "at": None}, want)
 
 
 def _no_pid(text: str) -> str:
@@ -105,13 +106,16 @@ def _no_pid(text: str) -> str:
 
 
 def _for(data: dict, want: str) -> dict:
-    """The probe's result as asked for: auto = the best that works; tcg always possible."""
+    """The probe's result as asked for: auto = the best that works; tcg always possible. probed_at:
+    when the kept answer was probed (None: not kept, probed again next time)."""
     kvm = next((t for t in data.get("tried", []) if t["accel"] == "kvm" and t["ok"]), None)
     kvm_why = "; ".join(f"kvm{'/-cpu ' + t['cpu'] if t.get('cpu') else ''}: {_no_pid(t['detail'])}"
                         for t in data.get("tried", []) if t["accel"] == "kvm" and not t["ok"])
     if want == "tcg" or (want == "auto" and data.get("accel") == "tcg"):
-        return {"accel": "tcg", "cpu": None, "kvm_problem": kvm_why if not kvm else "", "tried": data.get("tried", [])}
+        return {"accel": "tcg", "cpu": None, "kvm_problem": kvm_why if not kvm else "", "tried": data.get("tried", []),
+                "probed_at": data.get("at")}
     if want in ("auto", "kvm") and kvm:
-        return {"accel": "kvm", "cpu": kvm.get("cpu"), "kvm_problem": "", "tried": data.get("tried", [])}
+        return {"accel": "kvm", "cpu": kvm.get("cpu"), "kvm_problem": "", "tried": data.get("tried", []),
+                "probed_at": data.get("at")}
     return {"accel": None, "cpu": None, "kvm_problem": kvm_why or "no accelerator booted a guest",
-            "tried": data.get("tried", [])}
+            "tried": data.get("tried", []), "probed_at": data.get("at")}
