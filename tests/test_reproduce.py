@@ -456,3 +456,30 @@ def test_the_machine_checks_are_told_one_by_one_with_what_they_found():
     assert found.startswith(str(facts["accelerator"] or "none"))
     if facts["accelerator_probed_at"]:
         assert "kept for this boot" in found
+
+
+def test_no_cluster_points_to_the_testbed_and_testbed_plans_the_pods(tmp_path):
+    """Without a cluster the plan says --testbed would start one here; with --testbed the pods
+    experiments are planned on the testbed's kubeconfig (nothing is started by --plan)."""
+    import subprocess
+    import sys
+
+    from virtbench import reproduce_testbed
+
+    why = {s.exp.id: s.why for s in rp.plan(4 * 3600, TCG, history={}) if s.tier is None}
+    assert "--testbed" in why["004-web"]
+    up = {**TCG, "testbed_up": "/x/kubeconfig"}
+    why = {s.exp.id: s.why for s in rp.plan(4 * 3600, up, history={}) if s.tier is None}
+    assert "testbed cluster is up here: add --kubeconfig /x/kubeconfig or --testbed" in why["004-web"]
+
+    db = str(tmp_path / "r.sqlite")
+    res = subprocess.run([sys.executable, "-m", "virtbench.cli", "reproduce", "004", "--plan", "--testbed", "--json",
+                          "--db", db], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "Kubernetes testbed ..." in res.stderr
+    assert ("up (" if reproduce_testbed.running() else "to be started for the run, stopped after") in res.stderr
+    planned = {p["id"]: p for p in json.loads(res.stdout)["plan"]}
+    assert planned["004-web"]["tier"] is not None
+    res = subprocess.run([sys.executable, "-m", "virtbench.cli", "reproduce", "004", "--plan", "--testbed",
+                          "--kubeconfig", __file__, "--db", db], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "give one of them" in res.stderr

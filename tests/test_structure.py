@@ -23,7 +23,7 @@ DOC = ROOT / "docs" / "architecture.md"
 # `cli_*`: the command modules).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("commands", ("cli", "cli_*", "runner", "runner_rounds", "boot", "boot_results", "checks", "report", "reproduce",
-                  "reproduce_experiments", "reproduce_facts", "reproduce_matrix", "reproduce_times", "studies",
+                  "reproduce_experiments", "reproduce_facts", "reproduce_matrix", "reproduce_times", "reproduce_testbed", "studies",
                   "doctor", "api", "export")),
     ("results and plans", ("analysis", "outcomes", "plan", "estimates", "progress", "suite", "scaling", "render",
                            "ratio_methods", "verdicts")),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 
@@ -81,6 +82,9 @@ def _check_line(label: str, found: str | None) -> None:
               help="time the whole reproduction may take: 30m, 1h, 1h30m ...; scales are fitted to it")
 @click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
               help="a Kubernetes cluster's kubeconfig: the pods experiments run there (backend kubernetes)")
+@click.option("--testbed", is_flag=True,
+              help="the pods experiments run on this machine's Kubernetes testbed cluster (`virtbench testbed "
+                   "k8s`): one that is up is used and left up, else one is started for the run and stopped after")
 @click.option("--inventory", "-i", "inventory", type=click.Path(dir_okay=False),
               help="Ansible-style inventory (YAML or INI) of SSH hosts: the experiments whose instances are "
                    "separate machines in the study (NPB EP, SP-MZ and the eigensolver over 1 and 2 instances) "
@@ -100,13 +104,15 @@ def _check_line(label: str, found: str | None) -> None:
 @click.option("--resume", "resume_id", metavar="RUN_ID", help="continue an interrupted reproduce run, or run a completed one's failed experiments again")
 @click.option("--db", help=DB_HELP)
 @click.option("--json", "as_json", is_flag=True, help="print the scorecard and the plan as one JSON object")
-def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, plan_only, resume_id, db, as_json) -> None:
+def reproduce(studies, budget, kubeconfig, testbed, inventory, hosts, cloud, pods_image, plan_only, resume_id, db,
+              as_json) -> None:
     """Run the five studies' experiments (or those of the STUDIES named: 000 ... 004), or those of
     study files you wrote (STUDY_FILE.toml: your own paper's experiments and findings, see the README),
     on the platforms this machine reaches, within --budget, and score each finding against the
     results: holds, differs, or not measured (with why). The scorecard names the hash of every study
     file it was scored with."""
-    from .cli_common import _emit_json, _ensure_kernels, _inventory_path, err, out
+    from . import reproduce_testbed
+    from .cli_common import _emit_json, _ensure_kernels, _inventory_path, _log_line, err, out
     from .reproduce import (Reproducer, cloud_options, experiments_done, left_out_always, machine_facts,
                             parse_budget, plan, spec_for)
 
@@ -116,6 +122,9 @@ def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, 
     command = "virtbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     events = _PrintEvents(err)
     rep = Reproducer(store, events=events, command=command)
+    if kubeconfig and testbed:
+        raise UserError("--kubeconfig and --testbed both name a cluster", "give one of them")
+    needs_cluster = testbed  # --resume: the stored plan decides; a run without pods does not start one
     if resume_id:
         if studies or kubeconfig or inventory or cloud or plan_only:
             raise UserError("--resume continues a stored reproduce run with its own plan; give no STUDIES, "
@@ -124,8 +133,11 @@ def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, 
         err.print("checking this machine:", highlight=False)
         inventory = _inventory_path(inventory) if inventory else None
         cloud = cloud_options(cloud) if cloud else None
-        facts = machine_facts(kubeconfig, inventory, hosts, cloud, progress=_check_line)
+        facts = machine_facts(kubeconfig, inventory, hosts, cloud, progress=_check_line, testbed=testbed)
+        if testbed:  # where `up` writes it, known before it runs: the plan's child runs name it
+            kubeconfig = str(reproduce_testbed.kubeconfig())
         steps = plan(budget_s, facts, studies=chosen, store=store, own=own)
+        needs_cluster = testbed and any(s.tier is not None and "cluster" in s.exp.needs for s in steps)
         spec = spec_for(steps, budget_s, facts, chosen, kubeconfig, pods_image, inventory=inventory, hosts=hosts,
                         cloud=cloud, own=own)
         err.print(_plan_table(spec["plan"], spec["left_out"]))
@@ -140,9 +152,10 @@ def reproduce(studies, budget, kubeconfig, inventory, hosts, cloud, pods_image, 
             return
     _ensure_kernels()
     try:
-        run_id = rep.resume(resume_id) if resume_id else rep.start(budget_s, chosen, facts, kubeconfig=kubeconfig,
-                                                                    pods_image=pods_image, inventory=inventory,
-                                                                    hosts=hosts, cloud=cloud, own=own)
+        with reproduce_testbed.cluster_for_run(_log_line) if needs_cluster else contextlib.nullcontext():
+            run_id = rep.resume(resume_id) if resume_id else rep.start(budget_s, chosen, facts, kubeconfig=kubeconfig,
+                                                                        pods_image=pods_image, inventory=inventory,
+                                                                        hosts=hosts, cloud=cloud, own=own)
     except KeyboardInterrupt:
         rid = rep.run_id or resume_id
         err.print(f"\ninterrupted; everything was torn down. Resume with: virtbench reproduce --resume {rid}"

@@ -125,7 +125,11 @@ def _missing(exp: Experiment, facts: dict[str, Any]) -> str | None:
             return ("needs hardware virtualization: QEMU has only TCG (emulation) here" if acc == "tcg" else
                     f"needs hardware virtualization: no VM can start here ({facts.get('accelerator_detail')})")
         if need == "cluster" and not facts.get("cluster"):
-            return "no cluster: give --kubeconfig of a Kubernetes cluster"
+            if facts.get("testbed_up"):
+                return (f"no cluster given, but the testbed cluster is up here: add --kubeconfig "
+                        f"{facts['testbed_up']} or --testbed")
+            return ("no cluster: give --kubeconfig of a Kubernetes cluster, or --testbed to start the testbed "
+                    "cluster on this machine for the run (virtbench testbed k8s up)")
         if need == "nfs" and not facts.get("nfs"):
             return "no kernel NFS client here: the host and pod NFS ways cannot mount the export"
         if need == "cloud" and not facts.get("cloud"):

@@ -13,6 +13,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
+from . import reproduce_testbed
 from .errors import UserError
 
 # told of each check as it starts (label, None) and as it ends (label, what it found)
@@ -20,10 +21,13 @@ Progress = Callable[[str, "str | None"], None]
 
 
 def machine_facts(kubeconfig: str | None, inventory: str | None = None, hosts: str = "all",
-                  cloud: dict[str, Any] | None = None, progress: Progress | None = None) -> dict[str, Any]:
-    """What decides which experiments can run: the accelerator QEMU has, a cluster, an NFS client,
-    the inventory's hosts (by name; whether they answer is found when they are used, as in `run`),
-    the cloud of the --cloud settings (what answers its API). `progress` hears of each check."""
+                  cloud: dict[str, Any] | None = None, progress: Progress | None = None,
+                  testbed: bool = False) -> dict[str, Any]:
+    """What decides which experiments can run: the accelerator QEMU has, a cluster (--kubeconfig's;
+    with `testbed` this machine's testbed cluster, up or to be started; without, whether one is up
+    here, for the plan's advice), an NFS client, the inventory's hosts (by name; whether they answer
+    is found when they are used, as in `run`), the cloud of the --cloud settings (what answers its
+    API). `progress` hears of each check."""
     say = progress or (lambda label, found: None)
 
     def check(label: str, fn: Callable[[], Any], found: Callable[[Any], str]) -> Any:
@@ -33,9 +37,14 @@ def machine_facts(kubeconfig: str | None, inventory: str | None = None, hosts: s
         say(label, f"{found(value)} ({time.monotonic() - t0:.1f} s)")
         return value
 
-    facts: dict[str, Any] = {"cores": os.cpu_count() or 1, "load_1m": _load(), "cluster": bool(kubeconfig)}
+    facts: dict[str, Any] = {"cores": os.cpu_count() or 1, "load_1m": _load(),
+                             "cluster": bool(kubeconfig) or testbed, "testbed": testbed}
     facts["probe_s"] = check("CPU probe", cpu_probe, lambda s: f"{s * 1000:.0f} ms of fixed work, load "
                              f"{facts['load_1m'] or 0:.2f} on {facts['cores']} cores")
+    if not kubeconfig:
+        facts["testbed_up"] = check("Kubernetes testbed", reproduce_testbed.running, lambda kc: (
+            f"up ({kc})" if kc else "to be started for the run, stopped after" if testbed
+            else "none up (--testbed starts one for the run)"))
     facts["nfs"] = check("NFS client", _has_nfs_client, lambda ok: "in this kernel" if ok else "none in this kernel")
     facts["hosts"] = check("inventory hosts", lambda: inventory_hosts(inventory, hosts),
                            lambda names: ", ".join(names)) if inventory else []
