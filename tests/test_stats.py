@@ -459,13 +459,18 @@ def test_warnings_noisy_message():
 
 def test_warnings_single_sample_and_outliers():
     assert warnings_for(summarize([3.0])) == [
-        "only 1 sample: no confidence interval; run at least 3 repetitions"
+        "only 1 sample: no confidence interval; run at least 6 repetitions (a 95 % interval needs that many)"
     ]
     assert warnings_for(_summary(outliers=2)) == [
         "2 outlier(s) by median/MAD; look for interference during the run"
     ]
     assert any(m.startswith("no samples") for m in warnings_for(summarize([])))
     assert any(m.startswith("only 2 samples") for m in warnings_for(summarize([1.0, 1.0])))
+    # the advice is the number the method needs: 3 values reach 75 %, 6 reach 96.9 %
+    (three,) = warnings_for(summarize([1.0, 1.0, 1.0]))
+    assert three == ("only 3 samples: the median's interval [min, max] reaches 75.0%, not 95 %; "
+                     "run at least 6 repetitions")
+    assert warnings_for(summarize([1.0] * 6)) == []
 
 
 def test_warnings_from_real_data():

@@ -51,6 +51,7 @@ import numpy as np
 from .stats_boot import _distinct_boots, _group_boot, _percentile_ci  # bench/ci_coverage uses the last two
 from .stats_exact import (  # the exact intervals and tests, re-exported: stats.median_ci etc.
     MAX_PAIRS,
+    MIN_N_95,
     MW_EXACT_PAIRS,
     _NAN,
     _clean,
@@ -499,10 +500,14 @@ def warnings_for(summary: Summary, *, cv_limit: float = 0.05) -> list[str]:
     if n == 0:
         out.append("no samples: nothing was measured; check that the workload ran and its output was parsed")
         return out
+    # the advice is the number the intervals really need (stats_exact.MIN_N_95), not a round number
+    need = max(MIN_N_95["median"], MIN_N_95["signed-rank"])
     if n == 1:
-        out.append("only 1 sample: no confidence interval; run at least 3 repetitions")
-    elif n == 2:
-        out.append("only 2 samples: the confidence interval is unreliable; run at least 3 repetitions")
+        out.append(f"only 1 sample: no confidence interval; run at least {need} repetitions "
+                   "(a 95 % interval needs that many)")
+    elif n < need:
+        out.append(f"only {n} samples: the median's interval [min, max] reaches {1 - 2 * 0.5 ** n:.1%}, not 95 %; "
+                   f"run at least {need} repetitions")
     if math.isfinite(summary.cv) and summary.cv > cv_limit:
         out.append(
             f"noisy: coefficient of variation {summary.cv * 100:.1f}% (> {cv_limit * 100:g}%); "
