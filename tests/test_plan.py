@@ -53,13 +53,23 @@ def test_a_long_run_on_a_terminal_asks_and_yes_does_not(tmp_path):
     os.write(primary, b"n\n")
     out, _ = proc.communicate(timeout=60)
     os.close(primary)
-    assert proc.returncode == 0 and out == b""
+    assert proc.returncode == 1 and out == b""  # not started: a script must not read it as success
     assert Store(tmp_path / "r.sqlite").runs() == []  # nothing was started
-    # Not a terminal (a script): the plan is printed and the run is not held up by a question; --yes
-    # does the same on a terminal. Checked here without running 10000 repetitions: --repeat 1.
+    # Not a terminal (a script): the run is not held up by a question, and a line says it was not
+    # asked; stopped here (SIGTERM) once it has said so, instead of running 10000 repetitions.
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    line = ""
+    while "not asked" not in line and proc.poll() is None:
+        line = proc.stderr.readline()
+    proc.terminate()
+    proc.communicate(timeout=120)
+    assert "not asked (no terminal), so it starts" in line and "start it?" not in line
+    # --yes does not ask on a terminal and says nothing about it. Checked with --repeat 1.
     res = subprocess.run([*argv[:-4], "--repeat", "1", "--yes", "--db", str(tmp_path / "r.sqlite")],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and "plan: 1 cell(s)" in res.stderr and "start it?" not in res.stderr
+    assert "not asked" not in res.stderr
 
 
 def test_warnings_group_cells_and_show_only_what_differs():

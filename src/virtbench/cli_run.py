@@ -89,6 +89,7 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
     \b
     Exit status:
       0    every cell has results (cells skipped for a condition this machine lacks aside)
+      1    not started: the question before a run of over an hour was answered no
       3    some cells failed: the others have results; rerun the failed ones with
            virtbench run --resume RUN_ID --retry-failed
       4    nothing succeeded: no cell has results
@@ -175,17 +176,25 @@ def _retry_plan(store: Store, run_id: str):
                                        for e in cell_environments(c, names)}, store=store)
 
 
+EXIT_NOT_STARTED = 1  # the long-run question answered no: nothing ran, which a script must not read as success
+
+
 def _confirm_plan(plan, yes: bool) -> None:
     """Print the plan; a long one on a terminal asks first."""
     from . import plan as plan_mod
 
     err.print(plan.text(), highlight=False, soft_wrap=True)
-    if plan.longest() > plan_mod.ASK_ABOVE_SECONDS and not yes and sys.stdin.isatty() and sys.stderr.isatty():
-        if not click.confirm(f"this run may take {plan_mod.human(plan.longest())}; start it?", default=False,
-                             err=True):
-            err.print("not started (fewer repetitions: --repeat N or a suite's max_repetitions; "
-                      "--yes skips this question)", highlight=False)
-            sys.exit(0)
+    if plan.longest() <= plan_mod.ASK_ABOVE_SECONDS or yes:
+        return
+    took = plan_mod.human(plan.longest())
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        err.print(f"this run may take {took}: not asked (no terminal), so it starts; --yes says so without this "
+                  "line, Ctrl-C or SIGTERM stops it and --resume continues", highlight=False, soft_wrap=True)
+        return
+    if not click.confirm(f"this run may take {took}; start it?", default=False, err=True):
+        err.print("not started (fewer repetitions: --repeat N or a suite's max_repetitions; "
+                  "--yes skips this question)", highlight=False)
+        sys.exit(EXIT_NOT_STARTED)
 
 
 def _end(store: Store, run_id: str) -> None:
