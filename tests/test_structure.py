@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                   "reproduce_experiments", "reproduce_facts", "reproduce_matrix", "reproduce_times", "reproduce_testbed", "studies",
                   "doctor", "api", "export")),
     ("results and plans", ("analysis", "outcomes", "plan", "estimates", "progress", "suite", "scaling", "render",
-                           "ratio_methods", "verdicts")),
+                           "ratio_methods", "verdicts", "noise")),
     ("act on instances", ("workloads", "conditions", "cluster", "monitor", "sysinfo", "kernel_identity")),
     ("make instances", ("drivers", "pods", "cloud", "kubetestbed", "vm.lifecycle")),
     ("below the drivers", ("vm", "engine", "cpuset", "lifecycle", "instances", "nfsclient")),

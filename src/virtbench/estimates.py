@@ -48,7 +48,7 @@ def this_machine() -> tuple[str, int]:
     return model, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def _ran_here(facts_json: str | None) -> bool:
+def ran_here(facts_json: str | None) -> bool:
     """Whether an environment's local machine was this one (same CPU model and cores). Remote machines
     (ssh, cloud, pods) are not checked: the plan cannot know them before the run."""
     try:
@@ -79,7 +79,7 @@ class History:
         with store.engine.connect() as conn:
             for r in conn.execute(query):
                 if r.facts_json not in here:
-                    here[r.facts_json] = _ran_here(r.facts_json)
+                    here[r.facts_json] = ran_here(r.facts_json)
                 if not here[r.facts_json] or r.ended_at <= r.started_at:
                     continue
                 key = (r.workload, canonical(json.loads(r.params_json)), canonical(json.loads(r.condition_json)),

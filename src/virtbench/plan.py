@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from . import drivers, estimates, stats, workloads
+from . import drivers, estimates, noise, stats, workloads
 from .analysis import FDR
 from .suite import Matrix, cell_environments
 
@@ -36,6 +36,11 @@ class Plan:
     time_budget: float | None = None
     sources: dict[str, "Source"] = field(default_factory=dict)  # workload -> where its estimates come from
     stop_floor: tuple[int, int] = (0, 0)  # (rounds, comparisons): the largest table's earliest ratio stop
+    floors: list[noise.Floor] = field(default_factory=list)  # what each ratio's noise lets ci_target reach
+    no_history: int = 0  # ratios (cell x environment) without earlier rounds here to estimate it from
+    ci_target: float | None = None
+
+    FLOOR_LINES = 8  # the plan shows the worst of its ratios' noise floors, at most this many
 
     @property
     def adaptive(self) -> bool:
@@ -70,7 +75,33 @@ class Plan:
             when += (f"; not counting {', '.join(self.unknown)}: no estimate per repetition (their timeouts "
                      f"allow up to {human(self.unknown_ceiling)})")
         return "\n".join([f"{head}; {when}, plus starting instances",
-                          *(f"  {w}: {src.text()}" for w, src in self.sources.items() if src.cells)])
+                          *(f"  {w}: {src.text()}" for w, src in self.sources.items() if src.cells),
+                          *self.floor_lines()])
+
+    def floor_lines(self) -> list[str]:
+        """The noise floor: per ratio, what ci_target needs at this machine's noise (stored history),
+        the worst first; the ones that reach it within max_repetitions summed up in one line."""
+        if not self.adaptive or self.ci_target is None or not (self.floors or self.no_history):
+            return []
+        short = sorted((f for f in self.floors if f.short), key=lambda f: -f.sd)
+        lines = [f"  noise floor (ci_target ±{self.ci_target * 100:g} %, this machine's earlier rounds):"] \
+            if self.floors else []
+        lines += [f"    {f.text()}" for f in short[:self.FLOOR_LINES]]
+        if len(short) > self.FLOOR_LINES:
+            lines.append(f"    and {len(short) - self.FLOOR_LINES} more that max_repetitions cannot bring to the target")
+        fine = len(self.floors) - len(short)
+        if fine:
+            worst = max((f for f in self.floors if not f.short), key=lambda f: f.rounds or 0)
+            lines.append(f"    {fine} ratio(s) reach it within max_repetitions (the slowest ~{worst.rounds} rounds: "
+                         f"{worst.label})")
+        if short:
+            lines.append("    to reach the target: raise max_repetitions, lengthen each repetition (duration), or "
+                         "accept the wider interval (the table marks such rows †)")
+        if self.no_history:
+            lines.append(f"  noise floor: {self.no_history} ratio(s) have no earlier rounds on this machine to estimate "
+                         f"it from; a row that ends at max_repetitions without ±{self.ci_target * 100:g} % is marked † "
+                         "in its table")
+        return lines
 
 
 @dataclass
@@ -170,6 +201,10 @@ def make(matrix: Matrix, only: set[tuple[str, str]] | None = None, store=None) -
     pairs, cells, envs_used, unknown = 0, 0, set(), {}
     seconds, ceiling = [0.0, 0.0], 0.0
     history = estimates.History(store, {c["workload"] for c in matrix.cells})
+    spread = noise.NoiseHistory(store, {c["workload"] for c in matrix.cells}) \
+        if policy.ci_target is not None and low_reps < high_reps else None
+    floors: list[noise.Floor] = []
+    no_history = 0
     sources: dict[str, Source] = {}
     floor, reps_low = (low_reps, 0), 0
     for cell in matrix.cells:
@@ -193,9 +228,43 @@ def make(matrix: Matrix, only: set[tuple[str, str]] | None = None, store=None) -
             per += est.seconds + (drivers.traits_of(driver[e]).repetition_overhead_s if est.source == "model" else 0)
         first, m = earliest_stop(matrix, cell, low_reps, high_reps)
         floor = max(floor, (first, m))
+        if spread is not None and m:
+            got = _floors(matrix, cell, envs, driver, spread, high_reps, m)
+            floors += got[0]
+            no_history += got[1]
         seconds[0] += per * (first + warm[0])
         seconds[1] += per * (high_reps + warm[1])
     return Plan(cells, len(envs_used), pairs, low_reps, high_reps, warm,
                 (reps_low, pairs * (high_reps + warm[1])), (seconds[0], seconds[1]),
                 [f"{w} ({n} cell/environment pair{'s' if n > 1 else ''})" for w, n in unknown.items()], ceiling,
-                policy.time_budget, sources, floor)
+                policy.time_budget, sources, floor, floors, no_history, policy.ci_target)
+
+
+def _label(matrix: Matrix, cell: dict) -> str:
+    """A cell by the parameters that tell it from the suite's other cells of its workload: 'dhrystone',
+    'dhrystone copies=vcpus', 'fio rw=read'."""
+    same = [c for c in matrix.cells if c["workload"] == cell["workload"]]
+    keys = [k for k in cell["params"] if len({json.dumps(c["params"].get(k), default=str) for c in same}) > 1]
+    test = workloads.get(cell["workload"]).index_param
+    head = str(cell["params"][test]) if test in keys else cell["workload"]
+    return " ".join([head, *(f"{k}={cell['params'][k]}" for k in keys if k != test)])
+
+
+def _floors(matrix: Matrix, cell: dict, envs: list[str], driver: dict[str, str], spread: noise.NoiseHistory,
+            maximum: int, m: int) -> tuple[list[noise.Floor], int]:
+    """The noise floors of `cell`'s ratios (one per environment beside the baseline) at its table's level,
+    and how many of them have no history."""
+    base = matrix.baseline
+    if base not in envs:
+        return [], 0
+    out, unknown = [], 0
+    others = [e for e in envs if e != base]
+    level = 1.0 - FDR / m
+    for e in others:
+        got = spread.sd(cell["workload"], cell["params"], cell.get("condition") or {}, (driver[e], driver[base]))
+        if got is None:
+            unknown += 1
+            continue
+        label = _label(matrix, cell) + (f" @{e}" if len(others) > 1 else "")
+        out.append(noise.floor(label, got[0], got[1], matrix.policy.ci_target, level, maximum))
+    return out, unknown

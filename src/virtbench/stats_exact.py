@@ -27,6 +27,8 @@ __all__ = [
     "min_repetitions",
     "min_n",
     "MIN_N_95",
+    "paired_halfwidth",
+    "rounds_for_halfwidth",
     "bh_level",
     "MW_EXACT_PAIRS",
     "MAX_PAIRS",
@@ -267,6 +269,39 @@ def min_n(method: str, confidence: float = 0.95) -> int:
 #: The one place that says how many values (rounds, or values per side) each interval needs for 95 %:
 #: {"median": 6, "signed-rank": 6, "sign": 6, "mann-whitney": 4, "bootstrap": 4}.
 MIN_N_95 = {m: min_n(m) for m in ("median", "signed-rank", "sign", "mann-whitney", "bootstrap")}
+
+
+@functools.lru_cache(maxsize=4096)
+def paired_halfwidth(sd: float, rounds: int, confidence: float = 0.95) -> float:
+    """The ratio CI half-width (relative to the ratio, as ``stats.ratio_halfwidth``) that the exact
+    signed-rank interval gives from ``rounds`` rounds whose log ratios have standard deviation ``sd``:
+    read from an ideal sample (sd times the normal quantiles at (i + 0.5) / rounds), so a typical
+    run's figure, not a bound; ``inf`` where the rounds cannot reach ``confidence`` at all. With
+    sd 3 % it is 2.0 % at 20 rounds and 99.2 %, 1.3 % at 40. A planning estimate: real rounds
+    scatter around it."""
+    if not (sd >= 0 and math.isfinite(sd)) or rounds < rounds_for_level(confidence):
+        return math.inf
+    from statistics import NormalDist
+
+    q = NormalDist().inv_cdf
+    d = np.array([sd * q((i + 0.5) / rounds) for i in range(rounds)])
+    est, lo, hi, _, _ = walsh_ci(d, confidence)
+    return (math.exp(hi) - math.exp(lo)) / 2.0 / math.exp(est)
+
+
+def rounds_for_halfwidth(sd: float, target: float, confidence: float = 0.95, limit: int = 2000) -> int | None:
+    """The fewest rounds whose :func:`paired_halfwidth` at ``confidence`` is within ``target``; None
+    when even ``limit`` rounds are not enough."""
+    low, high = rounds_for_level(confidence), limit
+    if paired_halfwidth(sd, high, confidence) > target:
+        return None
+    while low < high:  # the half-width shrinks as rounds grow: bisect
+        mid = (low + high) // 2
+        if paired_halfwidth(sd, mid, confidence) <= target:
+            high = mid
+        else:
+            low = mid + 1
+    return low
 
 
 def bh_level(p_values: Sequence[float], min_ps: Sequence[float], q: float = 0.05) -> tuple[float, int, int]:
