@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import image
+from . import image, ociruntime
 from .errors import ConditionUnavailable, MissingTool, UserError
 from .machines import Machine, MachineUnreachable, Process, local, ship
 from .machines.base import KILL_GROUP, SPAWN
@@ -36,7 +36,7 @@ CLI_TIMEOUT = 120.0
 NPROC_CAP = 32768
 
 _lock = threading.RLock()
-_engines: dict[tuple, Engine] = {}  # (machine name, cmd, tag, runtime, cgroup manager) -> Engine
+_engines: dict[tuple, Engine] = {}  # (machine name, cmd, tag, runtime choice, cgroup manager) -> Engine
 # (machine name, cmd, tag) of images the engine has (mark_imported: what boot.py and checks.py commit).
 _imported: set[tuple] = set()
 
@@ -53,12 +53,27 @@ class Engine:
     ulimits: tuple[str, ...]
     init: bool
     forced_runtime: bool = False
+    # The runtime's binary (podman runs it by this path), its version, its options (gVisor's platform
+    # and network, as (key, value) pairs) and why an option's first choice was not taken.
+    runtime_path: str = ""
+    runtime_version: str = ""
+    runtime_options: tuple[tuple[str, str], ...] = ()
+    runtime_note: str = ""
+
+    @property
+    def options(self) -> dict[str, str]:
+        return dict(self.runtime_options)
+
+    def network(self) -> str:
+        """The engine network a container joins: none where gVisor's network is off, else the bridge."""
+        return "none" if self.options.get("network") == "none" else "bridge"
 
     def cli(self) -> list[str]:
-        # podman takes runtime and cgroup manager as global flags; pass them on every call so
-        # create, exec and rm all agree.
+        # podman takes runtime, its flags and the cgroup manager as global flags; pass them on every
+        # call so create, exec and rm all agree.
         if self.cmd == "podman":
-            return ["podman", "--runtime", self.runtime, "--cgroup-manager", self.cgroup_manager]
+            return ["podman", *ociruntime.engine_flags(self.runtime_path or self.runtime, self.options),
+                    "--cgroup-manager", self.cgroup_manager]
         return ["docker"]
 
     def run_flags(self) -> list[str]:
@@ -71,6 +86,9 @@ class Engine:
 
     def describe(self) -> dict[str, Any]:
         return {"engine": self.cmd, "engine_version": self.version, "runtime": self.runtime,
+                "runtime_path": self.runtime_path, "runtime_version": self.runtime_version,
+                "runtime_options": self.options, "runtime_label": ociruntime.label(self.runtime, self.options),
+                **({"runtime_note": self.runtime_note} if self.runtime_note else {}),
                 "cgroup_manager": self.cgroup_manager, "cgroup_version": self.cgroup_version,
                 "ulimits": list(self.ulimits), "init": self.init}
 
@@ -184,18 +202,18 @@ def _has_catatonit(machine: Machine) -> bool:
 
 
 def probe(cmd: str, tag: str, runtime: str = "auto", cgroup_manager: str = "auto",
-          machine: Machine | None = None) -> Engine:
-    """First working (runtime, cgroup manager, ulimits) for `cmd` on `machine`, cached for the process."""
+          machine: Machine | None = None, platform: str = "", network: str = "") -> Engine:
+    """First working (runtime, cgroup manager, ulimits) for `cmd` on `machine`, cached for the process.
+    An explicit runtime (and its options) is the only one tried: when it does not start a container,
+    that is the error, with the runtime's own words and what to do."""
     machine = machine or local()
-    key = (machine.name, cmd, tag, runtime, cgroup_manager)
+    choice = ociruntime.Choice(runtime, platform, network)
+    key = (machine.name, cmd, tag, choice, cgroup_manager)
     with _lock:
         if key in _engines:
             return _engines[key]
         facts = _facts(cmd, machine)
         if cmd == "podman":
-            runtimes = [runtime] if runtime != "auto" else list(dict.fromkeys(
-                r for r in (facts["runtime"], "runc", "crun")
-                if r and (r == facts["runtime"] or machine.which(r))))
             managers = [cgroup_manager] if cgroup_manager != "auto" else list(dict.fromkeys(
                 m for m in (facts["cgroup_manager"], "cgroupfs") if m))
             init = _has_catatonit(machine)
@@ -203,30 +221,105 @@ def probe(cmd: str, tag: str, runtime: str = "auto", cgroup_manager: str = "auto
             if cgroup_manager != "auto":
                 raise UserError("docker sets its cgroup driver in the daemon, not per container",
                                 hint="remove cgroup_manager from this environment")
-            runtimes = [runtime if runtime != "auto" else facts["runtime"]]
+            if choice.platform or choice.network:
+                raise UserError("docker takes gVisor's flags from the runtime's entry in its daemon configuration, "
+                                "not per container", hint="remove platform/network from this environment and "
+                                "register runsc with them (runsc install --runtime NAME -- --platform=...)")
             managers = [facts["cgroup_manager"]]
             init = bool(facts.get("init"))
-        tried = []
-        for rt in runtimes:
+        if runtime == "auto":
+            runtimes = [facts["runtime"]] if cmd != "podman" else list(dict.fromkeys(
+                r for r in (facts["runtime"], "runc", "crun") if r and (r == facts["runtime"] or machine.which(r))))
+            eng = _first_working(cmd, tag, machine, facts, runtimes, managers, init, choice, explicit=False)
+        else:
+            eng = _explicit(cmd, tag, machine, facts, managers, init, choice)
+        _engines[key] = eng
+        return eng
+
+
+def _explicit(cmd: str, tag: str, machine: Machine, facts: dict, managers: list[str], init: bool,
+              choice: ociruntime.Choice) -> Engine:
+    """The runtime the environment named, or a UserError with its reason: never another one."""
+    if cmd == "podman":
+        ociruntime.resolve(machine, choice.runtime)  # missing: MissingTool with its package
+    if choice.gvisor and choice.platform == "kvm":
+        _require_kvm(machine)
+    return _first_working(cmd, tag, machine, facts, [choice.runtime], managers, init, choice, explicit=True)
+
+
+def _require_kvm(machine: Machine) -> None:
+    """gVisor's kvm platform needs KVM that really runs guests; the vm driver's probe boot knows."""
+    from .vm.site import accelerator_of
+
+    try:
+        got = accelerator_of(machine)
+    except Exception as exc:  # no QEMU or no image: KVM cannot be shown to work
+        raise UserError(f"gVisor's kvm platform needs KVM that runs guests, and it could not be tried{machine.on}: "
+                        f"{str(exc).splitlines()[0]}", "use platform = \"ptrace\"") from None
+    if got.get("accel") != "kvm":
+        raise UserError(f"gVisor's kvm platform needs KVM that runs guests, and KVM does not{machine.on}: "
+                        f"{got.get('kvm_problem') or 'a probe guest did not boot with KVM'}",
+                        "use platform = \"ptrace\" (no KVM needed)")
+
+
+_probe_seq = 0
+
+
+def _try(machine: Machine, eng: Engine, tag: str) -> ExecResult:
+    """One `run --rm ... true` under a name of ours, removed again if it did not finish (a runtime that
+    hangs, e.g. gVisor's kvm platform without working KVM, must not leave a sandbox behind)."""
+    global _probe_seq
+    _probe_seq += 1
+    name = f"vb-probe-{os.getpid()}-{_probe_seq}"
+    res = _run(machine, [*eng.cli(), "run", "--rm", "--name", name, "--pull=never", *eng.run_flags(),
+                         "--network", eng.network(), tag, "true"], timeout=PROBE_TIMEOUT)
+    if not res.ok:
+        try:
+            remove(machine, eng.cli(), eng.cmd, name, tries=2)
+        except UserError:
+            pass  # the failure below says what happened; the leftovers sweep finds it by name later
+    return res
+
+
+PROBE_TIMEOUT = 60.0
+
+
+def _first_working(cmd: str, tag: str, machine: Machine, facts: dict, runtimes: list[str], managers: list[str],
+                   init: bool, choice: ociruntime.Choice, explicit: bool) -> Engine:
+    tried, notes = [], []
+    for rt in runtimes:
+        path = ociruntime.resolve(machine, rt) if cmd == "podman" and (explicit or rt.startswith("/")) else ""
+        ver = ociruntime.version(machine, path or rt) if machine.which(path or rt) else ""
+        name = ociruntime.kind(rt) or rt.rsplit("/", 1)[-1]
+        for net in choice.networks():
+            opts = tuple(sorted(ociruntime.Choice(rt, choice.platform, choice.network).options(net).items()))
             for mgr in managers:
                 for ul in _ulimit_candidates(machine):
-                    eng = Engine(cmd, facts["version"], rt, mgr, facts["cgroup_version"], ul, init,
-                                 forced_runtime=runtime != "auto")
-                    res = _run(machine, [*eng.cli(), "run", "--rm", "--pull=never", *eng.run_flags(), tag, "true"])
+                    eng = Engine(cmd, facts["version"], name, mgr, facts["cgroup_version"], ul, init,
+                                 forced_runtime=explicit, runtime_path=path, runtime_version=ver,
+                                 runtime_options=opts, runtime_note="; ".join(notes))
+                    res = _try(machine, eng, tag)
                     if res.ok:
-                        _engines[key] = eng
                         return eng
-                    tried.append(f"runtime={rt} cgroup_manager={mgr} {' '.join(ul)}: {tail(res, 2)}")
+                    why = tail(res, 2) if not res.timed_out else f"timed out after {PROBE_TIMEOUT:g} s"
+                    shown = " ".join(f"{k}={v}" for k, v in opts)
+                    tried.append(f"runtime={rt} {shown + ' ' if shown else ''}cgroup_manager={mgr} {' '.join(ul)}: {why}")
                     if "rlimit" not in res.stderr.lower():
                         break  # not a ulimit problem: lower limits will not help
-        hint = "set runtime/cgroup_manager for this environment, or apt-get install runc"
-        if any("no cgroup mount found" in t for t in tried):
-            # Seen where podman runs under `ip netns exec`, which mounts a fresh /sys without cgroups.
-            hint = (f"the OCI runtime finds no cgroup filesystem{machine.on}: /sys/fs/cgroup is not mounted in "
-                    "the mount namespace podman runs in (e.g. a shell started by `ip netns exec`, which "
-                    "remounts /sys); mount the cgroup hierarchies there, or enter the network namespace "
-                    "with `nsenter --net=/run/netns/NAME`, which keeps /sys")
-        raise UserError(f"{cmd} cannot start a container{machine.on}; tried:\n  " + "\n  ".join(tried), hint)
+            if net:
+                notes.append(f"network {net} did not start: {why}")
+    if explicit:
+        raise UserError(f"{cmd} cannot start a container with runtime {choice.runtime}"
+                        f"{' (' + ver + ')' if ver else ''}{machine.on}; tried:\n  " + "\n  ".join(tried),
+                        ociruntime.hint(choice.runtime, " ".join(tried), ver))
+    hint = "set runtime/cgroup_manager for this environment, or apt-get install runc"
+    if any("no cgroup mount found" in t for t in tried):
+        # Seen where podman runs under `ip netns exec`, which mounts a fresh /sys without cgroups.
+        hint = (f"the OCI runtime finds no cgroup filesystem{machine.on}: /sys/fs/cgroup is not mounted in "
+                "the mount namespace podman runs in (e.g. a shell started by `ip netns exec`, which "
+                "remounts /sys); mount the cgroup hierarchies there, or enter the network namespace "
+                "with `nsenter --net=/run/netns/NAME`, which keeps /sys")
+    raise UserError(f"{cmd} cannot start a container{machine.on}; tried:\n  " + "\n  ".join(tried), hint)
 
 
 def ensure_image(cmd: str, info: image.ImageInfo, machine: Machine | None = None) -> None:

@@ -245,6 +245,12 @@ class Driver(ABC):
         """Problems with one environment's options that can be told before anything starts."""
         return []
 
+    @classmethod
+    def option_problems(cls, options: Mapping[str, Any]) -> list[tuple[str, str, tuple | None]]:
+        """(option, problem, valid choices) for option values that are wrong together or in form, beyond
+        each option's own choices: the suite loader reports them at their file, line and key."""
+        return []
+
     def plan(self, env: EnvSpec, count: int) -> list[str]:
         """What provisioning up to `count` instances of env at once will create, said before it is
         created; raises UserError when that is more than the driver allows (a cost guard)."""

@@ -300,6 +300,8 @@ def _environment(where: _Where, name: str, spec: Any, custom: dict[str, Shape]) 
         if opt.choices and value not in opt.choices:
             where.errors.append(where.error(at + (key,), f"invalid value {value!r}", opt.choices))
         options[key] = value
+    for key, problem, choices in drivers.driver_class(driver).option_problems(options):
+        where.errors.append(where.error(at + (key,), problem, choices))
     return EnvSpec(name, driver, shape, options) if len(where.errors) == before and shape else None
 
 

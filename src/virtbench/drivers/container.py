@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .. import cpuset, engine, hostdirs, image, procs
+from .. import cpuset, engine, hostdirs, image, ociruntime, procs
 from .. import engine as engine_mod
 from ..engine import CLI_TIMEOUT, Engine, ensure_image, mark_imported, pick_engine, probe, remove, tail
 from ..errors import ConditionUnavailable, MissingTool, UserError
@@ -84,7 +84,7 @@ class ContainerInstance(GuestImageInstance):
         if self.host_mount_dir:
             argv += ["--mount", f"type=bind,src={self.host_mount_dir},dst={hostdirs.GUEST_DIR},"
                                 "bind-propagation=rslave"]
-        argv += ["--network", "bridge", self.image.tag, "sleep", "infinity"]
+        argv += ["--network", self.engine.network(), self.image.tag, "sleep", "infinity"]
         self.mark("requested")
         res = self._cli(*argv)
         if not res.ok:
@@ -201,7 +201,13 @@ class ContainerDriver(Driver):
     options = {
         "engine": OptionSpec(str, "auto", "container engine; auto = podman if it works, else docker",
                              ("auto", "podman", "docker")),
-        "runtime": OptionSpec(str, "auto", "OCI runtime (runc, crun, ...); auto = probe what works"),
+        "runtime": OptionSpec(str, "auto", "OCI runtime: runc, crun, runsc (gVisor) or the absolute path of one; "
+                              "auto = the engine's default, else the first of runc, crun that starts a container"),
+        "platform": OptionSpec(str, "", "gVisor only: how runsc intercepts system calls (ptrace, systrap, kvm); "
+                               "default ptrace", ("", *ociruntime.GVISOR_PLATFORMS)),
+        "network": OptionSpec(str, "", "gVisor only: sandbox (gVisor's network stack), host (socket calls go to the "
+                              "kernel of the container's network namespace), none; default auto = sandbox where "
+                              "it starts, else host", ("", *ociruntime.GVISOR_NETWORKS)),
         "cgroup_manager": OptionSpec(str, "auto", "podman cgroup manager; auto = probe what works",
                                      ("auto", "cgroupfs", "systemd")),
         "machine": OptionSpec(str, "", "inventory host the containers run on (default: this machine)"),
@@ -221,7 +227,11 @@ class ContainerDriver(Driver):
         cmd = pick_engine(opts["engine"], machine)
         info = self._image()
         ensure_image(cmd, info, machine)
-        return probe(cmd, info.tag, opts["runtime"], opts["cgroup_manager"], machine)
+        return probe(cmd, info.tag, opts["runtime"], opts["cgroup_manager"], machine, opts["platform"], opts["network"])
+
+    @classmethod
+    def option_problems(cls, options: Mapping[str, Any]) -> list[tuple[str, str, tuple | None]]:
+        return ociruntime.option_problems(dict(options))
 
     @classmethod
     def scratch_space(cls, env: EnvSpec) -> ScratchSpace | None:
