@@ -17,7 +17,7 @@ from .sections.common import describe, slug
 FACT_COLUMNS = [
     ("machines", ("machines",)), ("CPU", ("cpu_model",)), ("cores", ("online_cpus", "cores")), ("memory", ("memory_kb",)),
     ("kernel", ("kernel",)), ("OS", ("os",)), ("virtualization", ("virtualization",)),
-    ("accelerator", ("accelerator",)), ("image hash", ("image_hash",)),
+    ("accelerator", ("accelerator",)), ("runtime", ("runtime_version_label",)), ("image hash", ("image_hash",)),
 ]
 
 
@@ -140,6 +140,10 @@ def _environments(data: RunData) -> Table:
         if facts.get("backend"):  # pods: which backend ran them
             driver += " (podman pods)" if facts["backend"] == "kube-play" else \
                 f" ({kubefacts.cluster(facts)})" if kubefacts.is_cluster(facts) else f" ({facts['backend']})"
+        if facts.get("runtime_label"):  # a container's OCI runtime: "container (gVisor runsc, ptrace, network host)"
+            driver += f" ({facts['runtime_label']})"
+            facts = {**facts, "runtime_version_label": " ".join(
+                str(w) for w in (facts.get("runtime"), facts.get("runtime_version")) if w)}
         if kubefacts.is_cluster(facts):  # the pods' nodes and layer, not the client's machine and the probe's
             facts = {**facts, "machines": kubefacts.nodes(name, facts, data.instances),
                      "virtualization": kubefacts.layer(facts)}

@@ -1,0 +1,146 @@
+"""OCI runtimes per container environment (runc, crun, gVisor's runsc, a path): the suite loader's
+checks, the versions and failures as the runtimes print them (captured in tests/data/runtimes/),
+an explicit runtime that fails, doctor's rows, and the Bar: runc against runsc on syscall and pipe."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from virtbench import engine, ociruntime, suite
+from virtbench.errors import SuiteError, UserError
+from virtbench.machines import local
+
+DATA = Path(__file__).parent / "data" / "runtimes"
+
+
+def _load(tmp_path, envs: str):
+    path = tmp_path / "s.toml"
+    path.write_text('[suite]\nname = "s"\n\n' + envs + '\n[[workloads]]\nname = "system"\nparams = { test = "syscall" }\n')
+    return path
+
+
+def test_loader_names_file_line_and_key_of_each_wrong_runtime_option(tmp_path):
+    path = _load(tmp_path, '[environments.a]\ndriver = "container"\nruntime = "runc"\nplatform = "ptrace"\n\n'
+                           '[environments.b]\ndriver = "container"\nruntime = "runsc"\nnetwork = "bridge"\n\n'
+                           '[environments.c]\ndriver = "container"\nruntime = "youki"\n')
+    with pytest.raises(SuiteError) as got:
+        suite.load(str(path))
+    text = str(got.value)
+    assert f"{path}:7: key 'environments.a.platform'" in text and "option of gVisor's runsc" in text
+    assert f"{path}:12: key 'environments.b.network'" in text and "sandbox, host, none" in text
+    assert f"{path}:16: key 'environments.c.runtime'" in text and "absolute path" in text
+
+
+def test_loader_takes_runtimes_and_gvisor_options(tmp_path):
+    path = _load(tmp_path, '[environments.a]\ndriver = "container"\nruntime = "runsc"\nplatform = "ptrace"\n'
+                           'network = "host"\n\n[environments.b]\ndriver = "container"\nruntime = "/opt/rt/runsc"\n'
+                           'platform = "systrap"\n\n[environments.c]\ndriver = "container"\nruntime = "crun"\n')
+    envs = {e.name: e for e in suite.load(str(path)).environments}
+    assert envs["a"].options["runtime"] == "runsc" and envs["a"].options["network"] == "host"
+    assert ociruntime.Choice.of(envs["b"].options).gvisor  # a path to runsc takes gVisor's options
+    assert ociruntime.Choice.of(envs["c"].options).options("") == {}
+
+
+def test_versions_as_the_runtimes_print_them():
+    got = {p.stem: ociruntime.parse_version(p.read_text()) for p in DATA.glob("*-version.txt")}
+    assert got == {"runc-version": "1.1.5+ds1", "crun-version": "1.8.1", "runsc-version": "0.0~20221219.0"}
+
+
+def test_hints_from_the_runtimes_own_failures():
+    crun = (DATA / "crun-hybrid.txt").read_text()
+    assert 'use runtime = "runc"' in ociruntime.hint("crun", crun, "1.8.1")
+    netns = (DATA / "runsc-root-netns.txt").read_text()
+    assert 'network = "host"' in ociruntime.hint("runsc", netns)
+    systrap = (DATA / "runsc-systrap.txt").read_text()
+    assert 'platform = "ptrace"' in ociruntime.hint("runsc", systrap, "0.0~20221219.0")
+
+
+def test_labels():
+    assert ociruntime.label("runsc", {"platform": "ptrace", "network": "host"}) == "gVisor runsc, ptrace, network host"
+    assert ociruntime.label("runc", {}) == "runc"
+
+
+def test_an_explicit_runtime_that_fails_is_the_error_never_another_runtime(guest_image, tmp_path):
+    fake = tmp_path / "vbtest-rt"
+    fake.write_text("#!/bin/sh\necho 'vbtest-rt: this runtime refuses every container' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    with pytest.raises(UserError) as got:
+        engine.probe("podman", guest_image.tag, str(fake))
+    assert "vbtest-rt: this runtime refuses every container" in got.value.message
+    assert "runtime=runc" not in got.value.message  # nothing else was tried
+    with pytest.raises(UserError, match="not an executable file"):
+        engine.probe("podman", guest_image.tag, "/nonexistent/runsc")
+
+
+@pytest.fixture(scope="module")
+def runsc_engine(guest_image):
+    assert shutil.which("runsc"), "runsc is not installed: setup.sh installs it (apt-get install runsc)"
+    return engine.probe("podman", guest_image.tag, "runsc")
+
+
+def test_runsc_records_its_version_options_and_why_not_its_own_network(runsc_engine):
+    meta = runsc_engine.describe()
+    assert meta["runtime"] == "runsc" and meta["runtime_path"].endswith("runsc")
+    assert meta["runtime_version"] == ociruntime.version(local(), meta["runtime_path"]) != ""
+    assert meta["runtime_options"]["platform"] == "ptrace"
+    assert meta["runtime_options"]["network"] in ("sandbox", "host")
+    if meta["runtime_options"]["network"] == "host":  # auto took host: the sample says why
+        assert "network sandbox did not start" in meta["runtime_note"]
+
+
+def test_doctor_lists_runsc_as_working(runsc_engine):
+    res = subprocess.run([sys.executable, "-m", "virtbench.cli", "doctor", "--json"], capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    rows = {r["name"]: r for r in json.loads(res.stdout)}
+    assert rows["runtime runsc"]["ok"], rows["runtime runsc"]
+    assert rows["runtime runsc"]["version"] == runsc_engine.runtime_version
+    assert rows["runtime runc"]["ok"]
+    if "runtime crun" in rows and not rows["runtime crun"]["ok"]:  # it says why and what to use
+        assert rows["runtime crun"]["detail"].startswith("does not start a container: ")
+        assert rows["runtime crun"]["fix"]
+
+
+BAR = """[suite]
+name = "runtimes-bar"
+baseline = "runc"
+warmup = 0
+min_repetitions = 3
+max_repetitions = 3
+
+[environments.runc]
+driver = "container"
+runtime = "runc"
+
+[environments.runsc]
+driver = "container"
+runtime = "runsc"
+
+[[workloads]]
+name = "system"
+params = { test = ["syscall", "pipe"], copies = "1", duration = 0.2 }
+"""
+
+
+def test_bar_runsc_beside_runc_on_syscall_and_pipe(runsc_engine, tmp_path):
+    from virtbench.api import open_store
+
+    (tmp_path / "bar.toml").write_text(BAR)
+    db = tmp_path / "r.sqlite"
+    res = subprocess.run([sys.executable, "-m", "virtbench.cli", "run", str(tmp_path / "bar.toml"), "--db", str(db),
+                          "--json"], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    store = open_store(db)
+    (run_id,) = store.runs()["id"]
+    samples = store.samples(run_id)
+    meta = samples["metadata"].map(lambda m: m if isinstance(m, dict) else json.loads(m))
+    runtimes = {env: set(meta[samples["environment"] == env].map(lambda m: m["runtime"]))
+                for env in ("runc", "runsc")}
+    assert runtimes == {"runc": {"runc"}, "runsc": {"runsc"}}
+    med = samples[samples["metric"] == "syscall"].groupby("environment")["value"].median()
+    assert med["runc"] / med["runsc"] > 1.5, med  # a sandbox that intercepts system calls shows it
+    assert set(samples[samples["environment"] == "runsc"]["metric"]) >= {"syscall", "pipe"}
