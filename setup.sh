@@ -10,7 +10,7 @@ job="${1:-install}"
 # Debian packages: build tools, the container engine, the image builder, the benchmark tools.
 APT_PACKAGES=(
   build-essential make python3 python3-venv git ca-certificates
-  podman runc uidmap mmdebstrap e2fsprogs
+  podman runc crun runsc uidmap mmdebstrap e2fsprogs
   openmpi-bin libopenmpi-dev
   fio sysbench stress-ng iperf3 bonnie++ procps iproute2 systemd
   wrk nginx-light

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                            "ratio_methods", "verdicts", "noise")),
     ("act on instances", ("workloads", "conditions", "cluster", "monitor", "sysinfo", "kernel_identity")),
     ("make instances", ("drivers", "pods", "cloud", "kubetestbed", "vm.lifecycle")),
-    ("below the drivers", ("vm", "engine", "cpuset", "lifecycle", "instances", "nfsclient")),
+    ("below the drivers", ("vm", "engine", "ociruntime", "cpuset", "lifecycle", "instances", "nfsclient")),
     ("the seam", ("machines",)),
     ("foundations", ("procs", "fanout", "hostdirs", "paths", "model", "errors", "sizes", "kernels", "image", "store",
                      "stats", "stats_exact", "stats_boot", "stats_verdict", "shapes", "tomlpos", "published", "cpugiven",
