@@ -87,7 +87,8 @@ def test_each_rank_reads_its_share_from_its_instance_and_nothing_stays(tmp_path)
         params = {"transactions": 2000, "items": 100, "support": 0.02, "confidence": 0.5, "ranks": 2,
                   "instances": 2, "avg_size": 10.0, "pattern_size": 4.0, "seed": 3, "total_vcpus": 0}
         raw = wl.execute({"node": insts}, params, RunContext(timeout=120))
-        time_, count = wl.parse(raw, params)
+        time_, count, busy = wl.parse(raw, params)
+        assert busy.metric == "cpu_busy" and 0 < busy.metadata["cpu_busy_min"] <= busy.value <= 1.1
         dirs = time_.metadata["data_dirs"]
         assert set(dirs) == {i.name for i in insts}
         assert all(dirs[i.name].startswith(i.scratch_dir()) for i in insts)
@@ -134,6 +135,20 @@ def test_parse_captured_output_with_pass_profile():
         assert p["gen_s"] + p["count_s"] + p["exchange_s"] + p["gather_s"] <= p["time_s"] * 1.001 + 1e-5
         assert p["subsets"] > 0 and 1 <= p["imbalance"] <= 2
     assert list(old.metadata["passes"][1]) == list(hpa.PASS_FIELDS)  # version 1: no profile keys
+
+
+def test_parse_cpu_busy_of_the_ranks():
+    """The summary's schedstat share becomes a sample; outputs without it (older vb-hpa, kernels without
+    schedstat) give none rather than a zero."""
+    wl = workloads.get("hpa")
+    params = {"transactions": 20000, "items": 1000, "support": 0.01, "confidence": 0.5, "ranks": 2, "instances": 2,
+              "avg_size": 10.0, "pattern_size": 4.0, "seed": 1, "total_vcpus": 0, "ship": "prefix"}
+    samples = wl.parse((HERE / "data" / "hpa" / "hpa_d20k_s0.01_np2_2inst_host_v3.raw").read_text(), params)
+    busy = {s.metric: s for s in samples}["cpu_busy"]
+    assert (busy.unit, busy.higher_is_better) == ("fraction", True)
+    assert 0.5 < busy.metadata["cpu_busy_min"] <= busy.value <= 1.1
+    old = wl.parse((HERE / "data" / "hpa" / "hpa_d20k_s0.01_np2_2inst_host_v2.raw").read_text(), params)
+    assert [s.metric for s in old] == ["time", "frequent_itemsets"]
 
 
 def test_ship_must_be_prefix_or_subsets():

@@ -34,7 +34,12 @@
  *    "gen_s":..,"count_s":..,"exchange_s":..,"gather_s":..,"subsets":..,"imbalance":..}
  *   {"summary":true,"transactions":D,"items":N,"support":S,"confidence":C,
  *    "min_count":..,"ranks":R,"frequent_itemsets":..,"rules":..,"time_s":..,
- *    "read_time_s":..,"bytes_exchanged":..,"passes":..,"version":2}
+ *    "read_time_s":..,"bytes_exchanged":..,"passes":..,"version":2,
+ *    "cpu_busy_mean":..,"cpu_busy_min":..}
+ * cpu_busy_*: each rank's share of the run (reading to the last pass) on a CPU or waiting
+ * in a run queue for one, i.e. not blocked on I/O or asleep (Linux schedstat of the rank's
+ * main thread), the mean and the smallest over the ranks; left out where the kernel does not
+ * keep schedstat.
  * bytes_sent is the volume of subset records shipped between distinct ranks in
  * that pass (all ranks together); the small pass-1 Allreduce and the Allgatherv
  * of frequent itemsets are not included.  N is the largest item id + 1.  The
@@ -53,8 +58,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define VERSION 2
+
+/* This thread's time on a CPU (its CPU clock, exact) and waiting in a run queue for one (the
+ * second field of /proc/thread-self/schedstat, Linux), in seconds: what is left of a span is time
+ * blocked (on I/O, on a message, asleep). -1 where the kernel does not keep schedstat. */
+static double sched_busy_s(void)
+{
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    unsigned long long run_ns, wait_ns;
+    struct timespec cpu;
+    int n = 0;
+    if (f) {
+        n = fscanf(f, "%llu %llu", &run_ns, &wait_ns);
+        fclose(f);
+    }
+    if (n != 2 || clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu))
+        return -1.0;
+    return (double)cpu.tv_sec + (double)cpu.tv_nsec / 1e9 + (double)wait_ns / 1e9;
+}
 #define KMAX 64
 
 static int rank, nranks;
@@ -1414,7 +1438,7 @@ int main(int argc, char **argv)
     ship_prefix = o.ship_prefix;
 
     MPI_Barrier(MPI_COMM_WORLD);
-    double t_start = MPI_Wtime();
+    double t_start = MPI_Wtime(), busy_start = sched_busy_s();
 
     /* ---- read this rank's part ---- */
     size_t plen = strlen(o.input) + 16;
@@ -1563,6 +1587,13 @@ int main(int argc, char **argv)
     if (rank == 0 && maxlen == KMAX && o.max_k == KMAX)
         fprintf(stderr, "vb-hpa: stopped at itemsets of length %d (the compiled-in limit)\n", KMAX);
 
+    /* ---- each rank's share of the mining span on a CPU or waiting for one (not blocked) ---- */
+    double busy_now = sched_busy_s(), span = MPI_Wtime() - t_start;
+    double share = busy_start < 0 || busy_now < 0 || span <= 0 ? -1.0 : (busy_now - busy_start) / span;
+    double share_min, share_sum;
+    MPI_Reduce(&share, &share_min, 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&share, &share_sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+
     /* ---- rules and output files (rank 0) ---- */
     int out_ok = 1;
     uint64_t nrules = 0;
@@ -1603,10 +1634,13 @@ int main(int argc, char **argv)
             printf("{\"summary\":true,\"transactions\":%llu,\"items\":%zu,\"support\":%.10g,"
                    "\"confidence\":%.10g,\"min_count\":%u,\"ranks\":%d,\"frequent_itemsets\":%llu,"
                    "\"rules\":%llu,\"time_s\":%.6f,\"read_time_s\":%.6f,\"bytes_exchanged\":%llu,"
-                   "\"passes\":%d,\"version\":%d}\n",
+                   "\"passes\":%d,\"version\":%d",
                    (unsigned long long)total_tx, N, o.support, o.confidence, min_count, nranks,
                    (unsigned long long)n_frequent, (unsigned long long)nrules, total, read_max,
                    (unsigned long long)bytes_total, passes, VERSION);
+            if (share_min >= 0)
+                printf(",\"cpu_busy_mean\":%.6f,\"cpu_busy_min\":%.6f", share_sum / nranks, share_min);
+            printf("}\n");
             fflush(stdout);
         }
     }

@@ -3,8 +3,9 @@ transactions from `vb-questgen` (native/hpa; study 003 item 2).
 
 Each repetition generates the data where it will be read: every instance runs the (deterministic)
 generator for the shares of the ranks placed on it, into its storage directory (`ctx.storage_dir`,
-so local, remote and delayed storage conditions apply to the reads); the shares of other
-instances go to /dev/null. A per-run directory under instance 0's scratch path (the same path on
+so local, remote and delayed storage conditions apply to the reads), then written out and dropped
+from the page cache so that the reads cross that storage; the shares of other instances go to
+/dev/null. A per-run directory under instance 0's scratch path (the same path on
 every instance) holds one link per rank, `part.R`, so every rank opens the same prefix. Everything
 is removed after the repetition. Generation is not timed; `time` is vb-hpa's own (reading + mining
 + rules). Rank 0 also writes the frequent itemsets and rules; their SHA-256 go into the metadata so
@@ -59,6 +60,12 @@ while [ "$r" -lt "$parts" ]; do
 done
 "$@" --parts "$parts" --out "$data/part"
 for f in "$data"/part.*; do [ -L "$f" ] && rm -f "$f"; done
+# Out of the page cache, so that vb-hpa reads its data through the storage path (the study's local
+# disk, iSCSI, iSCSI behind delay) and not from the memory it was just written to.
+for f in "$data"/part.*; do
+  [ -f "$f" ] || continue
+  sync "$f" && dd if="$f" iflag=nocache count=0 status=none || echo "vb-hpa-data: $f stays cached" >&2
+done
 exit 0
 """
 
@@ -100,6 +107,8 @@ class HPA(Workload):
     metrics = (
         MetricSpec("time", "s", False, "vb-hpa's total time: reading, mining all passes, rules"),
         MetricSpec("frequent_itemsets", "itemsets", True, "frequent itemsets found, all lengths"),
+        MetricSpec("cpu_busy", "fraction", True, "each rank's share of vb-hpa's time on a CPU or waiting for one "
+                   "(not blocked on I/O), the mean over the ranks (Linux schedstat; the smallest in metadata)"),
     )
 
     def validate(self, params: dict[str, Any]) -> None:
@@ -209,8 +218,12 @@ class HPA(Workload):
             min_count=s["min_count"], read_time_s=s.get("read_time_s"), items_seen=s.get("items"),
             data_dirs=harness.get("data_dirs"), generator=harness.get("generator"), code_version=s.get("version"),
             **{k: harness[k] for k in ("itemsets_sha256", "rules_sha256") if k in harness})
-        return [Sample("time", s["time_s"], "s", False, dict(meta)),
-                Sample("frequent_itemsets", s["frequent_itemsets"], "itemsets", True, dict(meta))]
+        out = [Sample("time", s["time_s"], "s", False, dict(meta)),
+               Sample("frequent_itemsets", s["frequent_itemsets"], "itemsets", True, dict(meta))]
+        if "cpu_busy_mean" in s:  # kernels without schedstat leave it out
+            out.append(Sample("cpu_busy", s["cpu_busy_mean"], "fraction", True,
+                              {**meta, "cpu_busy_min": s.get("cpu_busy_min")}))
+        return out
 
 
 PASS_FIELDS = ("pass", "candidates", "frequent", "time_s", "bytes_sent")
