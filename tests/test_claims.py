@@ -21,7 +21,7 @@ def for_studies(studies):
     return builtin_findings(studies)
 
 
-KVM = {"accelerator": "kvm", "cluster": True, "nfs": True}
+KVM = {"accelerator": "kvm", "cluster": True, "nfs": True, "cloud": True}
 BASE = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
 LOWER_IS_BETTER = ("time", "lat_max", "running", "index_time")
 
@@ -64,6 +64,9 @@ def synthetic(claim, holds: bool, *, accel: str = "kvm") -> list[Group]:
         num_fill = {"concurrency": 4, "delay_ms": 50, "bytes": 1 << 26, "file_size_kb": 1 << 20,
                     "file_size_mb": 1024, "transactions": 400000, "replicas": 1}
         den_fill = {**num_fill, "replicas": 4}
+        for k, v in a["den"]["params"].items():  # "max" against "min" of one key: the den's is smaller
+            if v == "min" and a["num"]["params"].get(k) == "max":
+                den_fill[k] = num_fill[k] // 4
         den = _group(a["den"], BASE, fill=den_fill, accel=accel)
         num = _group(a["num"], [v * r for v in BASE[::-1]], fill=num_fill, accel=accel)
         out = [num, den]
@@ -79,13 +82,14 @@ def synthetic(claim, holds: bool, *, accel: str = "kvm") -> list[Group]:
             out.append(g)
         return out
     if claim.rule == "slope":
-        s = a["select"]
-        per = (lambda x: 20 + 50 * x) if holds else (lambda x: 60.0)
-        return [_group(s, [per(x) + d for d in (-0.5, 0.0, 0.5)], accel=accel)
-                for x in (1, 2, 4)] and [
-            Group(_exp(s), s["workload"], {**_concrete(s["params"], {}), "image_size": f"{x}G"},
-                  {}, "vm", "vm", s["metric"], "s", False, [per(x) + d for d in (-0.5, 0.0, 0.5)],
-                  {"accelerator": accel}) for x in (1, 2, 4)]
+        s, key = a["select"], a["x"]
+        per = (lambda x: 20 + 50 * x) if holds else (lambda x: 60.0 - x)
+        along = {"image_size": lambda x: f"{x}G"}.get(key, lambda x: x)
+        in_params = key in s["params"] or key == "image_size"
+        return [Group(_exp(s), s["workload"], {**_concrete(s["params"], {}), **({key: along(x)} if in_params else {})},
+                      {**_concrete(s["condition"], {}), **({} if in_params else {key: along(x)})},
+                      s["kind"][0], s["kind"][0], s["metric"], "s", False, [per(x) + d for d in (-0.5, 0.0, 0.5)],
+                      {"accelerator": accel}) for x in (1, 2, 4)]
     if claim.rule == "efficiency":
         t1, t2 = (10.0, 5.0) if holds else (10.0, 8.0)
         return [_group(a["one"], [t1 * f for f in (0.99, 1.0, 1.01)], accel=accel),
@@ -94,6 +98,14 @@ def synthetic(claim, holds: bool, *, accel: str = "kvm") -> list[Group]:
         meds = (300.0, 150.0, 20.0) if holds else (300.0, 320.0, 20.0)
         return [_group(s, [m * f for f in (0.99, 1.0, 1.01, 0.995, 1.005, 1.0)], accel=accel)
                 for s, m in zip(a["chain"], meds)]
+    if claim.rule == "steps":
+        out = []
+        for i, (frm, to) in enumerate(a["steps"]):
+            m = 300.0 / (i + 1)
+            out += [_group(frm, [m * f for f in (0.99, 1.0, 1.01, 0.995, 1.005, 1.0)], accel=accel),
+                    _group(to, [m * (0.5 if holds else 1.3) * f for f in (0.99, 1.0, 1.01, 0.995, 1.005, 1.0)],
+                           accel=accel)]
+        return out
     if claim.rule == "level":
         v = 0.98 if holds else 0.6
         return [_group(a["select"], [v, v - 0.01, v + 0.005], fill={"transactions": 400000}, accel=accel)]
@@ -282,15 +294,18 @@ def test_ep_efficiency_whose_interval_reaches_the_band_is_not_a_difference():
 
 
 def test_order_level_and_slope_follow_the_same_rule():
-    order = by_id("003-bonnie-dom0-order")
-    chain = order.args["chain"]
+    order = by_id("003-bonnie-dom0-order")  # rule steps: each step a like-for-like pair
+    (a0, a1), (b0, b1) = order.args["steps"]
+    tight = (0.99, 1.0, 1.01, 0.995, 1.005, 1.0)
     wide = [150.0 * f for f in (0.5, 1.6, 0.8, 1.3, 1.0, 0.7)]
-    groups = [_group(chain[0], [300.0 * f for f in (0.99, 1.0, 1.01, 0.995, 1.005, 1.0)]),
-              _group(chain[1], wide), _group(chain[2], [140.0 * f for f in (0.99, 1.0, 1.01, 0.995, 1.005, 1.0)])]
+    groups = [_group(a0, [300.0 * f for f in tight]), _group(a1, [100.0 * f for f in tight]),
+              _group(b0, [140.0 * f for f in tight]), _group(b1, wide)]
     v = score.score(order, Evidence(groups, KVM))  # the second step's interval reaches above 1
     assert v.verdict == NOT_MEASURED and "reaches both sides" in v.reason
-    groups[2].values = [400.0 * f for f in (0.99, 1.0, 1.01, 0.995, 1.005, 1.0)]  # a step wholly up: differs
+    groups[3].values = [400.0 * f for f in tight]  # a step wholly up: differs
     assert score.score(order, Evidence(groups, KVM)).verdict == DIFFERS
+    groups[3].values = [40.0 * f for f in tight]  # both down: holds
+    assert score.score(order, Evidence(groups, KVM)).verdict == HOLDS
 
     level = by_id("003-hpa-cpu-bound")
     g = _group(level.args["select"], [0.80, 0.99, 0.85, 0.97, 0.95, 0.88, 0.99], fill={"transactions": 400000})

@@ -40,6 +40,7 @@ REASONS = {
     "cluster": "no cluster: the finding is about Kubernetes pods; pass --kubeconfig of a cluster (one machine "
                "playing a cluster does not count)",
     "nfs": "no kernel NFS client on this host: bare metal and pods cannot mount the export",
+    "cloud": "no cloud: the finding is about instances a cloud places on its nodes; pass --cloud settings",
 }
 EMULATED_CLOUD = ("the cloud's results come from moto, a local EC2-compatible server that starts no machine "
                   "(backend {backend}): they count neither for nor against a finding")
@@ -305,12 +306,29 @@ def _rule_order(c: Finding, ev: Evidence, tcg: bool):
     return ok, f"{medians} {chain[0].unit}; steps {', '.join(steps)}", None, None, sorted({g.env for g in chain})
 
 
+def _rule_steps(c: Finding, ev: Evidence, tcg: bool):
+    """An order measured in separate steps, each a like-for-like pair [from, to] (e.g. the same file
+    size on both sides): every step must go down (to / from below 1), as in `order`."""
+    pairs = [(one(ev, a, exclude_tcg=tcg), one(ev, b, exclude_tcg=tcg)) for a, b in c.args["steps"]]
+    decided, steps = [], []
+    for prev, nxt in pairs:
+        r = _ratio(nxt, prev)
+        decided.append(decide(r.ratio, r.ci_low, r.ci_high, {"below": 1.0}))
+        steps.append(f"{_label(prev)} {_fmt(prev.median)} > {_label(nxt)} {_fmt(nxt.median)} {prev.unit}: "
+                     f"{_fmt(r.ratio)}x{_ci_text(r.ci_low, r.ci_high)}")
+    ok = False if False in decided else UNDECIDED if UNDECIDED in decided else True
+    return ok, "; ".join(steps), None, None, sorted({g.env for p in pairs for g in p})
+
+
 def _x_of(g: Group, key: str) -> float:
     v = g.params.get(key, g.condition.get(key))
     x = _num(v)
     if x is None:
         raise _NoData(f"{key}={v!r} is not a number")
     return x
+
+
+_X_UNITS = {"image_size": "GB", "delay_ms": "ms"}  # how a slope's x reads in its text
 
 
 def _rule_slope(c: Finding, ev: Evidence, tcg: bool):
@@ -334,8 +352,9 @@ def _rule_slope(c: Finding, ev: Evidence, tcg: bool):
     # differs whatever the slope's interval
     ok = False if not r2 >= c.args["min_r2"] else rising
     unit = groups[0].unit
-    text = (f"slope {_fmt(fit.slope)} {unit}/GB{_ci_text(lo, hi)}, R^2 of the medians {r2:.3f}; medians "
-            + ", ".join(f"{_fmt(x)} GB: {_fmt(med[x])} {unit}" for x in xs))
+    per = _X_UNITS.get(key, key)
+    text = (f"slope {_fmt(fit.slope)} {unit}/{per}{_ci_text(lo, hi)}, R^2 of the medians {r2:.3f}; medians "
+            + ", ".join(f"{_fmt(x)} {per}: {_fmt(med[x])} {unit}" for x in xs))
     return ok, text, fit.slope, ([lo, hi] if math.isfinite(lo) else None), sorted({g.env for g in groups})
 
 
@@ -402,7 +421,7 @@ def _rule_penalty(c: Finding, ev: Evidence, tcg: bool):
     return ok, text, out["fine"] / out["coarse"], None, sorted(envs)
 
 
-RULES = {"ratio": _rule_ratio, "efficiency": _rule_efficiency, "order": _rule_order, "slope": _rule_slope,
+RULES = {"ratio": _rule_ratio, "efficiency": _rule_efficiency, "order": _rule_order, "steps": _rule_steps, "slope": _rule_slope,
          "level": _rule_level, "peak": _rule_peak, "penalty": _rule_penalty}
 
 

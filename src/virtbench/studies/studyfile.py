@@ -54,6 +54,8 @@ RULE_ARGS: dict[str, dict[str, Any]] = {
     "efficiency": {"selectors": ("one", "many"), "tolerance": False,
                    "values": {"factor": (int, True), "within": (list, True)}},
     "order": {"chains": ("chain",), "tolerance": False, "values": {}},
+    # an order whose steps are measured apart (each pair like with like, e.g. the same file size)
+    "steps": {"pairs": ("steps",), "tolerance": False, "values": {}},
     "slope": {"selectors": ("select",), "tolerance": False,
               "values": {"x": (str, True), "min_r2": ((int, float), True)}},
     "level": {"selectors": ("select",), "tolerance": True, "values": {}},
@@ -352,6 +354,8 @@ def roles(rule: str, args: dict[str, Any]) -> list[str]:
     out = list(spec.get("selectors", ()))
     for name in spec.get("chains", ()):
         out += [f"{name}.{i}" for i in range(len(args.get(name) or []))]
+    for name in spec.get("pairs", ()):
+        out += [f"{name}.{i}.{j}" for i in range(len(args.get(name) or [])) for j in (0, 1)]
     if rule == "penalty":
         out += ["fine", "coarse"]
     return out
@@ -360,7 +364,7 @@ def roles(rule: str, args: dict[str, Any]) -> list[str]:
 def _args(w: _Where, at: tuple, rule: str, v: Any, exp_ids: set[str]) -> dict[str, Any]:
     v = _table(w, at, v)
     spec = RULE_ARGS[rule]
-    known = set(spec.get("selectors", ())) | set(spec.get("chains", ())) | set(spec["values"])
+    known = set(spec.get("selectors", ())) | set(spec.get("chains", ())) | set(spec.get("pairs", ())) | set(spec["values"])
     if spec["tolerance"]:
         known |= set(TOLERANCES)
     _unknown(w, at, v, known)
@@ -376,6 +380,13 @@ def _args(w: _Where, at: tuple, rule: str, v: Any, exp_ids: set[str]) -> dict[st
             w.add(at + (name,), f"must be a list of at least 2 selectors (rule {rule})")
             continue
         out[name] = [s for i, item in enumerate(items) if (s := _selector(w, at + (name, i), item, exp_ids))]
+    for name in spec.get("pairs", ()):
+        items = v.get(name)
+        if not isinstance(items, list) or not items or not all(isinstance(x, list) and len(x) == 2 for x in items):
+            w.add(at + (name,), f"must be a list of [from, to] selector pairs, each step going down (rule {rule})")
+            continue
+        pairs = [[_selector(w, at + (name, i, j), x, exp_ids) for j, x in enumerate(item)] for i, item in enumerate(items)]
+        out[name] = [p for p in pairs if all(p)]
     for name, (types, required) in spec["values"].items():
         if name not in v:
             if required:
