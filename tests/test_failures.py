@@ -233,3 +233,32 @@ def test_a_cell_whose_only_ok_attempt_was_its_warm_up_has_no_results(tmp_path):
     assert out["with_results"] == 0 and [e["reason"] for e in out["failed"]] == ["exec failed: connection refused"]
     assert outcomes.failed_keys(out) == {(cell["key"], "host")}
     assert outcomes.exit_code(out) == outcomes.EXIT_NONE_SUCCEEDED
+
+
+def test_cells_without_results_have_a_row_each_counted_as_the_summary_counts(tmp_path):
+    """Two tests that fail every time (a wrapper around the real vb-system that refuses pipe and
+    execl): a row each, named by its test, and the table's count of failed attempts (warm-up
+    included) is the end summary's."""
+    from virtbench.kernels import native_bin_dir
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for f in native_bin_dir().iterdir():
+        if f.name != "vb-system":
+            (fake / f.name).symlink_to(f)
+    (fake / "vb-system").write_text(
+        "#!/bin/sh\ncase \"$*\" in *pipe*|*execl*) echo 'vb-system: out of cheese' >&2; exit 3;; esac\n"
+        f"exec {native_bin_dir() / 'vb-system'} \"$@\"\n")
+    (fake / "vb-system").chmod(0o755)
+    db = str(tmp_path / "r.sqlite")
+    res = subprocess.run([sys.executable, "-m", "virtbench.cli", "run", "--workload", "system", "--param",
+                          "test=dhrystone,pipe,execl", "--param", "copies=1", "--duration", "0.05", "--envs", "host",
+                          "--repeat", "2", "--db", db], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "VIRTBENCH_BIN": str(fake), "COLUMNS": "200"})
+    assert res.returncode == outcomes.EXIT_SOME_FAILED, res.stderr
+    rows = {ln.split("│")[1].strip(): ln for ln in res.stdout.splitlines() if ln.startswith("│") and "no result" in ln}
+    assert set(rows) == {"pipe (no result)", "execl (no result)"}
+    for test in ("pipe", "execl"):
+        (summary,) = [ln for ln in res.stdout.splitlines() if f"test={test} @ host (" in ln]
+        failed = summary.split("@ host (", 1)[1].split(" failed)", 1)[0]
+        assert f"failed ({failed})" in rows[f"{test} (no result)"]

@@ -84,6 +84,7 @@ def results(store: Store, run_id: str, *, seed: int = 0, margin: float | None = 
     failures: dict[tuple[str, str], int] = defaultdict(int)
     reasons: dict[tuple[str, str], list[str]] = defaultdict(list)
     skipped: dict[tuple[str, str], str] = {}
+    warmups_failed: dict[tuple[str, str], list[str]] = defaultdict(list)
     for a in store.outcomes(run_id):
         where = (a["cell_key"], a["environment"])
         if a["status"] == "skipped":
@@ -91,6 +92,8 @@ def results(store: Store, run_id: str, *, seed: int = 0, margin: float | None = 
         elif a["status"] != "ok" and not a["warmup"]:
             failures[where] += 1
             reasons[where].append(a["reason"] or "")
+        elif a["status"] != "ok":
+            warmups_failed[where].append(a["reason"] or "")
 
     rows: list[dict[str, Any]] = []
     values: dict[tuple[str, str, str], list[float]] = {}
@@ -111,8 +114,13 @@ def results(store: Store, run_id: str, *, seed: int = 0, margin: float | None = 
             if baseline not in _cell_envs(cells[cell_key], env_order) and env != baseline and row["n"]:
                 row["warnings"].append(f"no ratio: this cell does not run on the baseline ({baseline})")
             rows.append(row)
-    # Cells whose every attempt failed still deserve a line saying so.
+    # Cells whose every attempt failed still deserve a line saying so; there the warm-ups count too,
+    # as in the end summary (outcomes.py: attempts, not only measured repetitions).
     seen = {(r["cell_key"].split("/")[0], r["environment"]) for r in rows}
+    for where, why in warmups_failed.items():
+        if where not in seen:
+            failures[where] += len(why)
+            reasons[where] += why
     for (cell_key, env), count in failures.items():
         if (cell_key, env) not in seen and cell_key in cells:
             rows.append(_failed_row(cells[cell_key], env, count, reasons[(cell_key, env)]))

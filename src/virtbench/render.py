@@ -123,7 +123,7 @@ def results_tables(console: Console, data: dict[str, Any], db_option: str = "") 
                 table.add_column(f"{env} / {baseline}" + (f" ({_pct(level)} CI)" if level else ""), justify="right")
         by_metric: dict[str, dict[str, dict]] = defaultdict(dict)
         for row in rows:
-            by_metric[row["metric"]][row["environment"]] = row
+            by_metric[_row_label(row)][row["environment"]] = row
         for metric, cells in by_metric.items():
             line = [metric, next((c["unit"] for c in cells.values() if c["unit"]), "")]
             for env in envs:
@@ -145,6 +145,15 @@ def results_tables(console: Console, data: dict[str, Any], db_option: str = "") 
                       f"`virtbench report`[/dim]", highlight=False)
     _warnings(console, data)
     failed_cells(console, data, db_option)
+
+
+def _row_label(row: dict[str, Any]) -> str:
+    """A table row's name: its metric; a cell without any ("(none)": every repetition failed, or
+    skipped) is named by the per-row parameter the table's title leaves out (test=pipe -> pipe), so
+    two such cells are two rows, each with its name."""
+    if row["metric"] != "(none)" or "test" not in row["params"]:
+        return row["metric"]
+    return f"{row['params']['test']} (no result)"
 
 
 def _value_cell(r: dict | None) -> str:
@@ -221,6 +230,17 @@ def _place(row: dict[str, Any], keys: list[str], with_workload: bool) -> str:
     return head + (f" ({', '.join(shown)})" if shown else "")
 
 
+def _extent(extras: list[str]) -> str:
+    """The span of the per-result figures of a warning every result has ("cv 6.1%" ... "cv 19.8%" ->
+    ", cv 6.1%-19.8%"); nothing when there are none or they are not one kind of number."""
+    found = [re.fullmatch(r"(\D*?)(\d+(?:\.\d+)?)(\D*)", e) for e in extras if e]
+    if not found or not all(found) or len({(m.group(1), m.group(3)) for m in found}) != 1:
+        return ""
+    values = sorted(found, key=lambda m: float(m.group(2)))
+    lo, hi = values[0], values[-1]
+    return f", {lo.group(1)}{lo.group(2)}{lo.group(3)}" + (f"-{hi.group(2)}{hi.group(3)}" if hi.group(2) != lo.group(2) else "")
+
+
 def _warnings(console: Console, data: dict[str, Any]) -> None:
     """One line per kind of warning with the results it applies to, each named by the parameters
     that tell them apart (a suite's shared parameters would only repeat). Cells without any result
@@ -247,12 +267,17 @@ def _warnings(console: Console, data: dict[str, Any]) -> None:
     if not places and not notes:
         return
     console.print("[yellow]warnings:[/yellow]")
+    measured = [r for r in data["results"] if r.get("n", 1) and not r.get("metadata", {}).get("monitor")]
     for kind, where in places.items():
         rows = [r for r, _ in where]
-        keys = differing([r["params"] for r in rows])
+        # told apart by what differs among all the run's results of these workloads, not only among
+        # the warned ones: dhrystone@host (copies=1) when a copies=vcpus table exists too
+        keys = differing([r["params"] for r in measured if r["workload"] in {w["workload"] for w in rows}])
         many = len({r["workload"] for r in rows}) > 1
         labels = list(dict.fromkeys(" ".join(x for x in (_place(r, keys, many), extra) if x) for r, extra in where))
-        shown = "; ".join(labels[:6]) + (f"; and {len(labels) - 6} more" if len(labels) > 6 else "")
+        every = len(measured) > 1 and {id(r) for r in measured} <= {id(r) for r in rows}
+        shown = (f"every result ({len(measured)}){_extent([extra for _, extra in where])}" if every else
+                 "; ".join(labels[:6]) + (f"; and {len(labels) - 6} more" if len(labels) > 6 else ""))
         console.print(f"  [yellow]-[/yellow] {kind} — {shown}", highlight=False)
     for note in notes:
         console.print(f"  [yellow]-[/yellow] {note}", highlight=False)
