@@ -41,8 +41,16 @@ directory: integer arithmetic in registers, no memory traffic, timed the same wa
 is left when neither cache nor memory is involved. It records the machine's steal time and other
 programs' CPU (cpugiven) over each test's processes.
 
+A real difference of known size (issue 32, item 4): `--kinds aa,ab --driver container` runs, beside
+the A/A pair (two containers with `cpus = 1.0`), an A/B pair whose `b` has `cpus = 0.9` (a CFS
+quota of 0.9 cores: a single-threaded test in it gets about 90 % of the CPU time, so its rate is
+about 10 % lower), under the same background load, and prints per mode how often each kind's rows
+come out `slower` or `faster` (the four verdicts of `show --json`): the detection rate of a real
+~10 % difference beside the A/A false-flag rate, with the verdict counts and the machine's load.
+
     python bench/aa_busy.py [--runs 3] [--modes busy,quiet] [--driver host] [--replay 20]
                             [--load 50] [--json FILE]
+    python bench/aa_busy.py --driver container --kinds aa,ab [--runs 5] [--modes quiet,busy] [--replay 0]
     python bench/aa_busy.py --floor [--procs 40] [--json FILE]
 """
 
@@ -72,6 +80,7 @@ from virtbench.store import Store  # noqa: E402
 TESTS = ["dhrystone", "whetstone", "pipe", "syscall", "execl", "spawn"]
 MIN_N, MAX_N, TARGET, DURATION = 6, 20, 0.02, 0.3
 SLOWDOWN = 0.95
+AB_CPUS = (1.0, 0.9)  # --kinds ab: a's and b's CFS quota in cores (a real ~10 % difference)
 
 SUITE = """\
 [suite]
@@ -86,9 +95,10 @@ timeout = 120
 
 [environments.a]
 driver = "{driver}"
-
+{options_a}
 [environments.b]
 driver = "{driver}"
+{options_b}
 
 [[workloads]]
 name = "system"
@@ -152,7 +162,10 @@ def figures(store: Store, run_id: str, **extra) -> dict:
         lo, hi, _ = stats.median_ci(d)
         if math.isfinite(lo):
             sign95.append((math.exp(hi) - math.exp(lo)) / 2 / math.exp(float(np.median(d))))
-    return {"run_id": run_id, **extra, "flagged": sum(bool(r["significant"]) for r in rows), "rows": len(rows),
+    verdicts = [r["verdict"] for r in rows]
+    return {"run_id": run_id, **extra, "flagged": sum(v in ("faster", "slower") for v in verdicts),
+            "slower": verdicts.count("slower"), "faster": verdicts.count("faster"),
+            "verdict_counts": {v: verdicts.count(v) for v in sorted(set(map(str, verdicts)))}, "rows": len(rows),
             "median_halfwidth": statistics.median(half) if half else math.nan,
             "halfwidths": {r["metric"]: (r["ratio_ci_high"] - r["ratio_ci_low"]) / 2 / r["ratio"] for r in rows
                            if r["ratio_ci_low"] is not None},
@@ -212,8 +225,8 @@ def replay(pool: dict[str, list[tuple[float, float]]], factor: float, runs: int,
             rows.append({"metric": test, "p_value": r.p_value, "_compared": True, "_min_p": r.min_p, "_seed": 0,
                          "_paired": (b, a), "n": len(a), "ratio": r.ratio})
         analysis._verdicts(rows, {}, lambda r: "table", lambda r: (None, None))
-        out.append({"detected": sum(bool(r["significant"]) and r["ratio_ci_high"] < 1 for r in rows),
-                    "flagged": sum(bool(r["significant"]) for r in rows),
+        out.append({"detected": sum(r["verdict"] == "slower" for r in rows),
+                    "flagged": sum(r["verdict"] in ("faster", "slower") for r in rows),
                     "rounds": [r["n"] for r in rows],
                     "halfwidth": statistics.median((r["ratio_ci_high"] - r["ratio_ci_low"]) / 2 / r["ratio"]
                                                    for r in rows)})
@@ -354,7 +367,14 @@ def main() -> int:
     ap.add_argument("--floor", action="store_true", help="only the noise floor outside virtbench: back-to-back "
                     "processes of each test and a register-only loop")
     ap.add_argument("--procs", type=int, default=40, help="processes per test in --floor (pairs = rounds)")
+    ap.add_argument("--kinds", default="aa", help="aa (two identical environments) and/or ab (b with cpus = "
+                    f"{AB_CPUS[1]}, a real ~10 %% difference; needs --driver container), run in turn")
     args = ap.parse_args()
+    kinds = [k for k in args.kinds.split(",") if k]
+    if set(kinds) - {"aa", "ab"} or not kinds:
+        raise SystemExit(f"--kinds takes aa and/or ab, got {args.kinds!r}")
+    if "ab" in kinds and args.driver != "container":
+        raise SystemExit("--kinds ab limits b's CPU time (cpus = 0.9): it needs --driver container")
     if args.floor:
         work = Path(tempfile.mkdtemp(prefix="vb-floor-"))
         try:
@@ -368,21 +388,47 @@ def main() -> int:
     if "busy" in args.modes and not shutil.which("stress-ng"):
         raise SystemExit("stress-ng is not installed: apt-get install stress-ng (or run --modes quiet)")
     work = Path(tempfile.mkdtemp(prefix="vb-aa-"))
-    suite_path = work / "aa.toml"
-    suite_path.write_text(SUITE.format(driver=args.driver, min_n=MIN_N, max_n=MAX_N, target=TARGET, duration=DURATION,
-                                       tests=json.dumps(TESTS)))
+    suites = {}
+    for kind in kinds:
+        cpus = (AB_CPUS if kind == "ab" else (AB_CPUS[0], AB_CPUS[0])) if args.driver == "container" else (None, None)
+        suites[kind] = work / f"{kind}.toml"
+        suites[kind].write_text(SUITE.format(driver=args.driver, min_n=MIN_N, max_n=MAX_N, target=TARGET,
+                                             duration=DURATION, tests=json.dumps(TESTS),
+                                             **{f"options_{e}": f"cpus = {c}" if c else "" for e, c in zip("ab", cpus)}))
     report: dict = {"driver": args.driver, "cores": os.cpu_count(), "modes": {}}
     try:
         for mode in [m for m in args.modes.split(",") if m]:
-            runs = []
+            runs, known = [], []
             for k in range(args.runs):
-                f = one_run(suite_path, work / f"{mode}.sqlite", args.load if mode == "busy" else None)
+                if "ab" in kinds:  # in turn with the A/A runs, so the same load hits both kinds
+                    f = one_run(suites["ab"], work / f"{mode}-ab.sqlite", args.load if mode == "busy" else None)
+                    known.append(f)
+                    print(f"{mode} A/B run {k + 1} (b: cpus {AB_CPUS[1]}): {f['slower']} of {f['rows']} rows slower, "
+                          f"{f['faster']} faster; verdicts {f['verdict_counts']}; ratios "
+                          f"{ {t: round(v, 3) for t, v in f['ratios'].items()} }; rounds {sorted(f['rounds'].values())}, "
+                          f"{f['wall']:.0f} s; {_fmt_load(f)}", flush=True)
+                if "aa" not in kinds:
+                    continue
+                f = one_run(suites["aa"], work / f"{mode}.sqlite", args.load if mode == "busy" else None)
                 runs.append(f)
-                print(f"{mode} run {k + 1}: {f['flagged']} of {f['rows']} flagged, median ratio CI half-width "
+                print(f"{mode} run {k + 1}: {f['flagged']} of {f['rows']} flagged (verdicts {f['verdict_counts']}), "
+                      "median ratio CI half-width "
                       f"{f['median_halfwidth'] * 100:.2f} % (at 95 %: paired {f['median_halfwidth_95_paired'] * 100:.2f} "
                       f"%, the same rounds unpaired {f['median_halfwidth_95_unpaired'] * 100:.2f} %, sign test "
                       f"{f['median_halfwidth_95_sign'] * 100:.2f} %), equal counts {f['equal_counts']}, rounds "
                       f"{sorted(f['rounds'].values())}, {f['wall']:.0f} s; {_fmt_load(f)}", flush=True)
+            report["modes"][mode] = {}
+            if known:
+                rows = sum(f["rows"] for f in known)
+                report["modes"][mode]["ab"] = {"runs": known, "rows": rows, "slower": sum(f["slower"] for f in known),
+                                               "faster": sum(f["faster"] for f in known)}
+                aa = (f"; A/A beside it: {sum(f['flagged'] for f in runs)} of {sum(f['rows'] for f in runs)} rows "
+                      "flagged slower or faster") if runs else ""
+                print(f"{mode}: a real ~10 % difference (cpus {AB_CPUS[1]} against {AB_CPUS[0]}) reported slower in "
+                      f"{report['modes'][mode]['ab']['slower']} of {rows} rows "
+                      f"({report['modes'][mode]['ab']['faster']} faster){aa}", flush=True)
+            if not runs:
+                continue
             pool: dict[str, list] = {}
             for f in runs:
                 for test, pairs in f["pairs"].items():
@@ -398,13 +444,13 @@ def main() -> int:
                 "replay_5pct_rows_detected": sum(r["detected"] for r in slowed),
                 "replay_rows": len(TESTS) * len(slowed),
                 "replay_aa_flagged_rows": sum(r["flagged"] for r in same),
-                "replay_5pct_median_rounds": statistics.median(n for r in slowed for n in r["rounds"]),
+                "replay_5pct_median_rounds": statistics.median([n for r in slowed for n in r["rounds"]] or [math.nan]),
             }
             measured = {t: statistics.median(f["halfwidths"][t] for f in runs if t in f["halfwidths"])
                         for t in TESTS if any(t in f["halfwidths"] for f in runs)}
             floor = {t: noise(pool.get(t, [])) for t in TESTS}
-            report["modes"][mode] = {"runs": runs,
-                                     "summary": summary, "noise": floor, "measured_halfwidth": measured}
+            report["modes"][mode].update({"runs": runs, "summary": summary, "noise": floor,
+                                          "measured_halfwidth": measured})
             print(f"{mode}: {summary['flagged_rows']} of {total_rows} rows flagged; median ratio CI half-width "
                   f"{summary['median_halfwidth'] * 100:.2f} %; equal counts in {summary['equal_counts_runs']} of "
                   f"{len(runs)} runs")

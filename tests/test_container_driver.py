@@ -109,6 +109,19 @@ def test_limits_visible_inside(pair):
     assert int(mem[0]) == 256 * 1024 * 1024
 
 
+def test_a_fractional_cpu_quota_is_the_containers_limit(driver):
+    """cpus = 0.9 (issue 32's known difference): the CFS quota inside is 0.9 of a period, and says so."""
+    (inst,) = driver.provision(EnvSpec("frac", "container", Shape("native"), {"cpus": 0.9}))
+    try:
+        cpu = _read_first(inst, ["/sys/fs/cgroup/cpu.max", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"])
+        period = cpu[1:] or _read_first(inst, ["/sys/fs/cgroup/cpu/cpu.cfs_period_us"])
+        assert int(cpu[0]) / int(period[0]) == pytest.approx(0.9) and inst.metadata()["cpus"] == 0.9
+    finally:
+        inst.teardown()
+    with pytest.raises(UserError, match="cpus must be a positive number of cores"):
+        driver.provision(EnvSpec("bad", "container", Shape("native"), {"cpus": "lots"}))
+
+
 def test_peers_reach_each_other(pair):
     # TCP, not ping: containers lack CAP_NET_RAW. busybox httpd daemonizes, so exec returns.
     a, b = pair

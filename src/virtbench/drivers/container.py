@@ -74,8 +74,12 @@ class ContainerInstance(GuestImageInstance):
         argv = ["create", "--name", self.name, "--hostname", self.name[:63], "--pull=never",
                 "--label", "virtbench=1", *owner, "--label", f"virtbench.env={self.env.name}",
                 *self.engine.run_flags()]
-        if shape.vcpus:
-            argv += ["--cpus", str(shape.vcpus)]
+        cpus = self.env.options.get("cpus") or shape.vcpus  # a fractional quota (cpus = 0.9) before the shape's
+        if isinstance(cpus, bool) or not isinstance(cpus, (int, float, type(None))) or (cpus or 0) < 0:
+            raise UserError(f"environment {self.env.name}: cpus must be a positive number of cores such as 0.9, "
+                            f"got {cpus!r}")
+        if cpus:
+            argv += ["--cpus", f"{cpus:g}"]
         if self.env.options.get("cpuset"):
             argv += ["--cpuset-cpus", self.env.options["cpuset"]]
         if shape.memory_mb:
@@ -150,7 +154,7 @@ class ContainerInstance(GuestImageInstance):
         return {**super().metadata(), **self.engine.describe(), "image_hash": self.image.hash,
                 "image_shipped": ship.is_shipped_to(self.machine),  # through the machine's blob cache
                 "container_id": self.container_id, "started_at": self.started_at,
-                "cpus": shape.vcpus, "memory_mb": shape.memory_mb,
+                "cpus": self.env.options.get("cpus") or shape.vcpus, "memory_mb": shape.memory_mb,
                 **({"cpuset": self.env.options["cpuset"]} if self.env.options.get("cpuset") else {})}
 
     def _destroy(self) -> None:
@@ -212,6 +216,8 @@ class ContainerDriver(Driver):
                                      ("auto", "cgroupfs", "systemd")),
         "machine": OptionSpec(str, "", "inventory host the containers run on (default: this machine)"),
         "cpuset": cpuset.OPTION,
+        "cpus": OptionSpec(float, 0.0, "CPU time the container may use, in cores, also a fraction such as 0.9 (the "
+                                       "engine's --cpus, a CFS quota); default: the shape's vcpus"),
     }
     leftovers = (ledger.Finder("containers", leftover_containers),)
 
