@@ -20,7 +20,8 @@ ORDER = (PAIRED, SIGN, UNPAIRED, BOOTSTRAP)
 
 PHRASES = {  # {b}: the baseline's name
     PAIRED: ("= the Hodges-Lehmann estimate of the lockstep rounds' environment / {b} ratios, its CI the "
-             "exact Wilcoxon signed-rank test on their logs, inverted"),
+             "exact Wilcoxon signed-rank test on their logs, inverted (each round's two values paired, so with "
+             "few rounds it can point the other way from the two medians, which are not)"),
     SIGN: "= the median of the lockstep rounds' environment / {b} ratios, its CI the sign test's",
     UNPAIRED: ("= environment median / {b} median, its CI the exact Mann-Whitney test on log values, inverted "
                "(Hodges-Lehmann), the repetitions taken as unpaired"),
