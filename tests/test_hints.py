@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from virtbench import doctor, outcomes, render, suite
 from virtbench.cli import cli
+from virtbench.errors import UserError
 from virtbench.model import Sample
 from virtbench.store import Store
 
@@ -79,3 +80,13 @@ def test_doctor_exits_1_for_a_host_that_does_not_answer_and_names_its_ssh_comman
     assert "FAIL host ghost" in res.output
     assert "fix: check it with: ssh -o BatchMode=yes -p 2222 -l bench no-such-host.invalid true" in res.output
     assert "HOST" not in res.output
+
+
+def test_the_testbed_name_rule_is_in_the_help_and_the_error_gives_a_valid_one():
+    from virtbench.machines import testbed
+
+    res = CliRunner().invoke(cli, ["testbed", "up", "--help"], terminal_width=400)
+    assert f"testbed name, {testbed.NAME_RULE}" in res.output
+    with pytest.raises(UserError) as info:
+        testbed.up(1, "/nonexistent/inv.yml", prefix="Bad_Name")
+    assert testbed.NAME_RULE in info.value.message and f"--name {testbed.default_name()}" in info.value.hint

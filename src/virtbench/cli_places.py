@@ -11,6 +11,7 @@ from . import render
 from .cli_common import DB_HELP, _emit_json, _store, err, out
 from .errors import UserError
 from .kubetestbed import commands as k8s_testbed
+from .machines.testbed import NAME_RULE
 
 
 @click.command("hosts")
@@ -127,8 +128,8 @@ testbed.add_command(k8s_testbed.k8s)
 @click.option("--inventory", "-i", "inventory", required=True, type=click.Path(dir_okay=False),
               help="inventory file to write (Ansible-style YAML), which run, hosts, boot, check and doctor take as --inventory")
 @click.option("--name", "prefix", metavar="NAME",
-              help="testbed name: prefix of its namespaces and links; several testbeds can coexist "
-                   "[default: tb<user>, e.g. tbalice]")
+              help=f"testbed name, {NAME_RULE}: prefix of its namespaces and links; several testbeds "
+                   "can coexist [default: tb<user>, e.g. tbalice]")
 @click.option("--subnet", help="the testbed's private subnet [default: the first free 10.214.N.0/24]")
 @click.option("--delay", "delay_ms", type=click.FloatRange(0, 10000), metavar="MS",
               help="delay in each direction between the hosts and this machine (tc netem; kernels without "

@@ -78,10 +78,15 @@ def _run(argv: list[str], timeout: float = 30) -> str:
     return res.stdout
 
 
+# Interface names are at most 15 bytes: "<prefix>-h<k>" must fit with k up to 3 digits.
+NAME_RULE = "1-10 lowercase letters and digits, starting with a letter"
+
+
 def _check_prefix(prefix: str) -> None:
-    # Interface names are at most 15 bytes: "<prefix>-h<k>" must fit with k up to 3 digits.
     if not re.fullmatch(r"[a-z][a-z0-9]{0,9}", prefix):
-        raise UserError(f"testbed name {prefix!r} is not 1-10 lowercase letters and digits, starting with a letter")
+        raise UserError(f"testbed name {prefix!r} is not {NAME_RULE}",
+                        f"e.g. --name {default_name()} (it begins the names of network interfaces, which "
+                        "hold at most 15 bytes)")
 
 
 # -- discovery by name --------------------------------------------------------------------------
