@@ -66,7 +66,9 @@ def test_extra_repetitions_come_only_after_every_experiment_is_at_its_largest_sc
     the 30-minute plan, where 003-hpa and 001-network are not at their largest scale, is the plan
     without them."""
     extras = {e.id for e in rp.EXPERIMENTS if any(t.extra for t in e.tiers)}
-    assert extras == {"003-hpa", "004-fio", "002-link", "000-npb-ep"}
+    # 003-hpa's tiers all take 6 repetitions (its CPU finding reads a median's 95 % interval), so its
+    # extra tier of 6 is no longer more
+    assert extras == {"004-fio", "002-link", "000-npb-ep"}
     for e in rp.EXPERIMENTS:  # extra tiers come last, and repeat more than the largest ordinary one
         assert all(t.extra for t in e.tiers[e.top + 1:])
         assert all(t.repeat > e.tiers[e.top].repeat and t.label != e.tiers[e.top].label for t in e.tiers[e.top + 1:])

@@ -36,7 +36,7 @@ from .errors import UserError
 # The experiments (data), the machine's facts, the child runs' matrices and the estimates live in
 # their own modules; their names stay importable from here.
 from .reproduce_experiments import (CLOUD_ENV, CLOUD_SHAPE, EXPERIMENTS, LEFT_OUT_ALWAYS, PLATFORM_ENVS,  # noqa: F401
-                                    REMOTE_ENV)
+                                    REMOTE_ENV, in_priority)
 from .studies import chosen, studyfile
 from .studies.model import Experiment, Study, Tier  # noqa: F401
 from .reproduce_facts import _load, cloud_facts, cloud_options, cpu_probe, inventory_hosts, machine_facts  # noqa: F401
@@ -172,11 +172,6 @@ def _platform_note(exp: Experiment, facts: dict[str, Any]) -> str:
         return ""
     hosts = _remote_missing(exp, facts) or f"{REMOTE_ENV} = SSH hosts {', '.join(facts['hosts'])}"
     return "; ".join(x for x in (hosts, on_cloud or "not on a cloud: no --cloud") if x)
-
-
-def in_priority(studies: list[Study]) -> tuple[Experiment, ...]:
-    """Study files' experiments in the order a budget keeps them: by priority, then file order."""
-    return tuple(sorted((e for s in studies for e in s.experiments), key=lambda e: e.priority))
 
 
 def experiments_of(spec: dict[str, Any]) -> tuple[Experiment, ...]:

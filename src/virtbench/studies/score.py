@@ -9,7 +9,10 @@ One rule for every tolerance with an interval (ratios, efficiencies, levels, the
 a slope): the finding HOLDS when the whole 95 % interval meets the tolerance, DIFFERS when the
 whole interval misses it, and is NOT_MEASURED when the interval reaches both sides ("more
 repetitions needed"): a point estimate on one side of a band its own interval crosses decides
-nothing. Without an interval (too few values) the point decides, and the text says there was none.
+nothing. Every interval a verdict is read from is at 95 % or more: fewer repetitions than its method
+needs for that (repetitions_for_level) is NOT_MEASURED, "too few repetitions for a 95 % interval (n =
+...)", with the level they could give; each verdict carries its interval's actual level. Only the
+study's own printed numbers (`reproduce --published`, score(points=True)) decide as points.
 
 One rule for every claim about where a quantity is largest or smallest (a peak over a count, a
 "best" count a ratio is taken against): the study's own location of that extreme (`published_at` in
@@ -88,6 +91,7 @@ class Verdict:
     ci: list[float] | None = None
     reason: str = ""
     environments: list[str] = field(default_factory=list)
+    level: float | None = None   # the actual level of the interval the verdict was read from (None: none)
     quote: str = ""
     quote_en: str = ""
     # revisions of the finding (date, change, why): one made after results were seen is shown beside the verdict
@@ -215,6 +219,33 @@ def _ratio(num: Group, den: Group) -> stats.Ratio:
 
 
 UNDECIDED = None  # the interval reaches both sides of the tolerance
+TOLERANCES = ("above", "below", "within", "at_most", "at_least")
+LEVEL = 0.95  # every interval a verdict is read from is at least at this level
+
+
+@dataclass(frozen=True)
+class Level:
+    """The actual level of the interval a rule decided from (NaN: no interval) and the sizes behind it."""
+    level: float
+    n: str
+
+
+def repetitions_for_level(rule: str) -> int:
+    """Fewest repetitions per group whose interval can reach LEVEL under `rule`'s method: the exact
+    two-sample (Mann-Whitney) interval of a ratio (its widest has level 1 - mw_min_p(n, n): 4 per
+    side), a median's order-statistic interval (1 - 2^(1-n): 6); 1 where no interval is read (a peak,
+    the network penalty: medians) or one comes from all the points together (a slope)."""
+    if rule in ("ratio", "efficiency", "order", "steps"):
+        n = 2
+        while 1.0 - stats.mw_min_p(n, n) < LEVEL - 1e-12:
+            n += 1
+        return n
+    if rule == "level":
+        n = 2
+        while not stats.median_ci(range(1, n + 1), LEVEL)[2] >= LEVEL - 1e-12:
+            n += 1
+        return n
+    return 1
 
 
 def decide(r: float, lo: float, hi: float, args: dict) -> bool | None:
@@ -243,7 +274,7 @@ def _both_sides(lo: float, hi: float) -> str:
             "needed")
 
 
-def _rule_ratio(c: Finding, ev: Evidence, tcg: bool) -> tuple[bool, str, float, list[float] | None, list[str]]:
+def _rule_ratio(c: Finding, ev: Evidence, tcg: bool):
     num, den = one(ev, c.args["num"], exclude_tcg=tcg), one(ev, c.args["den"], exclude_tcg=tcg)
     r = _ratio(num, den)
     ok = decide(r.ratio, r.ci_low, r.ci_high, c.args)
@@ -255,7 +286,7 @@ def _rule_ratio(c: Finding, ev: Evidence, tcg: bool) -> tuple[bool, str, float, 
         short = _best_short_of(c, ev, den, tcg)
         if short:
             raise _RangeTooShort(short, text, envs)
-    return ok, text, r.ratio, ci, envs
+    return ok, text, r.ratio, ci, envs, Level(r.ci_level, f"{len(num.values)} / {len(den.values)}")
 
 
 def _best_short_of(c: Finding, ev: Evidence, den: Group, tcg: bool) -> str | None:
@@ -290,34 +321,41 @@ def _rule_efficiency(c: Finding, ev: Evidence, tcg: bool):
     text = (f"efficiency {_fmt(e)}{_ci_text(lo, hi)}: T1 {_fmt(one_.median)} s, T{a['factor']} {_fmt(many.median)} s "
             f"on {many.env} (n = {len(one_.values)} / {len(many.values)})")
     ok = decide(e, lo, hi, {"within": [lo_b, hi_b]})
-    return ok, text, e, ([lo, hi] if math.isfinite(lo) else None), sorted({one_.env, many.env})
+    return ok, text, e, ([lo, hi] if math.isfinite(lo) else None), sorted({one_.env, many.env}), \
+        Level(r.ci_level, f"{len(one_.values)} / {len(many.values)}")
 
 
 def _rule_order(c: Finding, ev: Evidence, tcg: bool):
     chain = [one(ev, s, exclude_tcg=tcg) for s in c.args["chain"]]
-    decided, steps = [], []
+    decided, steps, levels = [], [], []
     for prev, nxt in zip(chain, chain[1:]):
         r = _ratio(nxt, prev)
+        levels.append(r.ci_level)
         decided.append(decide(r.ratio, r.ci_low, r.ci_high, {"below": 1.0}))
         steps.append(f"{_fmt(r.ratio)}x{_ci_text(r.ci_low, r.ci_high)}")
     # every step must be down: one step wholly not down differs; otherwise an undecided step leaves it open
     ok = False if False in decided else UNDECIDED if UNDECIDED in decided else True
     medians = " > ".join(f"{_label(g)} {_fmt(g.median)}" for g in chain)
-    return ok, f"{medians} {chain[0].unit}; steps {', '.join(steps)}", None, None, sorted({g.env for g in chain})
+    level = min(levels) if all(math.isfinite(x) for x in levels) else math.nan  # the weakest step's
+    return ok, f"{medians} {chain[0].unit}; steps {', '.join(steps)}", None, None, sorted({g.env for g in chain}), \
+        Level(level, " / ".join(str(len(g.values)) for g in chain))
 
 
 def _rule_steps(c: Finding, ev: Evidence, tcg: bool):
     """An order measured in separate steps, each a like-for-like pair [from, to] (e.g. the same file
     size on both sides): every step must go down (to / from below 1), as in `order`."""
     pairs = [(one(ev, a, exclude_tcg=tcg), one(ev, b, exclude_tcg=tcg)) for a, b in c.args["steps"]]
-    decided, steps = [], []
+    decided, steps, levels = [], [], []
     for prev, nxt in pairs:
         r = _ratio(nxt, prev)
+        levels.append(r.ci_level)
         decided.append(decide(r.ratio, r.ci_low, r.ci_high, {"below": 1.0}))
         steps.append(f"{_label(prev)} {_fmt(prev.median)} > {_label(nxt)} {_fmt(nxt.median)} {prev.unit}: "
                      f"{_fmt(r.ratio)}x{_ci_text(r.ci_low, r.ci_high)}")
     ok = False if False in decided else UNDECIDED if UNDECIDED in decided else True
-    return ok, "; ".join(steps), None, None, sorted({g.env for p in pairs for g in p})
+    level = min(levels) if all(math.isfinite(x) for x in levels) else math.nan  # the weakest step's
+    return ok, "; ".join(steps), None, None, sorted({g.env for p in pairs for g in p}), \
+        Level(level, ", ".join(f"{len(a.values)} / {len(b.values)}" for a, b in pairs))
 
 
 def _x_of(g: Group, key: str) -> float:
@@ -355,15 +393,17 @@ def _rule_slope(c: Finding, ev: Evidence, tcg: bool):
     per = _X_UNITS.get(key, key)
     text = (f"slope {_fmt(fit.slope)} {unit}/{per}{_ci_text(lo, hi)}, R^2 of the medians {r2:.3f}; medians "
             + ", ".join(f"{_fmt(x)} {per}: {_fmt(med[x])} {unit}" for x in xs))
-    return ok, text, fit.slope, ([lo, hi] if math.isfinite(lo) else None), sorted({g.env for g in groups})
+    # the t interval of the slope is at 95 % where it exists (normal errors about the line)
+    return ok, text, fit.slope, ([lo, hi] if math.isfinite(lo) else None), sorted({g.env for g in groups}), \
+        Level(0.95 if math.isfinite(lo) else math.nan, str(len(pts)))
 
 
 def _rule_level(c: Finding, ev: Evidence, tcg: bool):
     g = one(ev, c.args["select"], exclude_tcg=tcg)
-    lo, hi, _level = stats.median_ci(g.values)
-    ok = decide(g.median, lo, hi, {"at_least": c.args["at_least"]})
+    lo, hi, level = stats.median_ci(g.values)
+    ok = decide(g.median, lo, hi, {k: v for k, v in c.args.items() if k in TOLERANCES})
     return ok, f"median {_fmt(g.median)}{_ci_text(lo, hi)} {g.unit} on {g.env} (n = {len(g.values)})", g.median, \
-        ([lo, hi] if math.isfinite(lo) else None), [g.env]
+        ([lo, hi] if math.isfinite(lo) else None), [g.env], Level(level, str(len(g.values)))
 
 
 def short_of(best: float, xs: list[float], published: float | None, key: str, what: str) -> str | None:
@@ -397,7 +437,7 @@ def _rule_peak(c: Finding, ev: Evidence, tcg: bool):
     short = short_of(best, xs, c.args.get("published_at"), key, "peak")
     if short:
         raise _RangeTooShort(short, text, envs)
-    return xs[0] < best < xs[-1], text, best, None, envs
+    return xs[0] < best < xs[-1], text, best, None, envs, None  # medians only: no interval
 
 
 def _rule_penalty(c: Finding, ev: Evidence, tcg: bool):
@@ -418,7 +458,7 @@ def _rule_penalty(c: Finding, ev: Evidence, tcg: bool):
         out[name] = (med[(False, 2)] / med[(True, 2)]) / (med[(False, 1)] / med[(True, 1)])
     ok = out["fine"] > out["coarse"] and out["coarse"] <= a["coarse_max"]
     text = f"P(fine-grained) {_fmt(out['fine'])}, P(coarse-grained) {_fmt(out['coarse'])}"
-    return ok, text, out["fine"] / out["coarse"], None, sorted(envs)
+    return ok, text, out["fine"] / out["coarse"], None, sorted(envs), None  # medians only: no interval
 
 
 RULES = {"ratio": _rule_ratio, "efficiency": _rule_efficiency, "order": _rule_order, "steps": _rule_steps, "slope": _rule_slope,
@@ -426,6 +466,18 @@ RULES = {"ratio": _rule_ratio, "efficiency": _rule_efficiency, "order": _rule_or
 
 
 # -- scoring --------------------------------------------------------------------------------------------
+
+def experiments_read(c: Finding) -> set[str]:
+    """The experiments whose groups the finding's rule reads."""
+    out: set[str] = set()
+    for v in c.args.values():
+        for s in (v if isinstance(v, list) else [v]):
+            if isinstance(s, dict) and "experiment" in s and "metric" in s:
+                out |= set(_experiments(s))
+    if isinstance(c.args.get("experiment"), str):  # the penalty's
+        out.add(c.args["experiment"])
+    return out
+
 
 def missing_need(c: Finding, facts: dict[str, Any]) -> str | None:
     """Why the machine cannot measure this claim at all, or None."""
@@ -438,7 +490,9 @@ def missing_need(c: Finding, facts: dict[str, Any]) -> str | None:
     return None
 
 
-def score(c: Finding, ev: Evidence) -> Verdict:
+def score(c: Finding, ev: Evidence, *, points: bool = False) -> Verdict:
+    """The finding's verdict. `points`: the evidence is the study's own printed numbers (reproduce
+    --published), where a printed value decides as a point, without an interval."""
     v = Verdict(c.id, c.study, c.finding, c.cite, c.quantity, c.tolerance, NOT_MEASURED, quote=c.quote,
                 quote_en=c.quote_en, revised=[{"date": r.date, "change": r.change, "why": r.why} for r in c.revised])
     why = missing_need(c, ev.facts)
@@ -446,7 +500,7 @@ def score(c: Finding, ev: Evidence) -> Verdict:
         v.reason = why
         return v
     try:
-        ok, text, value, ci, envs = RULES[c.rule](c, ev, "kvm" in c.needs)
+        ok, text, value, ci, envs, level = RULES[c.rule](c, ev, "kvm" in c.needs)
     except _NoData as exc:
         v.reason = str(exc)
         return v
@@ -455,14 +509,23 @@ def score(c: Finding, ev: Evidence) -> Verdict:
         return v
     v.verdict = HOLDS if ok else DIFFERS if ok is not UNDECIDED else NOT_MEASURED
     v.measured, v.environments, v.ci = text, envs, ci
+    v.level = level.level if level and math.isfinite(level.level) else None
+    if level and not points and not level.level >= LEVEL - 1e-12:
+        # an interval below 95 % (or none) decides nothing under a 95 % label
+        v.verdict = NOT_MEASURED
+        v.reason = (f"too few repetitions for a 95 % interval (n = {level.n}"
+                    + (f": the widest interval they give is at {level.level:.1%})" if math.isfinite(level.level)
+                       else ": no interval)") + f"; measured {text}")
+        v.value = value if value is None or math.isfinite(value) else None
+        return v
     if ok is UNDECIDED:
         v.reason = f"{text}; " + (_both_sides(*ci) if ci else "it reaches both sides of the tolerance")
     v.value = value if value is None or math.isfinite(value) else None
     return v
 
 
-def scorecard(ev: Evidence, findings: list[Finding]) -> list[Verdict]:
-    return [score(f, ev) for f in findings]
+def scorecard(ev: Evidence, findings: list[Finding], *, points: bool = False) -> list[Verdict]:
+    return [score(f, ev, points=points) for f in findings]
 
 
 def counts(verdicts: list[Verdict]) -> dict[str, int]:
