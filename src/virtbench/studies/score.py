@@ -32,7 +32,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .. import stats
+from .. import stats, stats_exact
 from .model import Finding
 
 HOLDS, DIFFERS, NOT_MEASURED = "holds", "differs", "not measured"
@@ -231,20 +231,14 @@ class Level:
 
 
 def repetitions_for_level(rule: str) -> int:
-    """Fewest repetitions per group whose interval can reach LEVEL under `rule`'s method: the exact
-    two-sample (Mann-Whitney) interval of a ratio (its widest has level 1 - mw_min_p(n, n): 4 per
-    side), a median's order-statistic interval (1 - 2^(1-n): 6); 1 where no interval is read (a peak,
-    the network penalty: medians) or one comes from all the points together (a slope)."""
+    """Fewest repetitions per group whose interval can reach LEVEL under `rule`'s method
+    (stats_exact.min_n): the exact two-sample (Mann-Whitney) interval of a ratio, 4 per side; a
+    median's order-statistic interval, 6; 1 where no interval is read (a peak, the network penalty:
+    medians) or one comes from all the points together (a slope)."""
     if rule in ("ratio", "efficiency", "order", "steps"):
-        n = 2
-        while 1.0 - stats.mw_min_p(n, n) < LEVEL - 1e-12:
-            n += 1
-        return n
+        return stats_exact.min_n("mann-whitney", LEVEL)
     if rule == "level":
-        n = 2
-        while not stats.median_ci(range(1, n + 1), LEVEL)[2] >= LEVEL - 1e-12:
-            n += 1
-        return n
+        return stats_exact.min_n("median", LEVEL)
     return 1
 
 
