@@ -172,7 +172,9 @@ def test_a_stored_run_gets_the_four_verdicts_from_its_intervals(tmp_path):
     assert any(w.startswith("ci_target ±2 % not reached in 20 rounds") for w in noisy["warnings"])
     assert all(r["ratio_ci_level"] >= 1 - 0.05 / 3 - 1e-9 for r in (same, slow, noisy))  # the table's level
     assert index["verdict"] in ("slower", "inconclusive") and index["ratio_ci_level"] == 0.95
-    base = [r for r in analysis.results(store, rid)["results"] if r["environment"] == "a"]
+    every = analysis.results(store, rid)["results"]
+    assert all(set(r) == set(every[0]) for r in every)  # one shape of row, index rows included
+    base = [r for r in every if r["environment"] == "a"]
     assert base and all(r["verdict"] is None and r["detectable"] is None for r in base)
 
 

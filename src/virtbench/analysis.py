@@ -403,7 +403,7 @@ def _index_rows(rows, groups, cells, env_order, baseline, seed, margin=DEFAULT_M
             # a bootstrap of 2 or 3 values does not hold 95 %, so no level is claimed for it.
             small = env != baseline and min([n, *(len(v) for v in base_tests)]) < _MIN_VERDICT_N
             level = 0.95 if math.isfinite(r.ci_low) and env != baseline and not small else math.nan
-            said = {"verdict": None, "detectable": None, "margin": None, "verdict_reason": None, "ci_target_met": None}
+            said = {"verdict": None, "detectable": None, "margin": None, "verdict_reason": None}
             if env != baseline and math.isfinite(r.ratio):
                 said = verdict_fields(r.ci_low, r.ci_high, level if not small else 0.0, 0.95, margin, True)
                 if small:
@@ -419,7 +419,7 @@ def _index_rows(rows, groups, cells, env_order, baseline, seed, margin=DEFAULT_M
                         # their correction; its CI's level is its weakest test's
                         "ci_level": min(stats.median_ci(v)[2] for v in per_test) if math.isfinite(lo) else math.nan,
                         "ratio_ci_level": level,
-                        "ratio_ci_method": "bootstrap" if env != baseline else "", **said,
+                        "ratio_ci_method": "bootstrap" if env != baseline else "", **said, "ci_target_met": None, "pairs": 0, "holes": 0,
                         "p_adjusted": math.nan, "p_threshold": math.nan, "comparisons": 0})
     return out
 
