@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import sys
+from pathlib import Path
 
 import click
 from rich.markup import escape
@@ -101,11 +102,14 @@ def _check_line(label: str, found: str | None) -> None:
                    "registry the guest image is pushed to")
 @click.option("--plan", "plan_only", is_flag=True, help="print the plan (what runs where, at what scale, "
               "estimated time, what is left out and why) and stop")
+@click.option("--published", "published", is_flag=True,
+              help="score each finding on its study's own printed numbers instead of measuring (a finding they "
+                   "do not pass has a wrong tolerance or reading); exit 1 if any does not hold")
 @click.option("--resume", "resume_id", metavar="RUN_ID", help="continue an interrupted reproduce run, or run a completed one's failed experiments again")
 @click.option("--db", help=DB_HELP)
 @click.option("--json", "as_json", is_flag=True, help="print the scorecard and the plan as one JSON object")
-def reproduce(studies, budget, kubeconfig, testbed, inventory, hosts, cloud, pods_image, plan_only, resume_id, db,
-              as_json) -> None:
+def reproduce(studies, budget, kubeconfig, testbed, inventory, hosts, cloud, pods_image, plan_only, published,
+              resume_id, db, as_json) -> None:
     """Run the five studies' experiments (or those of the STUDIES named: 000 ... 004), or those of
     study files you wrote (STUDY_FILE.toml: your own paper's experiments and findings, see the README),
     on the platforms this machine reaches, within --budget, and score each finding against the
@@ -116,9 +120,13 @@ def reproduce(studies, budget, kubeconfig, testbed, inventory, hosts, cloud, pod
     from .reproduce import (Reproducer, cloud_options, experiments_done, left_out_always, machine_facts,
                             parse_budget, plan, spec_for)
 
+    chosen, own = _chosen(studies)
+    if published:
+        if resume_id or plan_only:
+            raise UserError("--published scores the study files' own numbers; give no --resume or --plan")
+        sys.exit(_published(chosen, own, as_json))
     store = Store(db or paths.default_db(), named=db)
     budget_s = parse_budget(budget)
-    chosen, own = _chosen(studies)
     command = "virtbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     events = _PrintEvents(err)
     rep = Reproducer(store, events=events, command=command)
@@ -200,6 +208,28 @@ def _chosen(args: tuple[str, ...]):
             raise UserError(f"two study files have the id {sid!r} ({own[ids.index(sid)].path}, {own[i].path})",
                             "give each study its own [study] id")
     return None, own
+
+
+def _published(chosen, own, as_json: bool) -> int:
+    """`reproduce --published`: each finding with published numbers scored on them; 0 when all hold."""
+    from .cli_common import _emit_json, out
+    from .studies import ownnumbers, studyfile
+
+    studies = own or [s for s in studyfile.builtin() if not chosen or s.id in chosen]
+    data = {"published": True, "study_files": [{"id": s.id, "path": s.path if not s.builtin else Path(s.path).name,
+                                                "sha256": s.sha256} for s in studies],
+            **ownnumbers.scorecard([f for s in studies for f in s.findings])}
+    if as_json:
+        _emit_json(data)
+    else:
+        t = scorecard_table(data["scorecard"])
+        t.title = "the studies' own published numbers, scored as measurements"
+        out.print(t)
+        c = data["counts"]
+        out.print(f"{c['holds']} hold, {c['differs']} differ, {c['not measured']} not measured of "
+                  f"{len(data['scorecard'])} findings with published numbers; "
+                  f"{len(data['without_published'])} have none", highlight=False)
+    return 0 if all(v["verdict"] == "holds" for v in data["scorecard"]) else 1
 
 
 def exit_code(store: Store, run_id: str) -> int:

@@ -82,6 +82,7 @@ class Published:
     source: str                          # where the numbers are printed (table, figure, text)
     groups: tuple[PublishedGroup, ...]
     repetitions: int | None = None       # runs behind each printed value, where the study says
+    higher_is_better: bool = True        # the quantity's direction (a "best" selector picks by it)
 
 
 @dataclass(frozen=True)

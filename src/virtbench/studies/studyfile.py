@@ -426,7 +426,11 @@ def _published(w: _Where, at: tuple, v: Any, rule: str, args: dict[str, Any]) ->
     if v is None:
         return None
     v = _table(w, at, v)
-    _unknown(w, at, v, {"source", "repetitions", "groups"})
+    _unknown(w, at, v, {"source", "repetitions", "groups", "higher_is_better"})
+    better = v.get("higher_is_better", True)
+    if not isinstance(better, bool):
+        w.add(at + ("higher_is_better",), "must be true or false")
+        better = True
     allowed = roles(rule, args)
     groups = []
     for i, g in enumerate(_tables(w, at + ("groups",), v.get("groups", []))):
@@ -450,7 +454,7 @@ def _published(w: _Where, at: tuple, v: Any, rule: str, args: dict[str, Any]) ->
     reps = v.get("repetitions")
     if reps is not None:
         reps = int(_number(w, at + ("repetitions",), reps, minimum=1, integer=True))
-    return Published(_text(w, at + ("source",), v.get("source"), required=True), tuple(groups), reps)
+    return Published(_text(w, at + ("source",), v.get("source"), required=True), tuple(groups), reps, better)
 
 
 def _finding(w: _Where, at: tuple, t: dict, sid: str, exp_ids: set[str], builtin: bool) -> Finding | None:
