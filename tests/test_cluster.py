@@ -92,6 +92,9 @@ def test_host_clusters_run_locally_without_ssh(tmp_path):
         assert c.mode == "local" and c.subnet is None and cluster.get(insts) is c
         argv = c.mpirun_argv(["true"], 2)
         assert "plm_rsh_args" not in argv and "btl_tcp_if_include" not in argv
+        assert "btl" not in argv  # Open MPI's choice: shared memory between the ranks of one machine
+        tcp = c.mpirun_argv(["true"], 2, transport="tcp")  # a network path, as between separate machines
+        assert tcp[tcp.index("btl") - 1:tcp.index("btl") + 2] == ["--mca", "btl", "self,tcp"]
         assert (tmp_path / insts[0].scratch_dir()).exists()
         hostfile = argv[argv.index("--hostfile") + 1]
         assert open(hostfile).read() == "localhost slots=2\n"

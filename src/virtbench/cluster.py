@@ -148,7 +148,7 @@ class Cluster:
 
     # -- running ---------------------------------------------------------------------------------
     def mpirun_argv(self, argv: list[str], ranks: int, *, threads: int = 1, map_by: str = "slot",
-                    oversubscribe: bool = False, passive_wait: bool = False) -> list[str]:
+                    oversubscribe: bool = False, passive_wait: bool = False, transport: str = "auto") -> list[str]:
         if map_by not in MAP_BY:
             raise ValueError(f"map_by must be one of {', '.join(MAP_BY)}")
         per = ranks // len(self.instances)
@@ -167,6 +167,8 @@ class Cluster:
                     "--mca", "plm_rsh_args", " ".join(("-p", str(SSH_PORT), "-i", key, *ssh_options(self.launcher))),
                     "--mca", "plm_rsh_no_tree_spawn", "1",
                     "--mca", "oob_tcp_if_include", self.subnet, "--mca", "btl_tcp_if_include", self.subnet]
+        if transport == "tcp":  # no shared memory between ranks: every message takes the TCP stack
+            cmd += ["--mca", "btl", "self,tcp"]
         if not self.launcher.traits.host_process:
             # Ranks sharing a container use shared memory; its single-copy path (CMA,
             # process_vm_readv) is refused under the default seccomp profile without CAP_SYS_PTRACE.
@@ -196,10 +198,10 @@ class Cluster:
         return None
 
     def run(self, argv: list[str], ranks: int, *, threads: int = 1, map_by: str = "slot",
-            timeout: float | None = None) -> Run:
+            timeout: float | None = None, transport: str = "auto") -> Run:
         over, busy = self.oversubscribed(ranks, threads), self.machine_busy(ranks, threads)
         cmd = self.mpirun_argv(argv, ranks, threads=threads, map_by=map_by, oversubscribe=over,
-                               passive_wait=threads > 1 and (over or busy is not None))
+                               passive_wait=threads > 1 and (over or busy is not None), transport=transport)
         res = self.launcher.exec(cmd, timeout=timeout)
         return Run(res, cmd, cmd[:len(cmd) - len(argv)], self.placement(ranks, map_by), over, busy)
 

@@ -78,6 +78,7 @@ class Eigen(Workload):
         Param("class", str, "S", "problem class (2-D Laplacian on a 48^2 .. 256^2 grid)", choices=tuple(CLASSES)),
         *mpijob.cluster_params(ranks=1, instances=1),
         mpijob.THREADS,
+        mpijob.TRANSPORT,
         Param("allreduce_bytes", _bytes, 0, "bytes the one MPI_Allreduce sums: the moments padded with zeros "
               "(K/M/G suffixes, 1M = 2^20; 0 = the moments' own size; study 001: ~1G)", min=0, max=MAX_ALLREDUCE),
         Param("points", int, 0, "quadrature points on the circle, even (0 = the class's 32); points/2 shifted "

@@ -72,6 +72,7 @@ class MPIBench(Workload):
               "measured)"),
         Param("max_bytes", _size, 1 << 22, "largest message size (K, M, G suffixes are binary); at most 1G"),
         *mpijob.cluster_params(ranks=2, instances=1),
+        mpijob.TRANSPORT,
         Param("map_by", str, "node", "rank placement: node = round robin over instances (IMB: one rank per node), "
               "slot = fill each instance in turn", choices=("node", "slot")),
         Param("time_budget", float, 0.2, "at most about this many seconds per size (cuts IMB's count)", min=0.001,

@@ -41,6 +41,9 @@ def cluster_params(ranks: Any = 1, instances: Any = 1) -> tuple[Param, ...]:
 TOTAL_VCPUS = Param("total_vcpus", int, 0, "constant-total-cores comparison: run only where instances x vCPUs "
                     "per instance equals this (skipped elsewhere); 0 = run everywhere", min=0, max=4096)
 THREADS = Param("threads", int, 1, "OpenMP threads per rank (hybrid MPI + OpenMP)", min=1, max=256)
+TRANSPORT = Param("transport", str, "auto", "how ranks talk: auto = Open MPI's choice (shared memory between ranks of "
+                  "one instance), tcp = over TCP even within one instance, so that ranks on one machine take a "
+                  "network path as ranks on separate instances do", choices=("auto", "tcp"))
 
 
 def suffixed_int(value: Any, units: dict[str, int | float], decimals: bool = False) -> int:
@@ -134,7 +137,8 @@ def run(cl: cluster.Cluster, argv: list[str], params: dict[str, Any], ctx: RunCo
         threads: int = 1, map_by: str = "slot", extra: dict[str, Any] | None = None) -> str:
     """One mpirun with memory counters read before and after; raw output for the parser."""
     before = cl.memory_snapshot()
-    job = cl.run(argv, params["ranks"], threads=threads, map_by=map_by, timeout=ctx.timeout)
+    job = cl.run(argv, params["ranks"], threads=threads, map_by=map_by, timeout=ctx.timeout,
+                 transport=params.get("transport", "auto"))
     after = cl.memory_snapshot()
     pressure = cluster.memory_pressure(before, after)
     if not job.ok:

@@ -132,6 +132,7 @@ class NPB(Workload):
         *mpijob.cluster_params(ranks=1, instances=1),
         mpijob.THREADS,
         mpijob.TOTAL_VCPUS,
+        mpijob.TRANSPORT,
     )
     metrics = (
         MetricSpec("mops", "Mop/s", True, "millions of operations per second, by the NPB operation counts"),
