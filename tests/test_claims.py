@@ -38,8 +38,9 @@ def _exp(s: dict) -> str:
 def _group(s: dict, values: list[float], *, fill: dict | None = None, accel: str | None = None) -> Group:
     kind = s["kind"][0]
     meta = {"accelerator": accel or "kvm"} if kind == "vm" else {}
+    env = (s.get("env") or [kind])[0]  # a selector naming its environment: a group of that one
     return Group(_exp(s), s["workload"], _concrete(s["params"], fill or {}),
-                 _concrete(s["condition"], fill or {}), kind, kind, s["metric"], "u",
+                 _concrete(s["condition"], fill or {}), env, kind, s["metric"], "u",
                  s["metric"] not in LOWER_IS_BETTER, list(values), meta)
 
 
@@ -409,3 +410,15 @@ def test_every_decided_verdict_of_the_synthetic_data_carries_a_level_of_at_least
             v = score.score(c, Evidence(synthetic(c, holds), KVM))
             if v.verdict != NOT_MEASURED and c.rule not in ("peak", "penalty"):
                 assert v.level is not None and v.level >= 0.95, (c.id, v.level)
+
+
+def test_a_selector_naming_its_environment_takes_only_that_one():
+    """Two environments of one kind (VMs with virtio and with e1000 NICs): `env` tells them apart."""
+    emu = by_id("001-mpi-emu-worse")
+    fast, slow = [900.0, 910.0, 905.0, 895.0], [300.0, 310.0, 305.0, 295.0]
+    groups = [_group(emu.args["num"], slow), _group(emu.args["den"], fast)]
+    assert [g.env for g in groups] == ["vm-emu", "vm"]
+    assert score.score(emu, Evidence(groups, KVM)).verdict == HOLDS
+    groups[0].values, groups[1].values = fast, slow  # the e1000 VMs faster: differs, not a mix of both
+    assert score.score(emu, Evidence(groups, KVM)).verdict == DIFFERS
+    assert [g.env for g in score.select(Evidence(groups, KVM), emu.args["num"])] == ["vm-emu"]

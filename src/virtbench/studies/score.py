@@ -156,6 +156,8 @@ def select(ev: Evidence, s: dict[str, Any], *, exclude_tcg: bool = False, emulat
         if (g.experiment not in _experiments(s) or g.workload != s["workload"] or g.metric != s["metric"]
                 or g.kind not in s["kind"] or not g.values):
             continue
+        if s.get("env") and g.env not in s["env"]:  # two environments of one kind (a VM with virtio, one with e1000)
+            continue
         if exclude_tcg and g.meta.get("accelerator") == "tcg":
             continue
         if emulated_cloud(g) and not emulated:

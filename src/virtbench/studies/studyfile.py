@@ -45,7 +45,7 @@ FINDING_KEYS = {"id", "finding", "quote", "quote_en", "cite", "quantity", "toler
 # Fields every finding has; a built-in one has all of FINDING_TEXT once BUILTIN_COMPLETE.
 REQUIRED_TEXT = ("finding", "quote", "cite", "quantity", "tolerance")
 FINDING_TEXT = REQUIRED_TEXT + ("quote_en", "derivation", "could_fail")
-SELECTOR_KEYS = {"experiment", "workload", "metric", "kind", "params", "condition", "prefer"}
+SELECTOR_KEYS = {"experiment", "workload", "metric", "kind", "env", "params", "condition", "prefer"}
 
 # Each rule's arguments: selectors (one measured group each), lists of selectors, and plain values
 # (name -> the Python types allowed, and whether it is required).
@@ -345,7 +345,8 @@ def _selector(w: _Where, at: tuple, v: Any, exp_ids: set[str]) -> dict[str, Any]
             "metric": _text(w, at + ("metric",), v.get("metric"), required=True), "kind": kinds,
             "params": _table(w, at + ("params",), v.get("params")),
             "condition": _table(w, at + ("condition",), v.get("condition")),
-            "prefer": _strings(w, at + ("prefer",), v.get("prefer"), KINDS)}
+            "prefer": _strings(w, at + ("prefer",), v.get("prefer"), KINDS),
+            "env": _strings(w, at + ("env",), v.get("env"))}
 
 
 def roles(rule: str, args: dict[str, Any]) -> list[str]:
