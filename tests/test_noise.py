@@ -110,3 +110,30 @@ def test_history_is_per_cell_and_driver_pair(tmp_path):
     assert h.sd("system", cell["params"], {}, ("host", "host"))[1] == 1
     assert h.sd("system", cell["params"], {}, ("container", "host")) is None
     assert h.sd("system", {**cell["params"], "duration": 1.0}, {}, ("host", "host")) is None
+
+
+def test_a_cell_without_history_says_its_floor_once_its_minimum_is_in(tmp_path):
+    """A real A/A run with a target no machine meets: after its 6 rounds each cell notes what its
+    rounds' spread needs (the plan could not: no earlier rounds here), once."""
+    from virtbench.runner import Events, Runner
+
+    class Notes(Events):
+        def __init__(self):
+            self.notes = []
+
+        def note(self, message):
+            self.notes.append(message)
+
+    path = tmp_path / "s.toml"
+    path.write_text(SUITE.replace("ci_target = 0.02", "ci_target = 0.00001").replace("max_repetitions = 20",
+                    "max_repetitions = 7").replace("duration = 0.3", "duration = 0.05").format(third="pipe"))
+    m = suite.load(path)
+    store = Store(tmp_path / "r.sqlite")
+    assert plan.make(m, store=store).no_history == 3
+    events = Notes()
+    Runner(store, m, events=events).start()
+    floors = [n for n in events.notes if n.startswith("noise floor: ")]
+    assert len(floors) == 3 and all("(from this run's first 6 rounds): " in n and "max_repetitions 7 gives ±" in n
+                                    for n in floors)
+    assert {n.split(": ")[1] for n in floors} == {"dhrystone", "whetstone", "pipe"}
+    assert len(plan.make(m, store=store).floors) == 3  # the next plan has their history

@@ -102,6 +102,7 @@ class Floor:
     rounds: int | None
     maximum: int
     at_max: float
+    first: int = 0  # runs == 0: measured on this run's first rounds, this many
 
     @property
     def short(self) -> bool:
@@ -109,11 +110,22 @@ class Floor:
 
     def text(self) -> str:
         need = f"~{self.rounds} rounds" if self.rounds is not None else "more than 2000 rounds"
-        return (f"{self.label}: round-to-round sd {self.sd * 100:.2g} % (from {self.runs} earlier run"
-                f"{'s' if self.runs > 1 else ''}): {need} for ±{self.target * 100:g} % at {self.level * 100:.3g} %; "
-                f"max_repetitions {self.maximum} gives ±{self.at_max * 100:.2g} %")
+        whence = (f"from {self.runs} earlier run{'s' if self.runs > 1 else ''}" if self.runs
+                  else f"from this run's first {self.first} rounds")
+        return (f"{self.label}: round-to-round sd {self.sd * 100:.2g} % ({whence}): {need} for ±{self.target * 100:g} % "
+                f"at {self.level * 100:.3g} %; max_repetitions {self.maximum} gives ±{self.at_max * 100:.2g} %")
 
 
-def floor(label: str, sd: float, runs: int, target: float, level: float, maximum: int) -> Floor:
+def floor(label: str, sd: float, runs: int, target: float, level: float, maximum: int, first: int = 0) -> Floor:
     return Floor(label, sd, runs, target, level, stats_exact.rounds_for_halfwidth(sd, target, level), maximum,
-                 stats_exact.paired_halfwidth(sd, maximum, level))
+                 stats_exact.paired_halfwidth(sd, maximum, level), first)
+
+
+def from_rounds(label: str, pairs: list[tuple[float, float]], target: float, level: float, maximum: int) -> Floor | None:
+    """The floor measured on a running cell's first rounds, (value, baseline value) per round: for a
+    cell without history, said as soon as its minimum is in (the runner's note). None below 3 rounds
+    or with values that have no log."""
+    logs = [math.log(v / b) for v, b in pairs if v > 0 and b > 0]
+    if len(logs) < 3:
+        return None
+    return floor(label, statistics.stdev(logs), 0, target, level, maximum, first=len(logs))

@@ -240,7 +240,7 @@ def make(matrix: Matrix, only: set[tuple[str, str]] | None = None, store=None) -
                 policy.time_budget, sources, floor, floors, no_history, policy.ci_target)
 
 
-def _label(matrix: Matrix, cell: dict) -> str:
+def cell_label(matrix: Matrix, cell: dict) -> str:
     """A cell by the parameters that tell it from the suite's other cells of its workload: 'dhrystone',
     'dhrystone copies=vcpus', 'fio rw=read'."""
     same = [c for c in matrix.cells if c["workload"] == cell["workload"]]
@@ -265,6 +265,6 @@ def _floors(matrix: Matrix, cell: dict, envs: list[str], driver: dict[str, str],
         if got is None:
             unknown += 1
             continue
-        label = _label(matrix, cell) + (f" @{e}" if len(others) > 1 else "")
+        label = cell_label(matrix, cell) + (f" @{e}" if len(others) > 1 else "")
         out.append(noise.floor(label, got[0], got[1], matrix.policy.ci_target, level, maximum))
     return out, unknown

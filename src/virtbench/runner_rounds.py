@@ -104,6 +104,8 @@ class Rounds:
             return ""
         if self._targets_met(cell, tally):
             return "ci_target reached"
+        if rounds == policy.min_repetitions:  # once: what this cell's noise lets the target reach
+            self._note_floor(cell, tally)
         return "" if within_budget else "time budget spent"
 
     def _targets_met(self, cell: dict, tally: dict[str, Tally]) -> bool:
@@ -130,6 +132,31 @@ class Rounds:
                 if stats.ratio_halfwidth(r, level) > target:
                     return False
         return True
+
+    def _note_floor(self, cell: dict, tally: dict[str, Tally]) -> None:
+        """A cell that has its minimum rounds and not its target says what its rounds' spread needs
+        (noise.from_rounds), when max_repetitions cannot bring it there: the plan's noise floor, measured
+        now for a cell the store had no earlier rounds of."""
+        from . import noise
+        from .plan import cell_label
+
+        base = tally.get(self.matrix.baseline)
+        others = [env for env in tally if env != self.matrix.baseline]
+        if base is None or not others or self.matrix.policy.ci_target is None:
+            return
+        metrics = {k[0] if isinstance(k, tuple) else k for k in base.values}
+        level = 1.0 - FDR / max(1, self._family_size(cell) * len(metrics))
+        for env in others:
+            worst = None
+            for key, by_round in tally[env].values.items():
+                base_rounds = base.values.get(key, {})
+                pairs = [(statistics.median(by_round[i]), statistics.median(base_rounds[i]))
+                         for i in sorted(set(by_round) & set(base_rounds))]
+                f = noise.from_rounds(cell_label(self.matrix, cell) + (f" @{env}" if len(others) > 1 else ""), pairs,
+                                      self.matrix.policy.ci_target, level, self.matrix.policy.max_repetitions)
+                worst = f if f is not None and (worst is None or f.sd > worst.sd) else worst
+            if worst is not None and worst.short:
+                self.events.note(f"noise floor: {worst.text()}")
 
     def _family_size(self, cell: dict) -> int:
         """Comparisons per metric in the table this cell belongs to (plan.family_size: the plan's
