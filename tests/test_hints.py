@@ -90,3 +90,11 @@ def test_the_testbed_name_rule_is_in_the_help_and_the_error_gives_a_valid_one():
     with pytest.raises(UserError) as info:
         testbed.up(1, "/nonexistent/inv.yml", prefix="Bad_Name")
     assert testbed.NAME_RULE in info.value.message and f"--name {testbed.default_name()}" in info.value.hint
+
+
+def test_show_json_lists_the_removals_show_prints(interrupted):
+    db, rid = interrupted
+    Store(db).add_event(rid, "removed", "container virtbench-x-1 (its run is gone)")
+    data = json.loads(vb("show", rid, "--db", str(db), "--json").stdout)
+    assert [r["what"] for r in data["removals"]] == ["container virtbench-x-1 (its run is gone)"]
+    assert "removed a leftover of an earlier run: container virtbench-x-1" in vb("show", rid, "--db", str(db)).stdout

@@ -62,6 +62,12 @@ def run_margin(run: dict) -> float:
     return float(m) if isinstance(m, (int, float)) and m > 0 else DEFAULT_MARGIN
 
 
+def removals(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The leftovers of earlier runs this run's sweeps removed (machines/ledger.py), oldest first:
+    `{"at": epoch seconds, "what": name}`, as `virtbench show` lists them."""
+    return [{"at": e["at"], "what": e["detail"]} for e in store.events(run_id) if e["kind"] == "removed"]
+
+
 def results(store: Store, run_id: str, *, seed: int = 0, margin: float | None = None) -> dict[str, Any]:
     """A run's result rows (the `--json` object of `run` and `show`); `margin`: the equivalence
     margin of the verdicts, a fraction (default: the suite's `margin`, else 2 %)."""
@@ -158,6 +164,7 @@ def results(store: Store, run_id: str, *, seed: int = 0, margin: float | None = 
     from .outcomes import cell_outcomes
 
     out["outcome"] = cell_outcomes(store, run_id)
+    out["removals"] = removals(store, run_id)
     load = machine_load(list(loads.values()))
     if load:
         out["machine_load"] = load

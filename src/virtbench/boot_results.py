@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from . import drivers
+from . import analysis, drivers
 from .errors import UserError
 from .store import Store
 
@@ -88,7 +88,7 @@ def results(store: Store, run_id: str) -> dict[str, Any]:
     for key, cell in by_cell.items():
         cell["phases"] = {m: summarize(values[key][m]) for m in METRICS}
     out = {"run_id": run["id"], "status": run["status"], "driver": b["driver"], "name": spec.get("name"),
-           "repeat": b["repeat"], "cells": list(by_cell.values())}
+           "repeat": b["repeat"], "cells": list(by_cell.values()), "removals": analysis.removals(store, run["id"])}
     if drivers.traits_of(b["driver"]).hypervisor_guest:
         accel = sorted(accels)[0] if len(accels) == 1 else (",".join(sorted(accels)) or None)
         out["accelerator"] = accel

@@ -76,9 +76,8 @@ def _show(store: Store, run_id: str, as_json: bool, margin: float | None = None)
 
 def _removals(store: Store, run_id: str) -> None:
     """What the run's sweeps removed (machines/ledger.py), one line each."""
-    for e in store.events(store.run(run_id)["id"]):
-        if e["kind"] == "removed":
-            out.print(f"removed a leftover of an earlier run: {e['detail']}", highlight=False, soft_wrap=True)
+    for e in analysis.removals(store, store.run(run_id)["id"]):
+        out.print(f"removed a leftover of an earlier run: {e['what']}", highlight=False, soft_wrap=True)
 
 
 @click.command()
