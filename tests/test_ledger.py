@@ -6,6 +6,7 @@ gone owner of this controller left."""
 import json
 import subprocess
 import threading
+from pathlib import Path
 
 from virtbench import drivers
 from virtbench.drivers.base import DriverContext
@@ -184,3 +185,31 @@ def test_drain_waits_for_a_sweep_still_going_and_hands_over_the_rest_once():
     assert pool.drain(wait=10) == ["slow thing of h2 on h2"]
     late.join()
     assert pool.drain(wait=0) == [] and pool.removed == []
+
+
+def test_a_killed_processes_local_work_directory_is_swept_and_a_live_ones_kept():
+    """A process made its work directory (owners.local_workdir, as run, boot, check and the monitor
+    do) and was SIGKILLed: the ledger's "local work directories" finder on this machine removes it
+    and names its run; a live owner's directory stays."""
+    import sys
+
+    from virtbench.machines import local
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; from virtbench.machines import owners; "
+                              "print(owners.local_workdir('virtbench-killed-', 'killedrun'), flush=True); "
+                              "time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    killed = Path(child.stdout.readline().strip())
+    child.kill()
+    child.wait(timeout=30)
+    live = owners.local_workdir("virtbench-live-", "liverun")
+    try:
+        assert killed.is_dir() and Path(f"{killed}.owner").is_file()
+        (finder,) = [f for f in ledger.registered() if f.kind == "local work directories"]
+        assert finder.here_only
+        removed = finder.find(local())
+        assert f"{killed} (run killedrun: its local work directory)" in removed
+        assert not killed.exists() and not Path(f"{killed}.owner").exists()
+        assert live.is_dir() and not any(str(live) in r for r in removed)
+    finally:
+        owners.remove_local(live)
+    assert not live.exists() and not Path(f"{live}.owner").exists()

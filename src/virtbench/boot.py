@@ -37,6 +37,7 @@ from .conditions.base import ConditionUnavailable
 from . import machines as machines_mod
 from .drivers.base import DriverContext, Instance
 from .errors import UserError
+from .machines import owners
 from .model import EnvSpec, Sample
 from .store import Store, canonical
 from .workloads.base import MetricSpec, Param, Workload
@@ -264,9 +265,7 @@ class BootRunner:
         g = self.grid
         self.run_id = self.store.create_run(self.spec(), suite_name="boot", suite_path=None, baseline=g.driver,
                                             command=self.command)
-        import tempfile
-
-        workdir = Path(tempfile.mkdtemp(prefix=f"virtbench-{self.run_id}-"))
+        workdir = owners.local_workdir(f"virtbench-{self.run_id}-", self.run_id)
         try:
             info = image.require() if drivers.driver_class(g.driver).needs_image else None
             self.context = DriverContext(self.run_id, workdir, info, machines_mod.pool_for(self.inventory))
@@ -302,8 +301,6 @@ class BootRunner:
             self.store.set_status(self.run_id, "failed", f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            import shutil
-
             if self.context:
                 with procs.interrupts_held():  # the run's last report, however it ends (Pool.drain)
                     try:
@@ -311,7 +308,7 @@ class BootRunner:
                     except Exception as exc:  # noqa: BLE001 - the run's own outcome must not be hidden
                         self.events.note(f"could not record the leftovers removed: {type(exc).__name__}: {exc}")
                 self.context.machines.close()
-            shutil.rmtree(workdir, ignore_errors=True)
+            owners.remove_local(workdir)
         return self.run_id
 
     def _removed(self, names: list[str]) -> None:

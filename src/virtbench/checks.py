@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +25,7 @@ from . import machines as machines_mod
 from .instances import Driver, DriverContext, Instance
 from .lifecycle import CheckResult, LifecycleOps, identity
 from .errors import UserError
+from .machines import owners
 from .model import EnvSpec
 
 DEFAULT_COUNT = 4
@@ -74,7 +73,7 @@ def run_checks(driver_name: str, *, count: int = DEFAULT_COUNT, shape: str = "m1
     except KeyError:
         raise UserError(f"unknown shape '{shape}'", "valid shapes: " + ", ".join(shapes.names())) from None
     run_id = "check-" + time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-    workdir = Path(tempfile.mkdtemp(prefix=f"virtbench-{run_id}-"))
+    workdir = owners.local_workdir(f"virtbench-{run_id}-", run_id)
     info = image.require() if cls.needs_image else None
     pool = machines_mod.pool_for(inventory)
     driver = drivers.make(driver_name, DriverContext(run_id, workdir, info, pool))
@@ -147,7 +146,7 @@ def run_checks(driver_name: str, *, count: int = DEFAULT_COUNT, shape: str = "m1
             with contextlib.suppress(Exception):
                 close()
         pool.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        owners.remove_local(workdir)
     out["checks"] = [r.as_dict() for r in results]
     out["passed"] = all(r.passed is not False for r in results)
     return out

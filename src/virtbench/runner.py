@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 import time
 import traceback
 from collections import defaultdict
@@ -150,7 +148,7 @@ class Runner(Rounds):
 
     # -- the loop ----------------------------------------------------------------------------
     def _execute(self, tallies: dict[tuple[str, str], Tally], next_round: dict[str, int] | None = None) -> None:
-        workdir = Path(tempfile.mkdtemp(prefix=f"virtbench-{self.run_id}-"))
+        workdir = owners.local_workdir(f"virtbench-{self.run_id}-", self.run_id)
         states: dict[str, _EnvState] = {}
         self.machines = machines.pool_for(self.matrix.inventory)
         try:
@@ -165,7 +163,7 @@ class Runner(Rounds):
             self._teardown(states)
             self._final_removals()
             self.machines.close()
-            shutil.rmtree(workdir, ignore_errors=True)
+            owners.remove_local(workdir)
 
     def _testbeds_used(self):
         """While it runs, the run is registered with the local testbeds its inventory names, so

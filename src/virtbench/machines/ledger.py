@@ -16,12 +16,13 @@ registers here (`register`). The run's Pool runs every finder once on each machi
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .base import Machine, MachineUnreachable
-from .owners import controller, owner_dead, record
+from .owners import controller, owner_dead, record, sweep_dir
 
 PREFIX = "virtbench."  # of the owner labels
 
@@ -95,3 +96,12 @@ def sweep(place: Any, finders: Iterable[Finder]) -> list[str]:
         except Exception:  # noqa: BLE001 - a sweep never fails the run that runs it
             continue
     return removed
+
+
+def _local_workdirs(machine: Machine) -> list[str]:
+    """The work and monitor directories a killed run left in this machine's temporary directory
+    (owners.local_workdir), with whatever still runs in them."""
+    return sweep_dir(machine, tempfile.gettempdir(), names="virtbench-*", what="its local work directory")
+
+
+register(Finder("local work directories", _local_workdirs, here_only=True))

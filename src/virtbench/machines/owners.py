@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -83,6 +85,22 @@ def claim(machine: Machine, path: str, run_id: str | None = None) -> None:
                       timeout=30)
     if not res.ok:
         raise MachineUnreachable(machine.name, f"cannot write {path + OWNER}: {res.stderr.strip()[-300:]}")
+
+
+def local_workdir(prefix: str, run_id: str | None = None) -> Path:
+    """A new temporary directory of this process (tempfile.mkdtemp) with its owner file beside it,
+    so that after a SIGKILL the next run's sweep removes it (ledger: "local work directories");
+    `remove_local` removes both. run_id None: the run this process works for now (`running`)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    Path(str(path) + OWNER).write_text(json.dumps(record(run_id)))
+    return path
+
+
+def remove_local(path: Path) -> None:
+    """Remove a `local_workdir` and its owner file."""
+    shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(str(path) + OWNER)
 
 
 def listed(machine: Machine, root: str, names: str = "*") -> list[tuple[str, dict[str, Any]]]:

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +24,7 @@ from typing import Any
 
 from .. import fanout, kernels
 from ..instances import Instance
-from ..machines import Machine, local
+from ..machines import Machine, local, owners
 from ..model import Sample
 from . import series
 
@@ -126,7 +124,7 @@ class Session:
         self.environment = environment
         self.interval = interval
         self.notes: list[str] = []
-        self._dir = Path(tempfile.mkdtemp(prefix="virtbench-monitor-"))
+        self._dir = owners.local_workdir("virtbench-monitor-")  # the running run's: swept after a SIGKILL
         self._samplers: list[_Sampler] = []
         self.started = time.time()
 
@@ -179,7 +177,7 @@ class Session:
                 else:
                     outputs.append((sampler.name, sampler.role, text))
         finally:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            owners.remove_local(self._dir)
             self._samplers = []
         for name, role, text in outputs:
             try:
