@@ -4,6 +4,7 @@ toolchain from the user's GOPROXY or `go env`."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -37,6 +38,7 @@ def apt_config(tmp_path, monkeypatch):
                     f'Dir::Etc::sourceparts "{parts}";\n'
                     'Acquire::http::Proxy "http://proxy.invalid:3128/";\n')
     monkeypatch.setenv("APT_CONFIG", str(conf))
+    monkeypatch.setenv("VIRTBENCH_DATA", str(tmp_path / "data"))  # the kept answer: the test's own
     aptsources.sources.cache_clear()
     aptsources.proxies.cache_clear()
     yield
@@ -51,6 +53,21 @@ def test_the_image_takes_the_hosts_sources_for_its_suite(apt_config):
         "deb http://security.invalid/debian-security bookworm-security main",
     )
     assert aptsources.sources("bullseye") == ()  # none: mmdebstrap's own default
+
+
+def test_the_sources_are_kept_until_a_source_file_changes(apt_config, tmp_path):
+    first = aptsources.sources("bookworm")
+    kept = tmp_path / "data" / "images" / "apt-sources.json"
+    assert json.loads(kept.read_text())["sources"] == list(first)
+    # a kept answer is read, not asked again: a marker put in it comes back
+    kept.write_text(json.dumps({**json.loads(kept.read_text()), "sources": ["deb marker bookworm main"]}))
+    aptsources.sources.cache_clear()
+    assert aptsources.sources("bookworm") == ("deb marker bookworm main",)
+    # a changed source file changes the key: apt is asked again
+    (tmp_path / "sources.list").write_text("deb http://other.invalid/debian bookworm main\n")
+    aptsources.sources.cache_clear()
+    assert aptsources.sources("bookworm") == ("deb http://other.invalid/debian bookworm main",
+                                              "deb http://security.invalid/debian-security bookworm-security main")
 
 
 def test_the_hosts_apt_proxy_is_passed_on(apt_config):
