@@ -71,6 +71,8 @@ def _panel(data: RunData, title: str, grid: list[dict]) -> list:
             skipped = next((x.get("skipped") for x in by.values() if x.get("skipped")), None)
             return f"skipped: {skipped}" if skipped else f"fail ({fails} failed)"
         text = f"{fmt.value(r['median'])} [{fmt.value(r['ci_low'])}-{fmt.value(r['ci_high'])}]"
+        if r.get("ci_level") is not None and r["ci_level"] < 0.95 - 1e-9:  # n too small for 95 %: its own level
+            text += f" {r['ci_level'] * 100:.3g} %"
         return text + (f", {fails} failed" if fails else "")
 
     grid_table = Table(f"Boot grid, {title}: seconds to ready, median [95 % CI]",
@@ -78,7 +80,8 @@ def _panel(data: RunData, title: str, grid: list[dict]) -> list:
                        [[s + (f" ({notes[s]})" if s in notes else ""), *[ready(s, c) for c in concs]] for s in sizes],
                        numeric=set(range(1, len(concs) + 1)),
                        note="Rows: image size; columns: instances started at the same moment. 'failed' counts starts "
-                            "that never became ready.")
+                            "that never became ready. An interval from fewer than 6 starts is [min-max] at its own "
+                            "lower level, printed beside it.")
     labels, lengths, cells, keys = [], [], [], []
     for by in grid:
         p = _p(by)
