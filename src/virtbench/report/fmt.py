@@ -71,8 +71,6 @@ def levels(row: dict) -> str:
             out.append("ratio CI: no level (n too small)")
         elif own < stated - 5e-4:
             out.append(f"ratio CI {own * 100:.3g} %")
-    if row.get("ci_target_met") is False:
-        out.append("ci_target not reached")
     return "; ".join(out)
 
 
