@@ -46,8 +46,11 @@ def _concrete(wanted: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
 def group(f: Finding, pg: PublishedGroup, higher_is_better: bool) -> Group:
     s = selector_of(f, pg.of)
     kind = pg.kind or s["kind"][0]
+    env = f"published ({kind})"
+    if s.get("env"):  # a selector that names its environment takes only groups of that one
+        env = s["env"][0]
     return Group(s["experiment"][0], s["workload"], _concrete(s["params"], pg.params),
-                 _concrete(s.get("condition", {}), pg.condition), f"published ({kind})", kind, s["metric"], "",
+                 _concrete(s.get("condition", {}), pg.condition), env, kind, s["metric"], "",
                  higher_is_better, list(pg.values))
 
 
