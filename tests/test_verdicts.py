@@ -130,7 +130,7 @@ params = {{ duration = 0.05, test = ["dhrystone", "whetstone", "pipe"], copies =
 CASES = {"dhrystone": (1.0, 0.002), "whetstone": (0.9, 0.002), "pipe": (1.0, 0.06)}
 
 
-def _stored(tmp_path, rounds=20, margin=""):
+def _stored(tmp_path, rounds=20, margin="", store=None):
     from virtbench import suite
     from virtbench.model import Sample
     from virtbench.store import Store
@@ -138,7 +138,7 @@ def _stored(tmp_path, rounds=20, margin=""):
     path = tmp_path / "v.toml"
     path.write_text(RUN_SUITE.format(least=min(6, rounds), rounds=rounds, margin=margin))
     m = suite.load(path)
-    store = Store(tmp_path / "v.sqlite")
+    store = store or Store(tmp_path / "v.sqlite")
     rid = store.create_run(m.to_spec(), suite_name=m.name, suite_path=None, baseline="a", command="t")
     rng = np.random.default_rng(32)
     for cell in m.cells:
@@ -231,3 +231,27 @@ def test_the_paired_legend_says_why_it_can_disagree_with_the_medians():
     assert stats.paired_ratio(b, a).ratio < 1.0
     text = ratio_methods.ratio_phrase([{"ratio_ci_method": "signed-rank (paired rounds)"}], baseline="a")
     assert "with few rounds it can point the other way from the two medians" in text
+
+
+def test_compare_of_small_runs_prints_the_level_it_has(tmp_path):
+    """Two runs of 2 and 3 repetitions: B / A is unpaired (Mann-Whitney), whose widest interval is
+    80 %; the row says so and gives no verdict from it."""
+    from rich.console import Console
+
+    from virtbench import render
+
+    from virtbench.store import Store
+
+    store = Store(tmp_path / "both.sqlite")
+    for side in "ab":
+        (tmp_path / side).mkdir()
+    _, run_a = _stored(tmp_path / "a", rounds=2, store=store)
+    _, run_b = _stored(tmp_path / "b", rounds=3, store=store)
+    data = analysis.compare(store, run_a, run_b)
+    row = next(r for r in data["results"] if r["metric"] == "dhrystone" and r["environment"] == "a")
+    assert row["ratio_ci_level"] == pytest.approx(0.8) and row["verdict_reason"] == "n too small"
+    assert row["ci_level_a"] == pytest.approx(0.5) and row["ci_level_b"] == pytest.approx(0.75)  # [min, max] of 2, 3
+    console = Console(record=True, width=400)
+    render.compare_table(console, data)
+    line = next(ln for ln in console.export_text().splitlines() if "dhrystone" in ln and "│ a " in ln)
+    assert " 80%" in line and "inconclusive (n too small)" in line

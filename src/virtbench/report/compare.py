@@ -1,4 +1,4 @@
-"""Two runs side by side (analysis.compare): B / A per matched result, with CIs and significance."""
+"""Two runs side by side (analysis.compare): B / A per matched result, with CIs and verdicts."""
 
 from __future__ import annotations
 
