@@ -428,13 +428,17 @@ def test_failed_experiments_are_recorded_with_their_reasons_and_set_the_exit_sta
     good, broken, unmatched = _tiny("tiny-a", "dhrystone"), _tiny("tiny-b", "syscall"), _tiny("tiny-c", "no-such")
     monkeypatch.setattr(rt, "history_path", lambda: tmp_path / "times.json")
     store = Store(tmp_path / "r.sqlite")
-    codes, done = {}, {}
+    codes, done, notes = {}, {}, {}
     for name, exps in (("ok", (good,)), ("some", (good, broken)), ("none", (broken, unmatched))):
         monkeypatch.setattr(rp, "EXPERIMENTS", exps)
         run_id = rp.Reproducer(store).start(600, None, dict(TCG))
         done.update(rp.experiments_done(store, run_id))
         codes[name] = cli_reproduce.exit_code(store, run_id)
+        notes[name] = (store.run(run_id)["status"], store.run(run_id)["note"])
     assert codes == {"ok": outcomes.EXIT_OK, "some": outcomes.EXIT_SOME_FAILED, "none": outcomes.EXIT_NONE_SUCCEEDED}
+    # `virtbench runs` says what a completed reproduce run lacks, as it does for `run`
+    assert notes == {"ok": ("completed", None), "some": ("completed", "1 of 2 experiments failed"),
+                     "none": ("completed", "no experiment succeeded")}
     assert done["tiny-a"]["status"] == "ok" and done["tiny-a"]["reason"] is None
     assert done["tiny-b"]["status"] == "failed" and done["tiny-b"]["child"]
     assert done["tiny-b"]["reason"].startswith("no cell has results (system on host: ")

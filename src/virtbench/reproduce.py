@@ -227,6 +227,18 @@ def experiments_done(store: Store, run_id: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def shortfall(done: dict[str, dict[str, Any]]) -> str | None:
+    """What a finished reproduce run lacks, in words ("2 of 9 experiments failed"), or None: an
+    experiment failed, or ran with cells that failed; skipped ones do not count (as exit_code)."""
+    ran = [d for d in done.values() if d["status"] in ("ok", "failed")]
+    failed = [d for d in ran if d["status"] == "failed" or d.get("reason")]
+    if not failed:
+        return None
+    if len(failed) == len(ran) and not any(d["status"] == "ok" for d in ran):
+        return "no experiment succeeded"
+    return f"{len(failed)} of {len(ran)} experiments failed"
+
+
 class Reproducer:
     def __init__(self, store: Store, *, events: Events | None = None, command: str = "",
                  clock: Callable[[], float] = time.time):
@@ -266,6 +278,8 @@ class Reproducer:
     def _execute(self, spec: dict[str, Any], started: float) -> None:
         with self.store.recording_status(self.run_id, f"virtbench reproduce --resume {self.run_id}{self.store.db_option}"):
             self._steps(spec, started + spec["budget_s"] - MIN_RESERVE_S / 2)
+        # completed, and what it lacks (`virtbench runs`), as `run` notes its cells without results
+        self.store.set_status(self.run_id, "completed", shortfall(experiments_done(self.store, self.run_id)))
 
     def _steps(self, spec: dict[str, Any], deadline: float) -> None:
         by_id = {e.id: e for e in experiments_of(spec)}
