@@ -422,3 +422,13 @@ def test_a_selector_naming_its_environment_takes_only_that_one():
     groups[0].values, groups[1].values = fast, slow  # the e1000 VMs faster: differs, not a mix of both
     assert score.score(emu, Evidence(groups, KVM)).verdict == DIFFERS
     assert [g.env for g in score.select(Evidence(groups, KVM), emu.args["num"])] == ["vm-emu"]
+
+
+def test_a_pods_verdict_names_the_cluster_and_the_rule_that_it_counts():
+    c = by_id("004-web-pods-peak")
+    facts = {**KVM, "cluster_detail": "2 nodes (n1, n2) on one machine (one boot id): one machine playing a cluster"}
+    v = score.score(c, Evidence(_pods({1: 100, 2: 300, 4: 250, 8: 200}), facts))
+    assert v.verdict == HOLDS
+    assert v.measured.endswith("; cluster: 2 nodes (n1, n2) on one machine (one boot id): one machine playing a "
+                               "cluster (a cluster counts whatever its nodes are: study 004 measured its pods on one "
+                               "node of its cluster (section 6))")

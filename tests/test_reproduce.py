@@ -96,7 +96,7 @@ def test_tcg_no_cluster_no_nfs_leave_out_with_the_reason():
     why = {s.exp.id: s.why for s in rp.plan(4 * 3600, TCG, history={}) if s.tier is None}
     assert "only TCG" in why["001-mpi"] and "only TCG" in why["003-hpa-vm"]
     assert why["004-web"].startswith("no cluster")
-    assert why["004-nfs"].startswith("no kernel NFS client")
+    assert why["004-nfs"].startswith("no NFS client here")
     steps = {s.exp.id: s for s in rp.plan(4 * 3600, KVM, history={})}
     assert steps["001-mpi"].tier is not None and "vm" in steps["004-fio"].envs  # KVM: the VMs come in
 
@@ -494,3 +494,41 @@ def test_no_cluster_points_to_the_testbed_and_testbed_plans_the_pods(tmp_path):
     res = subprocess.run([sys.executable, "-m", "virtbench.cli", "reproduce", "004", "--plan", "--testbed",
                           "--kubeconfig", __file__, "--db", db], capture_output=True, text=True, timeout=300)
     assert res.returncode == 2 and "give one of them" in res.stderr
+
+
+def test_an_nfs_client_is_found_the_way_storage_nfs_mounts():
+    """The NFS module is loaded on demand ('modprobe nfs'), as the NFS ways' own check does, and the
+    mount needs mount.nfs4: /proc/filesystems alone says no NFS on a machine whose module is not loaded yet."""
+    from virtbench.machines.fake import RecordingMachine, result
+    from virtbench.reproduce_facts import nfs_client
+
+    def machine(loads: bool, mount_nfs4: bool) -> RecordingMachine:
+        m = RecordingMachine("node")
+        state = {"loaded": False}
+
+        def modprobe(argv, _stdin):
+            state["loaded"] = loads
+            return result(argv, returncode=0 if loads else 1)
+
+        m.answer(("cat", "--", "/proc/filesystems"),
+                 reply=lambda argv, _s: result(argv, "nodev\tproc\n\text4\n" + ("nodev\tnfs\nnodev\tnfs4\n" if state["loaded"] else "")))
+        m.answer(("modprobe",), reply=modprobe)
+        m.answer(lambda argv: argv[:2] == ["sh", "-c"] and argv[-1] == "mount.nfs4", returncode=0 if mount_nfs4 else 1)
+        return m
+
+    m = machine(loads=True, mount_nfs4=True)
+    assert nfs_client(m) == (True, "the kernel's NFS client (loaded) and mount.nfs4")
+    assert ["modprobe", "-q", "nfs"] in m.commands()
+    ok, why = nfs_client(machine(loads=True, mount_nfs4=False))
+    assert not ok and "apt-get install nfs-common" in why
+    ok, why = nfs_client(machine(loads=False, mount_nfs4=True))
+    assert not ok and "'modprobe nfs' failed" in why
+
+
+def test_a_cluster_is_described_as_what_it_is():
+    from virtbench.reproduce_facts import describe_nodes
+
+    assert describe_nodes([("vbt-n1", "b1"), ("vbt-n2", "b1")]) == (
+        "2 nodes (vbt-n1, vbt-n2) on one machine (one boot id): one machine playing a cluster")
+    assert describe_nodes([("a", "b1"), ("b", "b2"), ("c", "b3")]) == "3 nodes (a, b, c) on 3 separate machines (a boot id each)"
+    assert describe_nodes([("a", "b1")]) == "1 node (a)"

@@ -115,3 +115,22 @@ def test_a_missing_tolerance_and_an_unknown_rule_are_errors(study_dir):
     path.write_text(GOOD.replace('suite = "suites/s.toml"', 'suite = "s.toml"'))
     with pytest.raises(StudyFileError, match=r"no such file: .*s.toml \(a suite file, relative to the study file\)"):
         studyfile.load(path)
+
+
+def test_a_finding_needs_exactly_what_its_comparison_needs(study_dir):
+    """The two 004 NFS findings compared a container with the host yet needed KVM: a machine with an
+    NFS client and no KVM was told "TCG instead of KVM". The loader refuses such a need, and a side
+    that can only be a VM without it."""
+    path = study_dir / "study.toml"
+    path.write_text(GOOD.replace('rule = "ratio"', 'rule = "ratio"\nneeds = ["kvm", "nfs"]'))
+    with pytest.raises(StudyFileErrors) as exc:
+        studyfile.load(path)
+    assert "needs kvm, but no side of its comparison is a VM" in str(exc.value)
+    assert "needs nfs, but no side of its comparison is on NFS" in str(exc.value)
+    path.write_text(GOOD.replace('kind = "container"', 'kind = "vm"'))
+    with pytest.raises(StudyFileError, match='can only be a VM: add "kvm"'):
+        studyfile.load(path)
+    path.write_text(GOOD.replace('kind = "container"', 'kind = "vm"').replace('rule = "ratio"', 'rule = "ratio"\nneeds = ["kvm"]'))
+    assert studyfile.load(path).findings[0].needs == ("kvm",)
+    nfs = {f.id: f.needs for f in studyfile.builtin_findings(["004"])}
+    assert nfs["004-nfs-write"] == ("nfs",) and nfs["004-nfs-read-alike"] == ("nfs",)

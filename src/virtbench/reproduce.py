@@ -131,7 +131,8 @@ def _missing(exp: Experiment, facts: dict[str, Any]) -> str | None:
             return ("no cluster: give --kubeconfig of a Kubernetes cluster, or --testbed to start the testbed "
                     "cluster on this machine for the run (virtbench testbed k8s up)")
         if need == "nfs" and not facts.get("nfs"):
-            return "no kernel NFS client here: the host and pod NFS ways cannot mount the export"
+            return ("no NFS client here: the host and pod NFS ways cannot mount the export"
+                    + (f" ({facts['nfs_detail']})" if facts.get("nfs_detail") else ""))
         if need == "cloud" and not facts.get("cloud"):
             return "needs a cloud's settings: give --cloud KEY=VALUE (endpoint, image or images, ...)"
     return None

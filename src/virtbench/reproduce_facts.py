@@ -15,6 +15,8 @@ from typing import Any
 
 from . import reproduce_testbed
 from .errors import UserError
+from .machines import Machine, local
+from .nfsclient import kernel_nfs_client
 
 # told of each check as it starts (label, None) and as it ends (label, what it found)
 Progress = Callable[[str, "str | None"], None]
@@ -45,7 +47,9 @@ def machine_facts(kubeconfig: str | None, inventory: str | None = None, hosts: s
         facts["testbed_up"] = check("Kubernetes testbed", reproduce_testbed.running, lambda kc: (
             f"up ({kc})" if kc else "to be started for the run, stopped after" if testbed
             else "none up (--testbed starts one for the run)"))
-    facts["nfs"] = check("NFS client", _has_nfs_client, lambda ok: "in this kernel" if ok else "none in this kernel")
+    if facts["cluster"]:
+        facts["cluster_detail"] = check("cluster", lambda: cluster_detail(kubeconfig, testbed), lambda d: d)
+    facts["nfs"], facts["nfs_detail"] = check("NFS client", nfs_client, lambda found: found[1])
     facts["hosts"] = check("inventory hosts", lambda: inventory_hosts(inventory, hosts),
                            lambda names: ", ".join(names)) if inventory else []
     facts["cloud"] = check("cloud API", lambda: cloud_facts(cloud, inventory),
@@ -115,12 +119,57 @@ def _load() -> float | None:
         return None
 
 
-def _has_nfs_client() -> bool:
+def describe_nodes(nodes: list[tuple[str, str | None]]) -> str:
+    """What a cluster is, from its nodes' (name, boot id): nodes with one boot id run on one kernel,
+    so on one machine playing several nodes (pure)."""
+    if not nodes:
+        return "no nodes"
+    boots = {b for _, b in nodes if b}
+    names = ", ".join(n for n, _ in nodes)
+    if len(nodes) == 1:
+        return f"1 node ({names})"
+    if len(boots) == 1:
+        return f"{len(nodes)} nodes ({names}) on one machine (one boot id): one machine playing a cluster"
+    if len(boots) == len(nodes):
+        return f"{len(nodes)} nodes ({names}) on {len(nodes)} separate machines (a boot id each)"
+    return f"{len(nodes)} nodes ({names}) on {len(boots)} machines (boot ids)" if boots else \
+        f"{len(nodes)} nodes ({names}); their machines unknown (no boot ids reported)"
+
+
+def cluster_detail(kubeconfig: str | None, testbed: bool) -> str:
+    """The cluster the pods experiments would use, described as what it is (describe_nodes)."""
+    if not kubeconfig:
+        return ("the testbed (virtbench testbed k8s), started for the run: its nodes are network namespaces "
+                "of this one machine, one machine playing a cluster")
+    old = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = kubeconfig
     try:
-        text = Path("/proc/filesystems").read_text()
-    except OSError:
-        return False
-    return any(line.split()[-1] in ("nfs", "nfs4") for line in text.splitlines() if line.strip())
+        from .pods.cluster import PROBE_TIMEOUT, Cluster
+
+        c = Cluster()
+        items = c.core.list_node(_request_timeout=PROBE_TIMEOUT).items
+        return describe_nodes([(n.metadata.name, getattr(n.status.node_info, "boot_id", None)
+                                if n.status and n.status.node_info else None) for n in items])
+    except Exception as exc:  # no client library, no answer: said, the run finds out when it starts pods
+        return f"not described ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    finally:
+        if old is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = old
+
+
+def nfs_client(machine: Machine | None = None) -> tuple[bool, str]:
+    """Can this machine mount NFS the way storage=nfs does on a host or a pod (conditions/nfs.py):
+    a kernel NFS client, loaded on demand ('modprobe nfs', nfsclient.kernel_nfs_client), and
+    mount.nfs4 (nfs-common)? (whether, and what was found or why not)"""
+    m = machine or local()
+    ok, why = kernel_nfs_client(m)
+    if not ok:
+        return False, why
+    if not m.which("mount.nfs4"):
+        return False, "the kernel has an NFS client, but mount.nfs4 is not installed (apt-get install nfs-common)"
+    return True, "the kernel's NFS client (loaded) and mount.nfs4"
 
 
 def _accelerator() -> tuple[str | None, str, float | None]:

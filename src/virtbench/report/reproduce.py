@@ -37,8 +37,10 @@ def part(store: Store, run_id: str) -> tuple[Part, list[str]]:
     facts = data.get("facts") or {}
     intro = (f"{c['holds']} hold, {c['differs']} differ, {c['not measured']} not measured. Budget "
              f"{seconds(data['budget_s'])}, took {seconds(data['elapsed_s'])}; run {data['status']}. QEMU accelerator "
-             f"here: {facts.get('accelerator')}; cluster: {'yes' if facts.get('cluster') else 'none given'}; "
-             f"kernel NFS client: {'yes' if facts.get('nfs') else 'no'}.")
+             f"here: {facts.get('accelerator')}; cluster: "
+             f"{(facts.get('cluster_detail') or 'yes') if facts.get('cluster') else 'none given'}; "
+             f"NFS client: {'yes' if facts.get('nfs') else 'no'}"
+             + (f" ({facts['nfs_detail']})" if facts.get("nfs_detail") and not facts.get("nfs") else "") + ".")
     plan_rows, children = [], []
     for p in data["plan"]:
         scale = p.get("ran_scale") or p["scale"] or "-"

@@ -40,11 +40,16 @@ HOLDS, DIFFERS, NOT_MEASURED = "holds", "differs", "not measured"
 REASONS = {
     "kvm": "TCG instead of KVM: QEMU can only emulate the CPU on this machine, so a VM's figures say what "
            "emulation costs, never what a hypervisor does; they count neither for nor against this finding",
-    "cluster": "no cluster: the finding is about Kubernetes pods; pass --kubeconfig of a cluster (one machine "
-               "playing a cluster does not count)",
+    "cluster": "no cluster: the finding is about Kubernetes pods; pass --kubeconfig of a cluster, or --testbed",
     "nfs": "no kernel NFS client on this host: bare metal and pods cannot mount the export",
     "cloud": "no cloud: the finding is about instances a cloud places on its nodes; pass --cloud settings",
 }
+# Whether a cluster counts, and how the verdict says which it was: the pods findings compare pods on
+# one node (study 004 measured "Kubernetes クラスタの 1 ノード", one node of its cluster, section 6), so
+# a cluster counts whatever its nodes are; the verdict names them (one machine playing nodes, or
+# separate machines: reproduce_facts.describe_nodes).
+CLUSTER_RULE = ("a cluster counts whatever its nodes are: study 004 measured its pods on one node of its cluster "
+                "(section 6)")
 EMULATED_CLOUD = ("the cloud's results come from moto, a local EC2-compatible server that starts no machine "
                   "(backend {backend}): they count neither for nor against a finding")
 # Conditions that mean "none" when a cell does not name them.
@@ -482,7 +487,8 @@ def missing_need(c: Finding, facts: dict[str, Any]) -> str | None:
     for need in c.needs:
         have = facts.get("accelerator") == "kvm" if need == "kvm" else bool(facts.get(need))
         if not have:
-            return REASONS[need]
+            detail = facts.get(f"{need}_detail") if need in ("nfs", "cluster") else None
+            return REASONS[need] + (f" ({detail})" if detail else "")
     return None
 
 
@@ -506,6 +512,9 @@ def score(c: Finding, ev: Evidence, *, points: bool = False) -> Verdict:
     v.verdict = HOLDS if ok else DIFFERS if ok is not UNDECIDED else NOT_MEASURED
     v.measured, v.environments, v.ci = text, envs, ci
     v.level = level.level if level and math.isfinite(level.level) else None
+    if "cluster" in c.needs and ev.facts.get("cluster_detail"):
+        v.measured += f"; cluster: {ev.facts['cluster_detail']} ({CLUSTER_RULE})"
+        text = v.measured
     if level and not points and not level.level >= LEVEL - 1e-12:
         # an interval below 95 % (or none) decides nothing under a 95 % label
         v.verdict = NOT_MEASURED

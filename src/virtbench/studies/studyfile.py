@@ -458,6 +458,40 @@ def _published(w: _Where, at: tuple, v: Any, rule: str, args: dict[str, Any]) ->
     return Published(_text(w, at + ("source",), v.get("source"), required=True), tuple(groups), reps, better)
 
 
+def _sides(args: dict[str, Any]) -> list[dict[str, Any]]:
+    """The selectors of a finding's comparison (its rule's groups)."""
+    out = []
+    for v in args.values():
+        for s in (v if isinstance(v, list) else [v]):
+            for x in (s if isinstance(s, list) else [s]):  # steps: pairs of selectors
+                if isinstance(x, dict) and "metric" in x and "kind" in x:
+                    out.append(x)
+    if isinstance(args.get("kind"), tuple) and args.get("metric"):  # the penalty: host against these kinds
+        out.append({"kind": ("host",) + args["kind"], "condition": {}})
+    return out
+
+
+def _needs_match(w: _Where, at: tuple, needs: tuple[str, ...], args: dict[str, Any], rule: str) -> None:
+    """A finding needs exactly what its comparison needs: KVM only where a side is a VM (and a side that
+    can only be a VM needs it: a TCG VM measures emulation), a cluster where a side is pods, a kernel
+    NFS client where a side is on NFS, a cloud where a side is a cloud's instances."""
+    if rule == "none":
+        return
+    sides = _sides(args)
+    kinds = [set(s.get("kind") or ()) for s in sides]
+    storage = {str(s.get("condition", {}).get("storage")) for s in sides}
+    have = {"kvm": any("vm" in k for k in kinds), "cluster": any("pods" in k for k in kinds),
+            "nfs": bool(storage & {"nfs"}), "cloud": any("cloud" in k for k in kinds)}
+    what = {"kvm": "a VM", "cluster": "pods", "nfs": "on NFS (condition storage = \"nfs\")", "cloud": "a cloud's instances"}
+    for need in needs:
+        if need in have and not have[need]:
+            w.add(at + ("needs",), f"needs {need}, but no side of its comparison is {what[need]}: a machine "
+                                   f"without {need} would be told so for a comparison that does not use it")
+    if any(k == {"vm"} for k in kinds) and "kvm" not in needs:
+        w.add(at + ("needs",), "a side of its comparison can only be a VM: add \"kvm\" (a VM under TCG measures "
+                               "emulation, never a hypervisor)")
+
+
 def _finding(w: _Where, at: tuple, t: dict, sid: str, exp_ids: set[str], builtin: bool) -> Finding | None:
     from .score import RULES
 
@@ -489,7 +523,9 @@ def _finding(w: _Where, at: tuple, t: dict, sid: str, exp_ids: set[str], builtin
             date = ""
         revised.append(Revision(date, _text(w, rat + ("change",), r.get("change"), required=True),
                                 _text(w, rat + ("why",), r.get("why"), required=True)))
+    needs = _strings(w, at + ("needs",), t.get("needs"), NEEDS)
+    _needs_match(w, at, needs, args, rule)
     return Finding(fid, sid, texts["finding"], texts["quote"], texts["quote_en"] or "", texts["cite"],
                    texts["quantity"], texts["tolerance"], texts["derivation"], texts["could_fail"], rule, args,
-                   _strings(w, at + ("needs",), t.get("needs"), NEEDS), unmeasurable,
+                   needs, unmeasurable,
                    _published(w, at + ("published",), t.get("published"), rule, args), tuple(revised))
