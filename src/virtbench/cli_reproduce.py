@@ -167,16 +167,17 @@ def reproduce(studies, budget, kubeconfig, testbed, inventory, hosts, cloud, pod
     except KeyboardInterrupt:
         rid = rep.run_id or resume_id
         err.print(f"\ninterrupted; everything was torn down. Resume with: virtbench reproduce --resume {rid}"
-                  f"{store.db_option}", highlight=False)
+                  f"{store.db_option}{' --testbed' if needs_cluster else ''}", highlight=False)
         sys.exit(130)
     show(store, run_id, as_json)
     code = exit_code(store, run_id)
     if code:
         at = store.db_option
+        again = at + (" --testbed" if needs_cluster else "")  # the cluster it started is stopped again
         done = experiments_done(store, run_id)
         if any(d["status"] == "failed" for d in done.values()):
             err.print(f"experiments failed (their reasons are in the plan above); run them again with: "
-                      f"virtbench reproduce --resume {run_id}{at}", highlight=False)
+                      f"virtbench reproduce --resume {run_id}{again}", highlight=False)
         for eid, d in done.items():
             if d["status"] == "ok" and d.get("reason") and d.get("child"):
                 err.print(f"{eid}: {d['reason']}; run its failed cells again with: virtbench run --resume "

@@ -277,7 +277,10 @@ class Reproducer:
         return self.run_id
 
     def _execute(self, spec: dict[str, Any], started: float) -> None:
-        with self.store.recording_status(self.run_id, f"virtbench reproduce --resume {self.run_id}{self.store.db_option}"):
+        # --testbed: the cluster this run started is stopped when it ends, so resuming starts it again
+        testbed = " --testbed" if (spec.get("facts") or {}).get("testbed") else ""
+        with self.store.recording_status(self.run_id, f"virtbench reproduce --resume {self.run_id}"
+                                                      f"{self.store.db_option}{testbed}"):
             self._steps(spec, started + spec["budget_s"] - MIN_RESERVE_S / 2)
         # completed, and what it lacks (`virtbench runs`), as `run` notes its cells without results
         self.store.set_status(self.run_id, "completed", shortfall(experiments_done(self.store, self.run_id)))
