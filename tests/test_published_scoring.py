@@ -50,6 +50,7 @@ cite = "section 4.3, Table 3"
 quantity = "SP-MZ time in a VM / on the host"
 tolerance = "holds if the ratio is within {band}"
 rule = "ratio"
+needs = ["kvm"]
 
 [findings.args]
 within = {band}
