@@ -66,3 +66,16 @@ def test_a_cell_runs_only_where_the_environment_makes_its_shape(tmp_path):
     assert [r["params"]["instances"] for r in ran] == [1]
     assert len(skipped) == 1 and "cluster shape 2 x" in skipped[0]["skipped"]
     assert "shapes" not in data.get("scaling", {})  # one arrangement ran: nothing to compare
+
+
+def test_small_groups_say_the_level_their_intervals_have():
+    """3 and 3 times: the Mann-Whitney interval of T1 / Tp reaches 90 %, not 95 %: the rows say so."""
+    rows = [_row("a", "host", 1, 8.0, ci_level=0.75), _row("b", "host", 2, 5.0, ci_level=0.75)]
+    values = {("a", "time", "host"): [7.9, 8.0, 8.1], ("b", "time", "host"): [4.9, 5.0, 5.1]}
+    eff = {e["ranks"]: e for e in scaling.efficiency(rows, values)}
+    assert eff[2]["ci_level"] == pytest.approx(0.9) and eff[1]["ci_level"] is None
+    rows = [_row("x", "c-2x1", 2, 6.0, instances=2, total=2, ci_level=0.75),
+            _row("y", "c-1x2", 2, 4.0, instances=1, total=2, ci_level=0.75)]
+    values = {("x", "time", "c-2x1"): [6.0, 6.1, 5.9], ("y", "time", "c-1x2"): [4.0, 4.1, 3.9]}
+    by = {s["shape"]: s for s in scaling.shapes(rows, values, baseline="c-1x2")}
+    assert by["2 x 1"]["ratio_ci_level"] == pytest.approx(0.9) and by["2 x 1"]["time_ci_level"] == 0.75

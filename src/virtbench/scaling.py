@@ -2,8 +2,9 @@
 
 Strong scaling: within one (workload, other parameters, condition, environment), the row with
 1 rank and 1 thread gives T1; every row with p = ranks x threads cores gets
-speedup S(p) = T1 / Tp and efficiency E(p) = T1 / (p x Tp), with bootstrap 95 % CIs (both groups
-of samples resampled independently, as for the baseline ratios). Where the 1-rank row's metadata
+speedup S(p) = T1 / Tp and efficiency E(p) = T1 / (p x Tp), with the CI of stats.ratio (the exact
+Mann-Whitney interval of the two groups' ratio; a bootstrap where values are not positive) at 95 %,
+or at the lower level its groups allow (3 and 3 times: 90 %), which `ci_level` says. Where the 1-rank row's metadata
 has the fraction f of work every rank duplicates (`duplicated_fraction_median`, vb-eigen), each row
 also gets the algorithmic ideal E_ideal(p) = 1 / (p f + 1 - f) (Amdahl; study 001 Fig. 4).
 
@@ -76,6 +77,7 @@ def efficiency(rows: list[dict], values: dict[tuple[str, str, str], list[float]]
                         "speedup": _finite(s.ratio), "speedup_ci_low": _finite(s.ci_low),
                         "speedup_ci_high": _finite(s.ci_high), "efficiency": _finite(s.ratio / p),
                         "efficiency_ci_low": _finite(s.ci_low / p), "efficiency_ci_high": _finite(s.ci_high / p),
+                        "ci_level": _finite(s.ci_level),  # of both CIs; the 1-rank row's own is exact (None)
                         **({"ideal_efficiency": 1.0 / (p * f + 1.0 - f), "duplicated_fraction": f}
                            if f is not None else {})})
     return out
@@ -104,7 +106,7 @@ def shapes(rows: list[dict], values: dict[tuple[str, str, str], list[float]], ba
             out.append({"workload": workload, "params": rest, "condition": condition, "environment": r["environment"],
                         "shape": f"{inst} x {per}", "instances": inst, "vcpus_per_instance": per,
                         "time": _finite(r["median"]), "time_ci_low": _finite(r["ci_low"]),
-                        "time_ci_high": _finite(r["ci_high"]), "reference": ref["environment"],
-                        "ratio": _finite(rv.ratio), "ratio_ci_low": _finite(rv.ci_low),
-                        "ratio_ci_high": _finite(rv.ci_high)})
+                        "time_ci_high": _finite(r["ci_high"]), "time_ci_level": _finite(r.get("ci_level")),
+                        "reference": ref["environment"], "ratio": _finite(rv.ratio), "ratio_ci_low": _finite(rv.ci_low),
+                        "ratio_ci_high": _finite(rv.ci_high), "ratio_ci_level": _finite(rv.ci_level)})
     return out

@@ -11,7 +11,7 @@ from ..ratio_methods import ratio_phrase
 from ..render import mark as verdict_mark
 from ..render import num
 
-__all__ = ["num", "value", "ratio", "p_value", "mark", "levels", "when", "seconds", "MARK_HELP",
+__all__ = ["num", "value", "ratio", "p_value", "mark", "levels", "level", "when", "seconds", "MARK_HELP",
            "COMPARE_HELP", "ratio_note"]
 
 # Which test a ratio's CI inverts depends on the rows (paired rounds or not): ratio_note and the
@@ -72,6 +72,11 @@ def levels(row: dict) -> str:
         elif own < stated - 5e-4:
             out.append(f"ratio CI {own * 100:.3g} %")
     return "; ".join(out)
+
+
+def level(v: float | None) -> str:
+    """A CI's level as a table cell: '95 %', '90 %', '-' when there is none."""
+    return "-" if v is None else f"{v * 100:.3g} %"
 
 
 def when(epoch: float | None) -> str:

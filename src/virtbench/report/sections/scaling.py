@@ -20,7 +20,8 @@ def build(data: RunData) -> Section | None:
         return None
     section = Section(slug(data.id, "scaling"), "Parallel scaling", intro=(
         "Speedup S(p) = T1 / Tp and efficiency E(p) = S(p) / p against p = ranks x threads cores, per "
-        "environment, with 95 % bootstrap CIs; the dotted line is ideal scaling."))
+        "environment, with CIs (the exact Mann-Whitney interval of T1 / Tp at 95 %, or the lower level its "
+        "repetitions allow, given in each table); the dotted line is ideal scaling."))
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in eff:
         groups[json.dumps([r["workload"], r["params"], r["condition"]], sort_keys=True)].append(r)
@@ -70,13 +71,14 @@ def _efficiency(data: RunData, workload: str, where: str, rows: list[dict]) -> l
     cells = [[str(r["cores"]), r["environment"], str(r["ranks"]), str(r["instances"]), str(r["threads"]),
               fmt.value(r["time"]), fmt.value(r["speedup"]), fmt.value(r["speedup_ci_low"]),
               fmt.value(r["speedup_ci_high"]), fmt.value(r["efficiency"]), fmt.value(r["efficiency_ci_low"]),
-              fmt.value(r["efficiency_ci_high"]), *([fmt.value(r.get("ideal_efficiency"))] if ideal else [])]
+              fmt.value(r["efficiency_ci_high"]), fmt.level(r.get("ci_level")),
+              *([fmt.value(r.get("ideal_efficiency"))] if ideal else [])]
              for r in sorted(rows, key=lambda r: (r["cores"], r["environment"]))]
     table = Table(f"{title}: speedup and efficiency", ["cores", "environment", "ranks", "instances", "threads",
                                                       "median time", "speedup", "CI low", "CI high", "efficiency",
-                                                      "CI low", "CI high",
+                                                      "CI low", "CI high", "CI level",
                                                       *(["algorithmic ideal efficiency"] if ideal else [])],
-                  cells, numeric=set(range(13 if ideal else 12)),
+                  cells, numeric=set(range(14 if ideal else 13)),
                   note=("algorithmic ideal: 1 / (p f + 1 - f), f = the fraction of the 1-rank run's work that "
                         "every rank repeats (Amdahl), as the code measured it." if ideal else ""))
     speed = _lines(data, rows, "speedup") + [svg.Line("ideal", cores, cores, reference=True)]
@@ -116,11 +118,12 @@ def _shapes(data: RunData, shapes: list[dict]) -> Chart:
         r = by.get((g, e))
         return None if r is None or r["ratio"] is None else (r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"], "")
     cells = [[label[id(r)], r["environment"], fmt.value(r["time"]), fmt.value(r["time_ci_low"]),
-              fmt.value(r["time_ci_high"]), r["reference"], fmt.ratio(r["ratio"]), fmt.ratio(r["ratio_ci_low"]),
-              fmt.ratio(r["ratio_ci_high"])] for r in shapes]
+              fmt.value(r["time_ci_high"]), fmt.level(r.get("time_ci_level")), r["reference"], fmt.ratio(r["ratio"]),
+              fmt.ratio(r["ratio_ci_low"]), fmt.ratio(r["ratio_ci_high"]), fmt.level(r.get("ratio_ci_level"))]
+             for r in shapes]
     table = Table("Constant total cores: time per shape (instances x vCPUs)",
-                  ["shape", "environment", "median time", "CI low", "CI high", "reference", "ratio", "CI low",
-                   "CI high"], cells, numeric={2, 3, 4, 6, 7, 8})
+                  ["shape", "environment", "median time", "CI low", "CI high", "CI level", "reference", "ratio",
+                   "CI low", "CI high", "CI level"], cells, numeric={2, 3, 4, 7, 8, 9})
     return Chart(slug(data.id, "scaling-shapes"), "Constant total cores: time ratio per shape",
                  "Horizontal bars: each shape's median time divided by the reference's, with CI whiskers (95 %, or the level its table gives); "
                  "> 1 is slower.",
