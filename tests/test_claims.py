@@ -184,7 +184,7 @@ def test_published_fio_latencies_hold_the_container_claim():
     c = by_id("004-fio-container-latency")
     bare = [25018.4 * f for f in (0.98, 0.99, 1.0, 1.01, 1.02)]
     cont = [30014.3 * f for f in (0.98, 0.99, 1.0, 1.01, 1.02)]
-    ev = Evidence([_group(c.args["num"], cont), _group(c.args["den"], bare)], {"accelerator": "tcg"})
+    ev = Evidence([_group(c.args["num"], cont), _group(c.args["den"], bare)], {"accelerator": "tcg", "nfs": True})
     v = score.score(c, ev)
     assert v.verdict == HOLDS and math.isclose(v.value, 30014.3 / 25018.4, rel_tol=1e-6)
 
@@ -391,7 +391,7 @@ def test_fewer_repetitions_than_a_95_percent_interval_needs_are_not_measured_wit
     def ev(n):
         f = (0.98, 0.99, 1.0, 1.01, 1.02, 1.0)[:n]
         return Evidence([_group(c.args["num"], [30014.3 * x for x in f]), _group(c.args["den"], [25018.4 * x for x in f])],
-                        {"accelerator": "tcg"})
+                        {"accelerator": "tcg", "nfs": True})
 
     v = score.score(c, ev(3))
     assert v.verdict == NOT_MEASURED and v.level == pytest.approx(0.9)

@@ -84,9 +84,11 @@ def test_extra_repetitions_come_only_after_every_experiment_is_at_its_largest_sc
     assert any(s.tier is not None and s.tier < s.exp.top for s in with_extras[30])
     sixty = with_extras[60]
     assert all(s.tier >= s.exp.top for s in sixty if s.tier is not None)
-    assert {s.exp.id for s in sixty if s.tier is not None and s.exp.tiers[s.tier].extra} == extras
+    kept = {s.exp.id for s in sixty if s.tier is not None}  # 004-fio needs an NFS client: left out here
+    assert {s.exp.id for s in sixty if s.tier is not None and s.exp.tiers[s.tier].extra} == extras & kept
     room = 3600 - max(3600 * rp.RESERVE, rp.MIN_RESERVE_S)
-    assert _total(without[60]) < _total(sixty) <= room
+    # an extra tier is estimated at no less than its recorded scale's time (equal where only that is known)
+    assert _total(without[60]) <= _total(sixty) <= room
     # more repetitions of a recorded scale are estimated at no less than that recorded time
     top = {s.exp.id: s.estimate_s for s in without[60]}
     assert all(s.estimate_s >= top[s.exp.id] for s in sixty if s.exp.id in extras)
