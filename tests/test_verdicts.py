@@ -255,3 +255,17 @@ def test_compare_of_small_runs_prints_the_level_it_has(tmp_path):
     render.compare_table(console, data)
     line = next(ln for ln in console.export_text().splitlines() if "dhrystone" in ln and "│ a " in ln)
     assert " 80%" in line and "inconclusive (n too small)" in line
+
+
+def test_the_pandas_api_has_the_same_verdicts(tmp_path):
+    from virtbench.api import open_store
+
+    store, rid = _stored(tmp_path)
+    df = open_store(tmp_path / "v.sqlite").results(rid, margin=0.5)
+    b = df[df["environment"] == "b"].set_index("metric")
+    assert b.loc["whetstone", "verdict"] == "equivalent" and b.loc["whetstone", "margin"] == 0.5
+    assert list(b.columns).count("detectable") == 1 and "ratio_ci_level" in b.columns
+    cmp = open_store(tmp_path / "v.sqlite").compare(rid, rid)
+    # a run against itself: never faster or slower; unpaired, its rounds' load (0.7-1.0) makes most rows inconclusive
+    assert "inconclusive" in set(cmp["verdict"]) and not {"faster", "slower"} & set(cmp["verdict"])
+    assert (cmp["ratio"] == 1.0).all()
