@@ -134,3 +134,19 @@ def test_a_finding_needs_exactly_what_its_comparison_needs(study_dir):
     assert studyfile.load(path).findings[0].needs == ("kvm",)
     nfs = {f.id: f.needs for f in studyfile.builtin_findings(["004"])}
     assert nfs["004-nfs-write"] == ("nfs",) and nfs["004-nfs-read-alike"] == ("nfs",)
+
+
+def test_a_builtin_study_must_fill_every_field(study_dir):
+    """A user's file may leave quote_en, derivation and could_fail out; a built-in one may not, and
+    its cite names the section, table or figure."""
+    path = study_dir / "study.toml"
+    path.write_text(GOOD.replace('cite = "section 3, Table 1"', 'cite = "somewhere"'))
+    assert studyfile.load(path).findings[0].cite == "somewhere"
+    with pytest.raises(StudyFileErrors) as exc:
+        studyfile.load(path, builtin=True)
+    text = str(exc.value)
+    for key in ("quote_en", "derivation", "could_fail"):
+        assert f"key 'findings.{key}': missing" in text, text
+    assert "key 'findings.cite': must name the section, table or figure" in text
+    for f in studyfile.builtin_findings():
+        assert f.quote and f.quote_en and f.derivation and f.could_fail and f.cite, f.id

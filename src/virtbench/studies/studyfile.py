@@ -32,9 +32,9 @@ NEEDS = {
 KINDS = ("host", "container", "vm", "pods", "ssh", "cloud")
 UNSET = "(unset)"   # in a cell filter: the cell does not set this key
 TOLERANCES = ("above", "below", "within", "at_most", "at_least")
-# Until the findings stream has filled every field of the converted findings, the built-in files
-# are held to the fields a user's file must have; then this is switched on (see STREAMS log).
-BUILTIN_COMPLETE = False
+# The built-in studies must fill every field of a finding (and name the section, table or figure);
+# a user's file the fields the scorecard cannot do without.
+BUILTIN_COMPLETE = True
 
 STUDY_KEYS = {"id", "title", "source"}
 EXPERIMENT_KEYS = {"id", "title", "suite", "envs", "workload", "where", "condition_where", "tiers", "needs",
