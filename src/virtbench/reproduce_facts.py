@@ -48,7 +48,9 @@ def machine_facts(kubeconfig: str | None, inventory: str | None = None, hosts: s
             f"up ({kc})" if kc else "to be started for the run, stopped after" if testbed
             else "none up (--testbed starts one for the run)"))
     if facts["cluster"]:
-        facts["cluster_detail"] = check("cluster", lambda: cluster_detail(kubeconfig, testbed), lambda d: d)
+        # --testbed with the testbed up: that cluster, described as any other
+        facts["cluster_detail"] = check("cluster", lambda: cluster_detail(kubeconfig or facts.get("testbed_up"),
+                                                                          testbed), lambda d: d)
     facts["nfs"], facts["nfs_detail"] = check("NFS client", nfs_client, lambda found: found[1])
     facts["hosts"] = check("inventory hosts", lambda: inventory_hosts(inventory, hosts),
                            lambda names: ", ".join(names)) if inventory else []
