@@ -74,7 +74,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from virtbench import analysis, cpugiven, monitor, stats  # noqa: E402
+from virtbench import analysis, monitor, stats
+from virtbench.run import cpugiven  # noqa: E402
 from virtbench.store import Store  # noqa: E402
 
 TESTS = ["dhrystone", "whetstone", "pipe", "syscall", "execl", "spawn"]

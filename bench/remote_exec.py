@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from virtbench import analysis, stats, suite  # noqa: E402
 from virtbench.drivers.base import DriverContext  # noqa: E402
-from virtbench.drivers.ssh import SshDriver  # noqa: E402
+from virtbench.drivers.ssh.driver import SshDriver  # noqa: E402
 from virtbench.machines import inventory, local, pool_for, ship, testbed  # noqa: E402
 from virtbench.model import EnvSpec, Shape  # noqa: E402
-from virtbench.runner import Runner  # noqa: E402
+from virtbench.run.runner import Runner  # noqa: E402
 from virtbench.store import Store  # noqa: E402
 
 PREFIX, SUBNET = "vbbn", "10.220.0.0/24"

@@ -35,12 +35,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from virtbench import image, procs, stats  # noqa: E402
-from virtbench.drivers import container as ctr  # noqa: E402
+from virtbench.drivers.container import driver as ctr  # noqa: E402
 from virtbench.drivers.base import DriverContext  # noqa: E402
-from virtbench.drivers.vm import SCRATCH, VmDriver  # noqa: E402
+from virtbench.drivers.vm.driver import SCRATCH, VmDriver  # noqa: E402
 from virtbench.machines import local  # noqa: E402
 from virtbench.model import EnvSpec, Shape  # noqa: E402
-from virtbench.vm import disk, qemu  # noqa: E402
+from virtbench.drivers.vm import disk, qemu  # noqa: E402
 
 SHAPE = Shape("bench", vcpus=1, memory_mb=256)
 

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from virtbench import stats, suite  # noqa: E402
-from virtbench.runner import Runner  # noqa: E402
+from virtbench.run.runner import Runner  # noqa: E402
 from virtbench.store import Store  # noqa: E402
 from virtbench.workloads.system import TESTS  # noqa: E402
 

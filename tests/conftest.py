@@ -25,7 +25,7 @@ def guest_image():
             pytest.skip("guest image not built and VIRTBENCH_SKIP_IMAGE_BUILD is set")
         info = image.build()  # a failing build is a test error, not a skip
     if shutil.which("podman") and procs.run(["podman", "info"], timeout=60).ok:
-        from virtbench.drivers import container
+        from virtbench.drivers.container import driver as container
 
         container.ensure_image("podman", info)
     return info

@@ -20,7 +20,7 @@ def ours(run_id):
 
 @pytest.fixture(name="driver")
 def container_driver(guest_image, tmp_path):
-    from virtbench.drivers import container
+    from virtbench.drivers.container import driver as container
 
     d = container.ContainerDriver(DriverContext(f"t{uuid.uuid4().hex[:10]}", tmp_path, guest_image))
     yield d
@@ -30,7 +30,7 @@ def container_driver(guest_image, tmp_path):
 
 @pytest.fixture(name="host")
 def host_instance(tmp_path):
-    from virtbench.drivers.host import HostDriver
+    from virtbench.drivers.host.driver import HostDriver
 
     env = EnvSpec("host", "host", Shape("native"), {"scratch": str(tmp_path)})
     (inst,) = HostDriver(DriverContext("t", tmp_path)).provision(env)

@@ -1,4 +1,4 @@
-"""The accelerator probe's cache (vm/probe.py) keeps only what holds for the machine's whole boot,
+"""The accelerator probe's cache (drivers/vm/accel_probe.py) keeps only what holds for the machine's whole boot,
 with real QEMU boots of the image's kernel: an attempt whose QEMU another process killed leaves the
 result uncached (the cache is shared by every checkout of the user: one checkout's kill must not
 decide for the others), and no detail names the pid of the process that signalled QEMU."""
@@ -13,7 +13,7 @@ import pytest
 from waitkit import Watcher
 
 from virtbench.machines import local
-from virtbench.vm import disk, probe
+from virtbench.drivers.vm import disk, accel_probe as probe
 
 pytestmark = pytest.mark.skipif(not shutil.which("qemu-system-x86_64"), reason="QEMU is not installed")
 

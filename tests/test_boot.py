@@ -8,7 +8,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from virtbench import boot, drivers, paths, procs
+from virtbench.run import boot
+from virtbench import drivers, paths, procs
 from virtbench.cli import cli
 from virtbench.drivers.base import Driver, Instance
 from virtbench.errors import UserError

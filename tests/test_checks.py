@@ -7,7 +7,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from virtbench import checks, procs
+from virtbench.run import checks
+from virtbench import procs
 from virtbench.cli import cli
 from virtbench.drivers.base import Instance
 from virtbench.model import EnvSpec, ExecResult, Shape

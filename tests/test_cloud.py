@@ -21,9 +21,9 @@ boto3 = pytest.importorskip("boto3")
 pytest.importorskip("moto.server")
 
 from virtbench import shapes  # noqa: E402
-from virtbench.cloud import api  # noqa: E402
+from virtbench.drivers.cloud import ec2 as api  # noqa: E402
 from virtbench.drivers import DriverContext  # noqa: E402
-from virtbench.drivers.cloud import CloudDriver, StartFailed, parse_console_keys  # noqa: E402
+from virtbench.drivers.cloud.driver import CloudDriver, StartFailed, parse_console_keys  # noqa: E402
 from virtbench.errors import UserError  # noqa: E402
 from virtbench.machines import Pool  # noqa: E402
 from virtbench.model import EnvSpec  # noqa: E402
@@ -112,7 +112,7 @@ def test_settings_map_shapes_and_images(tmp_path):
 
 
 def test_cloud_boot_suite_maps_sizes_to_images(tmp_path):
-    from virtbench import boot
+    from virtbench.run import boot
 
     g = boot.load_suite(ROOT / "suites" / "nii-boot-cloud.toml")
     assert (g.driver, g.image_sizes, g.concurrency) == ("cloud", ["2G", "5G", "10G", "20G"], [1, 4, 8])
@@ -349,7 +349,7 @@ def test_ctrl_c_tears_down_the_cloud_instances(ec2, moto_url, image, testbed2, t
 
 @pytest.mark.slow
 def test_lifecycle_checks_on_the_cloud_driver(ec2, moto_url, image, testbed2, tmp_path):
-    from virtbench import checks
+    from virtbench.run import checks
 
     out = checks.run_checks("cloud", count=2, options={"endpoint": moto_url, "image": image, "ssh_override": "all"},
                             inventory=str(testbed2))

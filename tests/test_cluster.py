@@ -7,10 +7,11 @@ import shutil
 
 import pytest
 
-from virtbench import analysis, cluster, procs, suite, workloads
+from virtbench import analysis, procs, suite, workloads
+from virtbench.workloads import mpicluster as cluster
 from virtbench.drivers.base import DriverContext, Instance
 from virtbench.model import EnvSpec, ExecResult, Shape
-from virtbench.runner import Runner
+from virtbench.run.runner import Runner
 from virtbench.store import Store
 from virtbench.workloads import mpi
 from virtbench.workloads.base import RunContext
@@ -85,7 +86,7 @@ def test_mpirun_options_for_an_ssh_cluster():
 
 
 def test_host_clusters_run_locally_without_ssh(tmp_path):
-    from virtbench.drivers.host import HostDriver
+    from virtbench.drivers.host.driver import HostDriver
     insts = HostDriver(DriverContext("t", tmp_path)).provision(EnvSpec("host", "host", Shape("native")), 2, "node")
     try:
         c = cluster.get(insts)

@@ -5,8 +5,9 @@ import shutil
 
 import pytest
 
-from virtbench import analysis, scaling, suite
-from virtbench.runner import Runner
+from virtbench import analysis, suite
+from virtbench.stats import scaling
+from virtbench.run.runner import Runner
 from virtbench.store import Store
 
 

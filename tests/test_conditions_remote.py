@@ -13,10 +13,10 @@ import pytest
 from virtbench import conditions, machines, suite
 from virtbench.conditions import ConditionUnavailable
 from virtbench.drivers.base import DriverContext
-from virtbench.drivers.ssh import SshDriver
+from virtbench.drivers.ssh.driver import SshDriver
 from virtbench.machines import testbed
 from virtbench.model import EnvSpec, Shape
-from virtbench.runner import Runner
+from virtbench.run.runner import Runner
 from virtbench.store import Store
 
 from delaykit import ABOVE_MS, assert_condition_delay

@@ -8,8 +8,9 @@ import uuid
 
 import pytest
 
-from virtbench import engine, procs
-from virtbench.drivers import container
+from virtbench.drivers.container import engine
+from virtbench import procs
+from virtbench.drivers.container import driver as container
 from virtbench.drivers.base import DriverContext
 from virtbench.errors import MissingTool, UserError
 from virtbench.machines import ledger, local
@@ -250,7 +251,7 @@ def test_a_run_sweeps_this_machine_first_and_names_each_removal_in_its_notes(gue
     """Through the runner: a killed run's container (its owner's pid gone) is removed before the run
     starts anything, and the run's notes name it; a live owner's container stays."""
     from virtbench import suite
-    from virtbench.runner import Events, Runner
+    from virtbench.run.runner import Events, Runner
     from virtbench.store import Store
 
     dead = subprocess.Popen(["true"])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from virtbench import procs
-from virtbench.drivers import container
+from virtbench.drivers.container import driver as container
 from virtbench.drivers.base import DriverContext
 from virtbench.machines import Pool, inventory, ship
 from virtbench.model import EnvSpec, Shape

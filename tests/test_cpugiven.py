@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from virtbench import analysis, cpugiven
+from virtbench import analysis
+from virtbench.run import cpugiven
 
 
 def _proc(root, *, busy_ticks, steal_ticks, psi_us, procs, cgroups=None):

@@ -8,8 +8,10 @@ import uuid
 
 import pytest
 
-from virtbench import cpuset, procs, suite
-from virtbench.drivers import container, host
+from virtbench.drivers import cpuset
+from virtbench import procs, suite
+from virtbench.drivers.container import driver as container
+from virtbench.drivers.host import driver as host
 from virtbench.drivers.base import DriverContext
 from virtbench.model import EnvSpec, Shape
 

@@ -13,7 +13,8 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from virtbench import doctor, procs
+from virtbench.cli import doctor
+from virtbench import procs
 from virtbench.cli import cli
 
 pytestmark = pytest.mark.podman

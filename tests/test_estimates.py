@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from virtbench import estimates, plan, suite, workloads
+from virtbench.run import estimates, plan
+from virtbench import suite, workloads
 from virtbench.store import Store
 from virtbench.workloads import mpijob
 

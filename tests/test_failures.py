@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from virtbench import analysis, outcomes
+from virtbench import analysis
+from virtbench.run import outcomes
 from virtbench.store import Store
 
 GHOST = "all:\n  hosts:\n    ghost:\n      ansible_host: no-such-host.invalid\n"
@@ -117,7 +118,7 @@ def test_some_cells_failed_exit_3_json_and_retry_only_those(ghost, tmp_path):
 def test_no_verdict_from_one_repetition(tmp_path):
     """A ratio from n = 1 has no test behind it: 'inconclusive (n too small)', never equivalent."""
     from virtbench import suite
-    from virtbench.runner import Runner
+    from virtbench.run.runner import Runner
 
     store = Store(tmp_path / "r.sqlite")
     m = suite.adhoc("system", {"test": "dhrystone", "copies": "1", "duration": "0.05"}, ["host", "container"],

@@ -10,7 +10,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from virtbench import doctor, outcomes, render, suite
+from virtbench.cli import doctor
+from virtbench.run import outcomes
+from virtbench import render, suite
 from virtbench.cli import cli
 from virtbench.errors import UserError
 from virtbench.model import Sample

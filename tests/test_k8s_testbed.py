@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from virtbench.errors import UserError
-from virtbench.kubetestbed import cluster, configs, pki
-from virtbench.kubetestbed.configs import Layout
+from virtbench.drivers.pods.testbed import up_down as cluster, configs, pki
+from virtbench.drivers.pods.testbed.configs import Layout
 
 ROOT = Path(__file__).resolve().parents[1]
 LAY = Layout()
@@ -54,7 +54,7 @@ def k8s(guest_image):
 
 def _driver(tmp_path, image, run_id="k8stest"):
     from virtbench.drivers.base import DriverContext
-    from virtbench.drivers.pods import PodsDriver
+    from virtbench.drivers.pods.driver import PodsDriver
 
     return PodsDriver(DriverContext(run_id, tmp_path, image))
 
@@ -66,14 +66,14 @@ def _env(name="pods", shape=None, **opts):
 
 
 def _virtbench_pods(lay):
-    from virtbench.pods.cluster import Cluster
+    from virtbench.drivers.pods.kubernetes import Cluster
 
     return [p["metadata"]["name"] for p in Cluster().core.list_namespaced_pod("default", label_selector="virtbench=1").to_dict()["items"]]
 
 
 def _gone_within(seconds: float) -> None:
     """Every object virtbench labels is gone from the cluster within `seconds`."""
-    from virtbench.pods.cluster import Cluster
+    from virtbench.drivers.pods.kubernetes import Cluster
 
     deadline = time.monotonic() + seconds
     while (left := Cluster().labelled("virtbench=1")) and time.monotonic() < deadline:
@@ -82,7 +82,7 @@ def _gone_within(seconds: float) -> None:
 
 
 def test_up_gives_two_ready_nodes_an_api_on_loopback_and_private_keys(k8s):
-    from virtbench.kubetestbed.status import describe
+    from virtbench.drivers.pods.testbed.status import describe
 
     d = describe(k8s.kubeconfig)
     assert d["server_version"] == "v1.34.4"
@@ -159,7 +159,7 @@ def test_pod_exec_through_the_api_server(k8s, guest_image, tmp_path):
 
 
 def test_claims_of_the_testbeds_storage_class_serve_pods_on_both_nodes(k8s, guest_image, tmp_path):
-    from virtbench.pods.cluster import Cluster
+    from virtbench.drivers.pods.kubernetes import Cluster
 
     d = _driver(tmp_path, guest_image)
     env = _env(pvc="64Mi")
@@ -197,7 +197,7 @@ def test_unschedulable_pod_fails_with_the_schedulers_reason(k8s, guest_image, tm
         d.provision(env, 1, "main")
     assert time.monotonic() - t0 < 60
     assert "Insufficient cpu" in exc.value.message and "0 of 1 pods" in exc.value.message
-    from virtbench.pods.cluster import Cluster
+    from virtbench.drivers.pods.kubernetes import Cluster
 
     _gone_within(60)  # the Deployment went with the failure (Foreground deletion: its pods first)
 
@@ -215,7 +215,7 @@ def test_an_image_the_nodes_cannot_pull_fails_at_once_with_the_kubelets_reason(k
 
 
 def test_api_server_down_is_one_line_naming_the_server(k8s, tmp_path, monkeypatch):
-    from virtbench.pods.cluster import Cluster
+    from virtbench.drivers.pods.kubernetes import Cluster
 
     kc = yaml.safe_load(k8s.kubeconfig.read_text())
     kc["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:1"
@@ -232,7 +232,7 @@ def test_expired_client_certificate_and_wrong_ca_are_clear(k8s, tmp_path, monkey
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
-    from virtbench.pods.cluster import Cluster
+    from virtbench.drivers.pods.kubernetes import Cluster
 
     key = serialization.load_pem_private_key((k8s.pki / "ca.key").read_bytes(), None)
     ca = pki.CA(key, x509.load_pem_x509_certificate((k8s.pki / "ca.crt").read_bytes()))
@@ -258,8 +258,8 @@ def test_expired_client_certificate_and_wrong_ca_are_clear(k8s, tmp_path, monkey
 
 
 def test_a_killed_runs_objects_are_swept_by_the_next_run(k8s, guest_image, tmp_path):
-    from virtbench.pods import manifests
-    from virtbench.pods.cluster import Cluster
+    from virtbench.drivers.pods import manifests
+    from virtbench.drivers.pods.kubernetes import Cluster
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -366,7 +366,7 @@ def test_a_kubelet_killed_mid_run_fails_its_cells_then_heal_and_retry_complete_t
     with the reason (exec through a dead kubelet), the host's go on, the run ends with exit 3. Then
     what a user does: `virtbench testbed k8s heal` starts the kubelet again (every node Ready), and
     `virtbench run --resume RUN_ID --retry-failed` gives every cell of the run results."""
-    from virtbench.pods.cluster import Cluster
+    from virtbench.drivers.pods.kubernetes import Cluster
 
     suite = tmp_path / "k.toml"
     suite.write_text("""
@@ -429,7 +429,7 @@ params = { test = ["dhrystone", "pipe", "syscall", "context", "whetstone", "exec
     # heal started the killed kubelet again (and only what had died), and every node is Ready
     assert healed.returncode == 0, healed.stderr
     assert f"started again: kubelet-n{killed}" in healed.stdout, healed.stdout + healed.stderr
-    from virtbench.kubetestbed.status import describe
+    from virtbench.drivers.pods.testbed.status import describe
     assert all(n["ready"] for n in describe(k8s.kubeconfig)["nodes"])
     _gone_within(120)  # the failed run's objects went (by label)
     # the documented way to finish the run: its failed cells run again, in the same run

@@ -14,8 +14,8 @@ import yaml
 from cryptography import x509
 
 from virtbench.errors import UserError
-from virtbench.kubetestbed import build, configs, pki
-from virtbench.kubetestbed.configs import Layout
+from virtbench.drivers.pods.testbed import build, configs, pki
+from virtbench.drivers.pods.testbed.configs import Layout
 
 
 def test_layout_names_and_addresses():
@@ -94,7 +94,7 @@ def test_every_pinned_component_has_a_main():
 
 def test_an_api_server_that_does_not_answer_is_one_line(tmp_path, monkeypatch):
     """A real refused connection (nothing listens on port 1)."""
-    from virtbench.pods.cluster import Cluster
+    from virtbench.drivers.pods.kubernetes import Cluster
 
     ca = pki.CA.new("x")
     crt, key = ca.issue("u", client=True)

@@ -5,7 +5,8 @@ import subprocess
 
 import pytest
 
-from virtbench import doctor, kernels, paths
+from virtbench.cli import doctor
+from virtbench import kernels, paths
 
 
 @pytest.fixture

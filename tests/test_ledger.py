@@ -13,7 +13,7 @@ from virtbench.drivers.base import DriverContext
 from virtbench.machines import MachineUnreachable, Pool, ledger, owners
 from virtbench.machines.fake import RecordingMachine
 from virtbench.machines.inventory import HostSpec, Inventory
-from virtbench.pods import manifests
+from virtbench.drivers.pods import manifests
 
 
 def _dead_pid() -> int:
@@ -104,11 +104,11 @@ def test_here_only_finders_skip_other_machines_and_an_unreachable_one_ends_its_s
 
 def test_owner_labels_round_trip():
     mine = ledger.labels("run-1")
-    assert set(mine) == {"virtbench.host", "virtbench.boot", "virtbench.pid", "virtbench.pidstart", "virtbench.run"}
+    assert set(mine) == {"virtbench.host", "virtbench.run.boot", "virtbench.pid", "virtbench.pidstart", "virtbench.run"}
     assert not ledger.gone(mine)  # this process
     assert ledger.gone({**mine, "virtbench.pid": str(_dead_pid())})
     assert ledger.gone({**mine, "virtbench.pidstart": "1"})  # the pid was reused
-    assert ledger.gone({**mine, "virtbench.boot": "00000000-0000-0000-0000-000000000000"})  # rebooted since
+    assert ledger.gone({**mine, "virtbench.run.boot": "00000000-0000-0000-0000-000000000000"})  # rebooted since
     assert not ledger.gone({**mine, "virtbench.pid": str(_dead_pid()), "virtbench.host": "another-controller"})
     # Kubernetes label values: the host as label_value made it is still this host.
     kube = ledger.labels("run 1", manifests.label_value)
@@ -139,9 +139,9 @@ def test_owner_file_finder_kills_and_removes_only_gone_owners():
 
 
 def test_cluster_objects_are_judged_by_the_same_owner_labels_once_per_run():
-    """The Kubernetes finder hands the cluster's own sweep (pods/cluster.py, tested against a real
+    """The Kubernetes finder hands the cluster's own sweep (drivers/pods/kubernetes.py, tested against a real
     cluster in test_k8s_testbed.py) the ledger's rule; here a stand-in cluster lists label sets."""
-    from virtbench.drivers.pods import PodsDriver
+    from virtbench.drivers.pods.driver import PodsDriver
     from virtbench.model import EnvSpec, Shape
 
     pool, _ = _pool()

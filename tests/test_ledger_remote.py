@@ -28,7 +28,7 @@ from virtbench.cli import cli
 from virtbench.conditions import hostres
 from virtbench.machines import inventory, local, owners
 from virtbench.machines.ssh import SshMachine
-from virtbench.runner import Events, Runner
+from virtbench.run.runner import Events, Runner
 from virtbench.store import Store
 
 pytestmark = pytest.mark.slow
@@ -42,7 +42,7 @@ import json, sys, time
 from pathlib import Path
 from types import SimpleNamespace
 from virtbench.conditions import Applied, hostnet, targets
-from virtbench.instances import Traits
+from virtbench.drivers.base import Traits
 from virtbench.machines import inventory, local, owners
 from virtbench.machines.ssh import SshMachine
 
@@ -244,7 +244,8 @@ def _note(made: dict) -> str:
 
 
 def test_a_boot_run_names_a_late_sweeps_removal_too(testbed_lo, tmp_path, monkeypatch):
-    from virtbench import boot, drivers
+    from virtbench.run import boot
+    from virtbench import drivers
 
     monkeypatch.setitem(drivers.REGISTRY, "fake", "test_boot:FakeDriver")  # starts in ms; boot times are not the point
     with _killed_helper(testbed_lo) as (m, made):

@@ -11,7 +11,7 @@ import pytest
 
 from virtbench import analysis, monitor, stats, suite
 from virtbench.model import Sample
-from virtbench.runner import Runner, Tally
+from virtbench.run.runner import Runner, Tally
 from virtbench.store import Store
 
 AA_SUITE = """\

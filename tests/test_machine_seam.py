@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from virtbench import cluster, drivers
+from virtbench.workloads import mpicluster as cluster
+from virtbench import drivers
 from virtbench.errors import UserError
-from virtbench.instances import Instance, Traits
+from virtbench.drivers.base import Instance, Traits
 from virtbench.machines import HostSpec, LocalMachine, Machine, machine_for
 from virtbench.machines.fake import RecordingMachine, result
 from virtbench.machines.ssh import SshMachine

@@ -12,7 +12,7 @@ import pytest
 from virtbench import kernels, monitor, paths, procs, suite
 from virtbench.errors import SuiteError
 from virtbench.monitor import series
-from virtbench.runner import Runner
+from virtbench.run.runner import Runner
 from virtbench.store import SCHEMA_VERSION, Store
 from waitkit import until
 

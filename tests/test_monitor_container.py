@@ -9,7 +9,7 @@ from virtbench import monitor, procs, suite
 from virtbench.drivers import make
 from virtbench.drivers.base import DriverContext
 from virtbench.model import EnvSpec, Shape
-from virtbench.runner import Runner
+from virtbench.run.runner import Runner
 from virtbench.store import Store
 
 pytestmark = pytest.mark.skipif(not shutil.which("podman"), reason="needs podman")

@@ -13,7 +13,7 @@ import pytest
 from virtbench import conditions, kernels, paths
 from virtbench.conditions import ConditionUnavailable, hostnet
 from virtbench.drivers.base import DriverContext
-from virtbench.drivers.host import HostDriver
+from virtbench.drivers.host.driver import HostDriver
 from virtbench.machines import local
 from virtbench.model import EnvSpec, Shape
 from delaykit import ABOVE_MS, assert_condition_delay, assert_delay

@@ -5,7 +5,7 @@ bound to it by name, mounted at /vb-nfs in every container (pure: the manifests 
 import pytest
 import yaml
 
-from virtbench.pods import kubeplay, manifests
+from virtbench.drivers.pods import kubeplay, manifests
 
 
 def _containers(dep):

@@ -3,7 +3,7 @@
 import pytest
 
 from virtbench.conditions import network, storage
-from virtbench.vm import instance, qemu
+from virtbench.drivers.vm import instance, qemu
 
 
 def _netdev(m: qemu.Machine) -> str:

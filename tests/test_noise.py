@@ -6,7 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from virtbench import noise, plan, stats_exact, suite
+from virtbench.run import noise, plan
+from virtbench.stats import exact as stats_exact
+from virtbench import suite
 from virtbench.model import Sample
 from virtbench.store import Store
 
@@ -115,7 +117,7 @@ def test_history_is_per_cell_and_driver_pair(tmp_path):
 def test_a_cell_without_history_says_its_floor_once_its_minimum_is_in(tmp_path):
     """A real A/A run with a target no machine meets: after its 6 rounds each cell notes what its
     rounds' spread needs (the plan could not: no earlier rounds here), once."""
-    from virtbench.runner import Events, Runner
+    from virtbench.run.runner import Events, Runner
 
     class Notes(Events):
         def __init__(self):

@@ -12,9 +12,10 @@ import time
 import pytest
 from rich.console import Console
 
-from virtbench import plan, render, suite
+from virtbench.run import plan
+from virtbench import render, suite
 from virtbench.drivers import traits_of
-from virtbench.runner import Events, Runner
+from virtbench.run.runner import Events, Runner
 from virtbench.store import Store
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from virtbench import procs
 from virtbench.drivers.base import DriverContext
-from virtbench.drivers.pods import PodsDriver
+from virtbench.drivers.pods.driver import PodsDriver
 from virtbench.errors import UserError
 from virtbench.machines import ledger, local
 from virtbench.model import EnvSpec, Shape
@@ -99,7 +99,7 @@ def test_oom_marker_stays_out_of_the_users_directory(driver, tmp_path, monkeypat
     (which starts the pods' conmons) runs from the engine's private directory, not the user's."""
     from pathlib import Path
 
-    from virtbench import engine
+    from virtbench.drivers.container import engine
     from virtbench.machines import local
 
     here = tmp_path / "checkout"
@@ -175,7 +175,7 @@ _KILLED = """
 import sys, pathlib, time
 from virtbench import image
 from virtbench.drivers.base import DriverContext
-from virtbench.drivers.pods import PodsDriver
+from virtbench.drivers.pods.driver import PodsDriver
 from virtbench.model import EnvSpec, Shape
 d = PodsDriver(DriverContext(sys.argv[1], pathlib.Path(sys.argv[2]), image.require()))
 d.provision(EnvSpec("pods", "pods", Shape("native"), {"pvc": "16Mi"}), 2, "main")

@@ -10,7 +10,7 @@ import pytest
 
 from virtbench import procs
 from virtbench.drivers.base import DriverContext
-from virtbench.drivers.pods import PodsDriver
+from virtbench.drivers.pods.driver import PodsDriver
 from virtbench.machines import Pool, inventory
 from virtbench.model import EnvSpec, Shape
 
@@ -26,7 +26,7 @@ _KILLED = """
 import sys, pathlib, time
 from virtbench import image
 from virtbench.drivers.base import DriverContext
-from virtbench.drivers.pods import PodsDriver
+from virtbench.drivers.pods.driver import PodsDriver
 from virtbench.machines import Pool, inventory
 from virtbench.model import EnvSpec, Shape
 run_id, workdir, inv, host = sys.argv[1:5]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from virtbench.pods import manifests, phases
+from virtbench.drivers.pods import manifests, phases
 
 DATA = Path(__file__).parent / "data" / "pods"
 LABELS = {"virtbench": "1", "virtbench.run": "20261125-105802-ab12cd34", "virtbench.env": "pods"}
@@ -106,7 +106,7 @@ def test_timestamp_formats():
 
 def test_kubernetes_environment_checked_before_the_run(monkeypatch, tmp_path):
     from virtbench.drivers.base import DriverContext
-    from virtbench.drivers.pods import PodsDriver
+    from virtbench.drivers.pods.driver import PodsDriver
     from virtbench.model import EnvSpec, Shape
 
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
@@ -119,7 +119,7 @@ def test_kubernetes_environment_checked_before_the_run(monkeypatch, tmp_path):
 
 def test_nfs_share_checked_before_the_run(tmp_path):
     from virtbench.drivers.base import DriverContext
-    from virtbench.drivers.pods import PodsDriver
+    from virtbench.drivers.pods.driver import PodsDriver
     from virtbench.model import EnvSpec, Shape
 
     d = PodsDriver(DriverContext("u", tmp_path))

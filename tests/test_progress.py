@@ -7,11 +7,12 @@ import io
 import pytest
 from rich.console import Console
 
-from virtbench import plan, suite
-from virtbench.cli_run import _progress_bar, _ProgressEvents
+from virtbench.run import plan
+from virtbench import suite
+from virtbench.cli.run import _progress_bar, _ProgressEvents
 from virtbench.model import Sample
-from virtbench.progress import Eta, Outlook, hms
-from virtbench.runner import Events, Runner
+from virtbench.run.progress import Eta, Outlook, hms
+from virtbench.run.runner import Events, Runner
 from virtbench.store import Store
 
 

@@ -15,7 +15,7 @@ import pytest
 from virtbench import analysis, suite
 from virtbench.machines import Pool, testbed
 from virtbench.machines import inventory as inventory_mod
-from virtbench.runner import Events, Runner
+from virtbench.run.runner import Events, Runner
 from virtbench.store import Store
 from vbnetns import commands as ns_commands, strays
 from waitkit import until

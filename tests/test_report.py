@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from virtbench import analysis, published
+from virtbench import analysis
+from virtbench.studies import published
 from virtbench.report import fmt, svg
 from virtbench.report.sections.common import describe
 from virtbench.store import Store

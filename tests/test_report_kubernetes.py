@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from virtbench.pods import phases
+from virtbench.drivers.pods import phases
 from virtbench.report import kubefacts
 from virtbench.store import Store
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from virtbench import analysis, published
+from virtbench import analysis
+from virtbench.studies import published
 from virtbench.report import fmt
 from virtbench.store import Store
 from virtbench.workloads import web as web_workload

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from virtbench import plan as plan_mod
+from virtbench.run import plan as plan_mod
 from virtbench import reproduce as rp
-from virtbench import reproduce_times as rt
+from virtbench.reproduce import times as rt
 from virtbench.errors import UserError
 from virtbench.report import build as report_build
 from virtbench.report import markdown
@@ -165,7 +165,7 @@ def test_without_a_recorded_time_the_estimate_is_the_child_runs_plan_plus_its_st
 
 
 def test_the_child_plan_reads_this_machines_earlier_samples(tmp_path):
-    """With a store, the child plan takes the earlier attempts of the same cell from it (estimates.py)
+    """With a store, the child plan takes the earlier attempts of the same cell from it (run/estimates.py)
     instead of the model: the reproduce estimate follows."""
     from test_estimates import _record
 
@@ -199,7 +199,7 @@ def test_web_on_a_cluster_puts_the_pods_behind_a_service_with_the_testbeds_own_i
     --pods-image no image option, so on a testbed the backend pushes the guest image to its registry."""
     from click.testing import CliRunner
 
-    from virtbench.cli_reproduce import reproduce
+    from virtbench.cli.reproduce import reproduce
 
     (exp,) = [e for e in rp.EXPERIMENTS if e.id == "004-web"]
     default = next(p.default for p in reproduce.params if p.name == "pods_image")
@@ -338,7 +338,7 @@ def test_reproduce_runs_resumes_and_reports_scorecard_first(tmp_path, monkeypatc
     assert len(data["scorecard"]) >= 12 and all(v["reason"] for v in data["scorecard"]
                                                   if v["verdict"] == "not measured")
     assert [p["status"] for p in data["plan"]] == ["ok", "ok"]
-    from virtbench import cli_reproduce
+    from virtbench.cli import reproduce as cli_reproduce
 
     cli_reproduce.show(store, run_id, True)  # `virtbench show RUN_ID --json` of a reproduce run
     shown = json.loads(capsys.readouterr().out)
@@ -421,7 +421,8 @@ def test_failed_experiments_are_recorded_with_their_reasons_and_set_the_exit_sta
     """As `run`: 0 when no experiment failed, 3 when some did and others have results, 4 when none has.
     Two ways to fail: a selection that matches no cell (before any child run), and a child run whose
     every cell failed (its kernel exits 1: the one fake here, standing for a broken workload)."""
-    from virtbench import cli_reproduce, outcomes
+    from virtbench.cli import reproduce as cli_reproduce
+    from virtbench.run import outcomes
     from virtbench.workloads.system import SystemSuite
 
     real = SystemSuite.command
@@ -456,8 +457,8 @@ def test_failed_experiments_are_recorded_with_their_reasons_and_set_the_exit_sta
 
 def test_the_machine_checks_are_told_one_by_one_with_what_they_found():
     """`reproduce --plan` prints each check as it starts and ends (a slow probe is seen waiting);
-    the accelerator says when its kept answer was probed (vm/probe.py keeps it per boot)."""
-    from virtbench import reproduce_facts
+    the accelerator says when its kept answer was probed (drivers/vm/accel_probe.py keeps it per boot)."""
+    from virtbench.reproduce import facts as reproduce_facts
 
     heard = []
     facts = reproduce_facts.machine_facts(None, progress=lambda label, found: heard.append((label, found)))
@@ -477,7 +478,7 @@ def test_no_cluster_points_to_the_testbed_and_testbed_plans_the_pods(tmp_path):
     import subprocess
     import sys
 
-    from virtbench import reproduce_testbed
+    from virtbench.reproduce import testbed as reproduce_testbed
 
     why = {s.exp.id: s.why for s in rp.plan(4 * 3600, TCG, history={}) if s.tier is None}
     assert "--testbed" in why["004-web"]
@@ -502,7 +503,7 @@ def test_an_nfs_client_is_found_the_way_storage_nfs_mounts():
     """The NFS module is loaded on demand ('modprobe nfs'), as the NFS ways' own check does, and the
     mount needs mount.nfs4: /proc/filesystems alone says no NFS on a machine whose module is not loaded yet."""
     from virtbench.machines.fake import RecordingMachine, result
-    from virtbench.reproduce_facts import nfs_client
+    from virtbench.reproduce.facts import nfs_client
 
     def machine(loads: bool, mount_nfs4: bool) -> RecordingMachine:
         m = RecordingMachine("node")
@@ -528,7 +529,7 @@ def test_an_nfs_client_is_found_the_way_storage_nfs_mounts():
 
 
 def test_a_cluster_is_described_as_what_it_is():
-    from virtbench.reproduce_facts import describe_nodes
+    from virtbench.reproduce.facts import describe_nodes
 
     assert describe_nodes([("vbt-n1", "b1"), ("vbt-n2", "b1")]) == (
         "2 nodes (vbt-n1, vbt-n2) on one machine (one boot id): one machine playing a cluster")

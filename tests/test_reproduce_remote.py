@@ -12,7 +12,7 @@ from motokit import moto_server
 from testbedkit import own_testbed
 
 from virtbench import reproduce as rp
-from virtbench import reproduce_times as rt
+from virtbench.reproduce import times as rt
 from virtbench.store import Store
 from virtbench.studies import card
 from virtbench.studies.model import Tier

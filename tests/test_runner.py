@@ -11,7 +11,7 @@ import time
 import pytest
 
 from virtbench import analysis, monitor, suite
-from virtbench.runner import Events, Runner
+from virtbench.run.runner import Events, Runner
 from virtbench.store import Store
 
 def _measured(samples):
@@ -244,7 +244,7 @@ def test_a_cell_the_warm_up_finds_unavailable_is_skipped_once(tmp_path):
 
 
 def test_steady_rule_of_the_auto_warmup():
-    from virtbench.runner import WARMUP_STEADY, steady
+    from virtbench.run.runner import WARMUP_STEADY, steady
 
     assert WARMUP_STEADY == 0.05
     assert steady({"a": 100.0, "b": 2.0}, {"a": 104.9, "b": 1.95})
@@ -257,7 +257,7 @@ def test_steady_rule_of_the_auto_warmup():
 def test_auto_warmup_runs_until_steady(tmp_path):
     """warmup = "auto" (suite file): warm-up runs until two in a row agree within 5 %, at most 5; the count
     is in every measured sample's metadata and matches the stored warm-up attempts."""
-    from virtbench.runner import WARMUP_MAX
+    from virtbench.run.runner import WARMUP_MAX
 
     path = tmp_path / "s.toml"
     path.write_text('[suite]\nname = "w"\nwarmup = "auto"\nmin_repetitions = 2\nmax_repetitions = 2\n'

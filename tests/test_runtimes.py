@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from virtbench import engine, ociruntime, suite
+from virtbench.drivers.container import engine, ociruntime
+from virtbench import suite
 from virtbench.errors import SuiteError, UserError
 from virtbench.machines import local
 

@@ -4,8 +4,7 @@ import math
 
 import pytest
 
-from virtbench.stats_verdict import (DEFAULT_MARGIN, EQUIVALENT, FASTER, INCONCLUSIVE, SLOWER,
-                                     interval_verdict)
+from virtbench.stats.interval_verdict import DEFAULT_MARGIN, EQUIVALENT, FASTER, INCONCLUSIVE, SLOWER, interval_verdict
 
 EDGE = 1.0 + DEFAULT_MARGIN  # 1.02: the margin's upper bound; its lower one is 1 / 1.02
 

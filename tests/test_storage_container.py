@@ -11,7 +11,7 @@ import pytest
 from virtbench import conditions, procs
 from virtbench.conditions import hostnet, storage
 from virtbench.hostdirs import is_mounted
-from virtbench.drivers import container
+from virtbench.drivers.container import driver as container
 from virtbench.drivers.base import DriverContext
 from virtbench.model import EnvSpec, Shape
 from virtbench.workloads import RunContext, get

@@ -15,10 +15,10 @@ import pytest
 from virtbench import analysis, conditions, suite
 from virtbench.conditions import ConditionUnavailable, storage
 from virtbench.drivers.base import DriverContext
-from virtbench.drivers.host import HostDriver
+from virtbench.drivers.host.driver import HostDriver
 from virtbench.errors import UserError
 from virtbench.model import EnvSpec, Shape
-from virtbench.runner import Runner
+from virtbench.run.runner import Runner
 from virtbench.store import Store
 from virtbench.workloads import RunContext, get
 from delaykit import assert_condition_delay
@@ -218,7 +218,7 @@ import sys, tempfile
 from pathlib import Path
 from virtbench import conditions
 from virtbench.drivers.base import DriverContext
-from virtbench.drivers.host import HostDriver
+from virtbench.drivers.host.driver import HostDriver
 from virtbench.model import EnvSpec, Shape
 tmp = Path(tempfile.mkdtemp())
 (inst,) = HostDriver(DriverContext("t", tmp)).provision(EnvSpec("host", "host", Shape("native"), {}))

@@ -224,7 +224,7 @@ def test_too_few_rounds_print_their_own_level_never_the_nominal_one(tmp_path):
 def test_the_paired_legend_says_why_it_can_disagree_with_the_medians():
     """3 rounds: b's median is 3 % above a's, the rounds' own ratios put b 3 % below (the Hodges-
     Lehmann estimate): the legend says why both can be right."""
-    from virtbench import ratio_methods
+    from virtbench.stats import ratio_methods
 
     a, b = [9.3, 11.2, 9.2], [9.8, 8.5, 9.6]
     assert np.median(b) > np.median(a)

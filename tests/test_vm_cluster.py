@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from virtbench import cluster, workloads
-from virtbench.drivers import vm as vmdrv
+from virtbench.workloads import mpicluster as cluster
+from virtbench import workloads
+from virtbench.drivers.vm import driver as vmdrv
 from virtbench.drivers.base import DriverContext
 from virtbench.model import EnvSpec, Shape
-from virtbench.vm import disk
+from virtbench.drivers.vm import disk
 from virtbench.workloads import mpi
 from virtbench.workloads.base import RunContext
 from vbleftovers import snapshot

@@ -17,11 +17,11 @@ import uuid
 import pytest
 
 from virtbench import paths
-from virtbench.drivers import vm as vmdrv
+from virtbench.drivers.vm import driver as vmdrv
 from virtbench.drivers.base import DriverContext
 from virtbench.machines import ledger, local
 from virtbench.model import EnvSpec, Shape
-from virtbench.vm import disk
+from virtbench.drivers.vm import disk
 
 pytestmark = pytest.mark.slow
 
@@ -198,7 +198,7 @@ CHILD = textwrap.dedent("""
     from pathlib import Path
     from virtbench import image
     from virtbench.drivers.base import DriverContext
-    from virtbench.drivers.vm import VmDriver
+    from virtbench.drivers.vm.driver import VmDriver
     from virtbench.model import EnvSpec, Shape
     info = image.ImageInfo(sys.argv[1], Path(sys.argv[2]), {})
     d = VmDriver(DriverContext("child" + uuid.uuid4().hex[:6], Path(sys.argv[3]), info))

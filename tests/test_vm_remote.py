@@ -14,9 +14,9 @@ import pytest
 
 from virtbench import machines
 from virtbench.drivers.base import DriverContext
-from virtbench.drivers.vm import VmDriver
+from virtbench.drivers.vm.driver import VmDriver
 from virtbench.model import EnvSpec, Shape
-from virtbench.vm import disk, stale
+from virtbench.drivers.vm import disk, stale
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +83,7 @@ import sys, time, uuid
 from pathlib import Path
 from virtbench import image, machines
 from virtbench.drivers.base import DriverContext
-from virtbench.drivers.vm import VmDriver
+from virtbench.drivers.vm.driver import VmDriver
 from virtbench.model import EnvSpec, Shape
 driver = VmDriver(DriverContext("k" + uuid.uuid4().hex[:8], Path(sys.argv[2]), image.require(),
                                 machines.pool_for(sys.argv[1])))

@@ -13,11 +13,11 @@ import pytest
 
 from virtbench.errors import UserError
 from virtbench.conditions.base import ConditionUnavailable
-from virtbench.drivers import vm as vmdrv
+from virtbench.drivers.vm import driver as vmdrv
 from virtbench.drivers.base import DriverContext
 from virtbench.machines import Pool
 from virtbench.machines.ssh import remote_command
-from virtbench.vm import disk, guest, initrd, kernels, probe, qemu
+from virtbench.drivers.vm import disk, guest, initrd, guest_kernels as kernels, accel_probe as probe, qemu
 
 
 # -- the remote command string (the guest's and every SSH host's) ----------------------------------
@@ -301,7 +301,7 @@ def test_the_sweep_removes_dead_runs_only(tmp_path, monkeypatch):
 def test_cluster_segment_hands_out_distinct_addresses():
     import ipaddress
 
-    from virtbench.drivers.vm import Segment
+    from virtbench.drivers.vm.driver import Segment
 
     seg = Segment(3, "239.213.1.2", 40000, ipaddress.IPv4Network("10.213.3.0/24"))
     a, b = seg.allocate("a"), seg.allocate("b")

@@ -12,7 +12,7 @@ from waitkit import Watcher
 from virtbench import analysis, suite
 from virtbench.errors import SuiteError, UserError
 from virtbench.model import EnvSpec, Shape
-from virtbench.runner import Runner
+from virtbench.run.runner import Runner
 from virtbench.store import Store
 from virtbench.workloads import get
 from virtbench.workloads.web import parse_proc_stats, parse_wrk, peak

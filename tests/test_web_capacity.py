@@ -110,7 +110,7 @@ def test_kernel_facts_parsed():
 
 
 def test_kernel_read_inside_the_host(tmp_path):
-    from virtbench.drivers.host import HostInstance
+    from virtbench.drivers.host.driver import HostInstance
     from virtbench.model import EnvSpec, Shape
 
     inst = HostInstance("h", EnvSpec(name="host", driver="host", shape=Shape("native")), tmp_path, "server", 0)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from virtbench import analysis, suite
-from virtbench.runner import Runner
+from virtbench.run.runner import Runner
 from virtbench.store import Store
 from virtbench.workloads.web import peak
 

@@ -12,12 +12,12 @@ import pytest
 
 from virtbench import analysis, shapes, suite, workloads
 from virtbench.kernels import native_bin_dir
-from virtbench.drivers import container
+from virtbench.drivers.container import driver as container
 from virtbench.drivers.base import DriverContext
-from virtbench.drivers.host import HostDriver
+from virtbench.drivers.host.driver import HostDriver
 from virtbench.errors import UserError
 from virtbench.model import EnvSpec, Shape
-from virtbench.runner import Runner
+from virtbench.run.runner import Runner
 from virtbench.store import Store
 from virtbench.workloads import hpa, mpijob
 from virtbench.workloads.base import RunContext

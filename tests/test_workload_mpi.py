@@ -8,7 +8,7 @@ import pytest
 
 from virtbench import analysis, suite, workloads
 from virtbench.errors import UserError
-from virtbench.runner import Runner
+from virtbench.run.runner import Runner
 from virtbench.store import Store
 from virtbench.workloads import mpi
 

@@ -13,7 +13,7 @@ from virtbench import analysis, suite, workloads
 from virtbench.kernels import native_bin_dir
 from virtbench.errors import SuiteError, UserError
 from virtbench.model import EnvSpec, Shape
-from virtbench.runner import Runner
+from virtbench.run.runner import Runner
 from virtbench.store import Store
 from virtbench.workloads import mpijob, npb
 

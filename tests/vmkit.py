@@ -17,7 +17,7 @@ def require_vm_storage():
     if not shutil.which("qemu-system-x86_64"):
         pytest.skip("QEMU is not installed", allow_module_level=True)
     try:
-        from virtbench.drivers import vm as vmdrv
+        from virtbench.drivers.vm import driver as vmdrv
     except ImportError:
         pytest.skip("no vm driver in this tree", allow_module_level=True)
     if os.geteuid() != 0:
@@ -27,7 +27,7 @@ def require_vm_storage():
 
 def one_vm(guest_image, tmp_path_factory, memory_mb: int):
     """Generator for a module-scoped fixture: one VM (1 vCPU), torn down after the module."""
-    from virtbench.drivers import vm as vmdrv
+    from virtbench.drivers.vm import driver as vmdrv
 
     d = vmdrv.VmDriver(DriverContext(f"t{uuid.uuid4().hex[:8]}", tmp_path_factory.mktemp("vm"), guest_image))
     (inst,) = d.provision(EnvSpec("vm", "vm", Shape("t", vcpus=1, memory_mb=memory_mb), {"ready_timeout": 240.0}))

@@ -26,12 +26,13 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from . import monitor, scaling, stats, workloads
-from .outcomes import reason_line
+from . import monitor, stats, workloads
+from .stats import scaling
+from .run.outcomes import reason_line
 from .store import Store, canonical
-from .stats_exact import MIN_N_95
-from .stats_verdict import DEFAULT_MARGIN
-from .verdicts import FDR, _bh_adjusted, _family, _verdicts, verdict_fields  # the BH step; re-exported (plan, runner, tests)
+from .stats.exact import MIN_N_95
+from .stats.interval_verdict import DEFAULT_MARGIN
+from .stats.verdicts import FDR, _bh_adjusted, _family, _verdicts, verdict_fields  # the BH step; re-exported (plan, runner, tests)
 
 # Sample metadata that differs per repetition; not lifted into a result's metadata.
 _PER_SAMPLE = {"repetition", "round", "measured_seconds", "count", "index", "instance", "condition", "warnings",
@@ -121,7 +122,7 @@ def results(store: Store, run_id: str, *, seed: int = 0, margin: float | None = 
                 row["warnings"].append(f"no ratio: this cell does not run on the baseline ({baseline})")
             rows.append(row)
     # Cells whose every attempt failed still deserve a line saying so; there the warm-ups count too,
-    # as in the end summary (outcomes.py: attempts, not only measured repetitions).
+    # as in the end summary (run/outcomes.py: attempts, not only measured repetitions).
     seen = {(r["cell_key"].split("/")[0], r["environment"]) for r in rows}
     for where, why in warmups_failed.items():
         if where not in seen:
@@ -161,7 +162,7 @@ def results(store: Store, run_id: str, *, seed: int = 0, margin: float | None = 
     scaled = scaling.analyse(rows, values, baseline, seed=seed)
     if scaled:
         out["scaling"] = scaled
-    from .outcomes import cell_outcomes
+    from .run.outcomes import cell_outcomes
 
     out["outcome"] = cell_outcomes(store, run_id)
     out["removals"] = removals(store, run_id)

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .ratio_methods import BOOTSTRAP, kinds, ratio_phrase
+from .stats.ratio_methods import BOOTSTRAP, kinds, ratio_phrase
 
 
 def verdict_help(margin: float | None = None) -> str:

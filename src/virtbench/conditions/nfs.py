@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..instances import DiskHotplug, GuestRelay, SharedNfsMount
-from ..nfsclient import kernel_nfs_client
+from ..drivers.base import DiskHotplug, GuestRelay, SharedNfsMount
+from ..machines.nfsclient import kernel_nfs_client
 from . import hostnet, network, vmdisk
 from .base import Applied, ConditionUnavailable, Instance
 from .hostres import (Helper, HostCommandFailed, new_dir, remove_tree, require_root, require_tools, run, umount,
@@ -19,7 +19,7 @@ from .targets import NFS_PORT, REMOTE_DEFAULT_SIZE, here_only, image_file, mount
 #   container  storage=nfs in a container: the host mounts it, the container sees it through its
 #              /vb-mnt propagation mount (as a pod sees a PersistentVolume its node mounted);
 #   guest      storage=nfs in a VM: the guest kernel's NFSv4.1 client, over the VM's user-mode
-#              network: a guestfwd relay (vm/instance.py) opens exactly 10.0.2.100:2049 to the server;
+#              network: a guestfwd relay (drivers/vm/instance.py) opens exactly 10.0.2.100:2049 to the server;
 #   hypervisor storage=nfs-datastore in a VM: QEMU's NFS block driver (libnfs) opens a disk image on
 #              the export, with no mount anywhere (an ESXi NFS datastore), hot-plugged as a virtio
 #              disk with ext4 in the guest.
@@ -157,7 +157,7 @@ def nfs(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
 
 
 def _nfs_pod(inst: Instance, applied: Applied) -> tuple[str, dict]:
-    """The pod's own mount of the environment's nfs_share (drivers/pods.py), a directory per pod."""
+    """The pod's own mount of the environment's nfs_share (drivers/pods/driver.py), a directory per pod."""
     meta = pod_nfs_choice(getattr(inst, "backend_name", ""), getattr(inst, "nfs_share", ""),
                           getattr(inst, "nfs_refusal", None), applied.routed)
     d = inst.nfs_dir()

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from .. import hostdirs
 from ..hostdirs import owner_tag
-from ..instances import VolumeAttach
+from ..drivers.base import VolumeAttach
 from ..machines import Machine, local
-from ..nfsclient import kernel_nfs_client, kube_play_nfs_refusal  # noqa: F401  (also asked of this module)
+from ..machines.nfsclient import kernel_nfs_client, kube_play_nfs_refusal  # noqa: F401  (also asked of this module)
 from . import hostnet, vmdisk
 from .base import Applied, ConditionUnavailable, Instance
 from .hostres import (Helper, HostCommandFailed, free_bytes, human, is_mounted, is_root, loop_attach, loop_detach,

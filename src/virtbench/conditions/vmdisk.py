@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ..instances import DiskHotplug
+from ..drivers.base import DiskHotplug
 from .base import Applied, Instance
 from .hostres import HostCommandFailed, next_id, wait_for
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import importlib
 
-from ..instances import set_traits_lookup
+from .base import set_traits_lookup
 from .base import Driver, DriverContext, Instance, Traits
 
 REGISTRY: dict[str, str] = {
-    "host": "virtbench.drivers.host:HostDriver",
-    "container": "virtbench.drivers.container:ContainerDriver",
-    "vm": "virtbench.drivers.vm:VmDriver",
-    "ssh": "virtbench.drivers.ssh:SshDriver",
-    "cloud": "virtbench.drivers.cloud:CloudDriver",
-    "pods": "virtbench.drivers.pods:PodsDriver",
+    "host": "virtbench.drivers.host.driver:HostDriver",
+    "container": "virtbench.drivers.container.driver:ContainerDriver",
+    "vm": "virtbench.drivers.vm.driver:VmDriver",
+    "ssh": "virtbench.drivers.ssh.driver:SshDriver",
+    "cloud": "virtbench.drivers.cloud.driver:CloudDriver",
+    "pods": "virtbench.drivers.pods.driver:PodsDriver",
 }
 
 

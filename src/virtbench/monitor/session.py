@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import fanout, kernels
-from ..instances import Instance
+from ..drivers.base import Instance
 from ..machines import Machine, local, owners
 from ..model import Sample
 from . import series

@@ -7,7 +7,7 @@ import time
 from ..errors import UserError
 from ..store import Store
 from . import header, reproduce, sections
-from ..ratio_methods import ratio_phrase
+from ..stats.ratio_methods import ratio_phrase
 from .fmt import MARK_HELP
 from .data import RunData, load
 from .model import Document, Note, Part, Section

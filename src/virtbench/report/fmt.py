@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from ..ratio_methods import ratio_phrase
+from ..stats.ratio_methods import ratio_phrase
 from ..render import mark as verdict_mark
 from ..render import num
 

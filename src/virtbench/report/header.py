@@ -6,8 +6,8 @@ import json
 import re
 from collections import Counter, defaultdict
 
-from .. import ratio_methods
-from ..outcomes import reason_line
+from ..stats import ratio_methods
+from ..run.outcomes import reason_line
 from . import fmt, kubefacts
 from .data import RunData
 from .model import Facts, Note, Section, Table

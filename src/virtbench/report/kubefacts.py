@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# What `virtbench testbed k8s up` runs (kubetestbed/configs.py): Debian's containerd, runc as its runtime.
+# What `virtbench testbed k8s up` runs (drivers/pods/testbed/configs.py): Debian's containerd, runc as its runtime.
 TESTBED_RUNTIME = "containerd/runc"
 
 

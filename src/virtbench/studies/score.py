@@ -32,7 +32,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .. import stats, stats_exact
+from .. import stats
+from ..stats import exact as stats_exact
 from .model import Finding
 
 HOLDS, DIFFERS, NOT_MEASURED = "holds", "differs", "not measured"

@@ -19,7 +19,7 @@ REGISTRY: dict[str, str] = {
     "bonnie": "virtbench.workloads.bonnie:Bonnie",
     "iperf": "virtbench.workloads.iperf:Iperf",
     "netrr": "virtbench.workloads.netrr:NetRR",
-    "boot": "virtbench.boot:BootWorkload",  # measured by `virtbench boot`, described here for analysis
+    "boot": "virtbench.run.boot:BootWorkload",  # measured by `virtbench boot`, described here for analysis
 }
 
 

@@ -114,7 +114,7 @@ class Workload(ABC):
 
     def expected_seconds(self, params: dict[str, Any]) -> float | None:
         """The model of how long one repetition runs, for the plan a run prints before it starts
-        (estimates.py prefers this machine's earlier samples); None when unknown. Default: its
+        (run/estimates.py prefers this machine's earlier samples); None when unknown. Default: its
         `duration` or `runtime` parameter; workloads that run to completion model their problem size."""
         for key in ("duration", "runtime"):
             value = params.get(key)

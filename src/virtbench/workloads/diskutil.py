@@ -11,7 +11,7 @@ from ..drivers.base import Instance
 from ..errors import WorkloadFailed
 from .base import RunContext
 
-# The plan's model of a disk workload (estimates.py; history replaces it after one run): the local
+# The plan's model of a disk workload (run/estimates.py; history replaces it after one run): the local
 # disk of the 2-core development machine, measured with dd (1 MiB blocks: 386 MB/s written with
 # fdatasync, 414 MB/s read with O_DIRECT) and fio (4 KiB random reads, psync: 10,700 IOPS).
 MODEL_BYTES_PER_S = 300e6

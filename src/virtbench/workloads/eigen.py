@@ -28,7 +28,7 @@ MB = mpijob.MB
 CLASSES = {"S": (48, 4, 8, 32), "W": (96, 8, 4, 32), "A": (128, 8, 8, 32), "B": (256, 16, 16, 32)}
 # Seconds one repetition may take, by class, on one core of a slow, loaded machine (x ranks' share).
 CLASS_SECONDS = {"S": 60, "W": 300, "A": 900, "B": 7200}
-# The plan's model of one repetition (estimates.py; this machine's history replaces it after one run):
+# The plan's model of one repetition (run/estimates.py; this machine's history replaces it after one run):
 # millions of operations of the class's 32 points (vb-eigen's mops x time_s, single rank: S and W
 # measured here; A and B from W by grid^3 x block, the CG solves' cost), at NPB CG's speed on one quiet
 # core here (the solves are CG iterations; docs/npb-performance.md), half again for set-up.

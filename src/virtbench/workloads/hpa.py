@@ -22,7 +22,8 @@ import statistics
 import tempfile
 from typing import Any
 
-from .. import cluster, drivers
+from . import mpicluster as cluster
+from .. import drivers
 from ..errors import WorkloadFailed
 from ..model import EnvSpec, Sample
 from . import mpijob

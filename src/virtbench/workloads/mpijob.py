@@ -13,10 +13,11 @@ import math
 import os
 from typing import Any
 
-from .. import cluster, sizes
+from . import mpicluster as cluster
+from .. import sizes
 from ..conditions.base import ConditionUnavailable
 from ..drivers import REGISTRY, driver_class, traits_of
-from ..instances import Instance
+from ..drivers.base import Instance
 from ..errors import WorkloadFailed
 from ..model import EnvSpec
 from .base import Param, RunContext
@@ -203,7 +204,7 @@ def warn_unverified(rec: dict[str, Any], meta: dict[str, Any], consequence: str)
     meta["warnings"] = [f"verification FAILED ({what}): {consequence}", *meta["warnings"]]
 
 
-# The plan's model of an MPI job (estimates.py; history replaces it after one run): mpirun's start
+# The plan's model of an MPI job (run/estimates.py; history replaces it after one run): mpirun's start
 # and the harness around one repetition. A singleton vb-npb took 0.5-1.1 s beyond its timed section
 # here, a 2-rank vb-mpibench under mpirun about 1.5 s.
 MODEL_START_S = 1.5

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from .. import cluster
+from . import mpicluster as cluster
 from ..conditions.base import ConditionUnavailable
 from ..drivers.base import Instance
 from ..errors import WorkloadFailed

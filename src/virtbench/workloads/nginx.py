@@ -10,7 +10,7 @@ import threading
 import time
 
 from ..errors import MissingTool, WorkloadFailed
-from ..instances import Instance
+from ..drivers.base import Instance
 
 READY_TIMEOUT = 15.0
 

@@ -36,7 +36,7 @@ MZ_ZONES = {"S": 4, "W": 16, "A": 16, "B": 64}
 MZ_POINTS = {"S": 3456, "W": 32768, "A": 262144, "B": 1074944}
 # Seconds one repetition may take, by class, on one core of a slow, loaded machine (x ranks' share).
 CLASS_SECONDS = {"S": 30, "W": 120, "A": 900, "B": 3600}
-# The plan's model of one repetition (estimates.py; this machine's history replaces it after one run).
+# The plan's model of one repetition (run/estimates.py; this machine's history replaces it after one run).
 # Work: millions of operations, by vb-npb's own counts (mops x time_s of single-rank runs of classes S
 # and W here, and of A for EP, CG, MG, FT, IS; the other A and all B from the nearest measured class by
 # the ratio of grid points x iterations, or for LU its operation-count polynomial).

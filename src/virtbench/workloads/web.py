@@ -51,7 +51,7 @@ from typing import Any
 
 from .. import fanout, kernel_identity
 from ..drivers import traits_of
-from ..instances import Instance
+from ..drivers.base import Instance
 from ..errors import MissingTool, WorkloadFailed
 from ..model import EnvSpec, Sample
 from .base import MetricSpec, Param, RunContext, Workload

@@ -8,7 +8,7 @@ import json
 import re
 from collections import defaultdict
 
-from ... import published
+from ...studies import published
 from ...drivers import traits_of
 from .. import fmt, svg
 from ..data import RunData

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ...pods.phases import LIFECYCLE
+from ...drivers.pods.phases import LIFECYCLE
 from .. import svg
 from ..data import RunData
 from ..model import Chart, Section, Table

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ... import published
+from ...studies import published
 from .. import fmt
 from ..data import RunData
 from ..model import Section, Table

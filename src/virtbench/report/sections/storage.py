@@ -9,7 +9,7 @@ import json
 import math
 from collections import defaultdict
 
-from ... import published
+from ...studies import published
 from .. import fmt, svg
 from ..data import RunData
 from ..model import Chart, Note, Section, Table

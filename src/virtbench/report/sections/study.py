@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from ... import published
+from ...studies import published
 from .. import fmt, svg
 from ..data import RunData
 from ..model import Chart, Table

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from ... import published
+from ...studies import published
 from ...workloads.system import TESTS
 from .. import fmt, svg
 from ..data import RunData

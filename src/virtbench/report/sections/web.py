@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from ... import published
+from ...studies import published
 from .. import fmt
 from ..data import RunData
 from ..model import Note, Section, Table

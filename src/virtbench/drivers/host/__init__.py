@@ -1,0 +1,1 @@
+"""The host driver: the bare machine, commands as local processes."""

@@ -1,0 +1,1 @@
+"""The ssh driver: bare remote hosts of an inventory group, over OpenSSH."""

@@ -1,0 +1,55 @@
+"""The experiments of `virtbench reproduce`: the built-in study files' (studies/NNN.toml), each naming a
+suite, the environments and cells of it that bear on the studies' findings, and its tiers (scales)
+with a prior estimate each, in priority order (reproduce.py plans and runs them); and the names of
+the environments beyond this machine a reproduce run adds."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..studies import score, studyfile
+from ..studies.model import Experiment, Finding, Study
+
+REMOTE_ENV = "hosts"  # the environment of the inventory's SSH hosts in a reproduce run
+CLOUD_ENV = "cloud"   # the environment of the --cloud settings' instances
+PLATFORM_ENVS = (REMOTE_ENV, CLOUD_ENV)
+CLOUD_SHAPE = "m1.small"  # the studies' instance type (EC2 and Eucalyptus name it; shape_map maps it elsewhere)
+
+
+def in_priority(studies: list[Study]) -> tuple[Experiment, ...]:
+    """Study files' experiments in the order a budget keeps them (by priority, then file order), each
+    tier with at least the repetitions its findings' intervals need for 95 %."""
+    exps = sorted((e for s in studies for e in s.experiments), key=lambda e: e.priority)
+    return with_repetitions_for_level(exps, [f for s in studies for f in s.findings])
+
+
+def with_repetitions_for_level(exps: list[Experiment], findings: list[Finding]) -> tuple[Experiment, ...]:
+    """Each experiment's tiers raised to the repetitions the findings reading it need for a 95 %
+    interval (score.repetitions_for_level: 4 per side for a ratio, 6 for a median), the label saying
+    so; extra tiers that then repeat no more than the largest ordinary one go."""
+    need: dict[str, int] = {}
+    for f in findings:
+        for eid in score.experiments_read(f):
+            need[eid] = max(need.get(eid, 1), score.repetitions_for_level(f.rule))
+    out = []
+    for e in exps:
+        n = need.get(e.id, 1)
+        if all(t.repeat >= n for t in e.tiers):
+            out.append(e)
+            continue
+        tiers = [t if t.repeat >= n else
+                 replace(t, repeat=n, estimate_s=t.estimate_s * n / t.repeat,
+                         label=f"{t.label}; raised to {n} repetitions (a 95 % interval needs {n})") for t in e.tiers]
+        top = max(t.repeat for t in tiers if not t.extra)
+        out.append(replace(e, tiers=tuple(t for t in tiers if not t.extra or t.repeat > top)))
+    return tuple(out)
+
+
+def builtin_experiments() -> tuple[Experiment, ...]:
+    """The built-in studies' experiments in priority order: what a budget keeps first."""
+    return in_priority(studyfile.builtin())
+
+
+EXPERIMENTS: tuple[Experiment, ...] = builtin_experiments()
+# Parts of the studies never run, and why (the study files' [[left_out]]).
+LEFT_OUT_ALWAYS = {k: v for s in studyfile.builtin() for k, v in s.left_out.items()}

@@ -1,0 +1,49 @@
+"""`virtbench reproduce --testbed`: study 004's pods on this machine's Kubernetes testbed
+(`virtbench testbed k8s`). A cluster already up is used and left up (it is someone's); otherwise
+one is started for the reproduce run and stopped after it, whatever way the run ends."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+
+def kubeconfig() -> Path:
+    """Where the testbed's kubeconfig is (also before it is up: `up` writes it there)."""
+    from ..drivers.pods.testbed.configs import Layout
+
+    return Layout().kubeconfig
+
+
+def running() -> str | None:
+    """The testbed cluster's kubeconfig when it is up here and every node is Ready, else None."""
+    from ..drivers.pods.testbed.status import status
+
+    if not kubeconfig().is_file():
+        return None
+    st = status()
+    nodes = st.get("nodes") or []
+    return st["kubeconfig"] if st.get("up") and nodes and all(n["ready"] for n in nodes) else None
+
+
+@contextlib.contextmanager
+def cluster_for_run(log: Callable[[str], None], nodes: int = 2) -> Iterator[str]:
+    """The testbed cluster's kubeconfig for the block: the running one, or one started now and
+    stopped when the block ends (also on Ctrl-C or an error)."""
+    from ..drivers.pods.testbed import up_down as cluster
+    from ..drivers.pods.testbed.configs import Layout
+
+    if kc := running():
+        log(f"using the testbed cluster that is up ({kc}); it stays up afterwards")
+        yield kc
+        return
+    log(f"starting the testbed cluster ({nodes} nodes) for this run; it is stopped afterwards")
+    lay = cluster.up(nodes, log=log)
+    try:
+        yield str(lay.kubeconfig)
+    finally:
+        log("stopping the testbed cluster this run started")
+        cluster.down(lay.name, log=log)
+        if left := cluster.leftovers(Layout(lay.name, 0)):
+            log(f"could not remove: {', '.join(left)} (virtbench testbed k8s down tries again)")
