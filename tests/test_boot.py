@@ -8,7 +8,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from virtbench.run import boot
+from virtbench.run import boot, boot_results
 from virtbench import drivers, paths, procs
 from virtbench.cli import cli
 from virtbench.drivers.base import Driver, Instance
@@ -85,11 +85,11 @@ def test_nii_suite_file():
 
 
 def test_summarize_percentiles():
-    s = boot.summarize([1.0, 2.0, 3.0, 4.0, 10.0])
+    s = boot_results.summarize([1.0, 2.0, 3.0, 4.0, 10.0])
     assert s["min"] == 1 and s["median"] == 3 and s["max"] == 10 and s["mean"] == 4 and s["n"] == 5
     assert 4 < s["p90"] < s["p95"] < 10
-    assert boot.summarize([])["median"] is None
-    rel = boot.relative({"requested": 10.0, "created": 10.25, "ready": 11.5, "teardown_start": 12, "teardown_end": 12.5})
+    assert boot_results.summarize([])["median"] is None
+    rel = boot_results.relative({"requested": 10.0, "created": 10.25, "ready": 11.5, "teardown_start": 12, "teardown_end": 12.5})
     assert rel == {"created": 0.25, "ready": 1.5, "teardown": 0.5}
 
 
@@ -97,7 +97,7 @@ def test_failures_are_data_and_json_contract(fake, tmp_path):
     store = Store(tmp_path / "b.sqlite")
     grid = boot.grid_from_args("fake", "1,4", None, None, None, 3, {})
     run_id = boot.BootRunner(store, grid).run()
-    data = boot.results(store, run_id)
+    data = boot_results.results(store, run_id)
     assert set(data) >= {"run_id", "cells", "driver"} and data["run_id"] == run_id
     assert len(data["cells"]) == 2
     total_ok = total_failed = 0
@@ -154,7 +154,7 @@ def test_vm_copy_grows_overlay_does_not(guest_image, tmp_path):
     store = Store(tmp_path / "b.sqlite")
     grid = boot.grid_from_args("vm", "1", "auto", "copy,overlay", None, 1, {"ready_timeout": "300"})
     run_id = boot.BootRunner(store, grid).run()
-    data = boot.results(store, run_id)
+    data = boot_results.results(store, run_id)
     assert data["accelerator"] in ("kvm", "tcg")
     if data["accelerator"] == "tcg":
         assert "not hardware virtualization" in data["accelerator_note"]

@@ -117,7 +117,7 @@ def test_cloud_boot_suite_maps_sizes_to_images(tmp_path):
     g = boot.load_suite(ROOT / "suites" / "nii-boot-cloud.toml")
     assert (g.driver, g.image_sizes, g.concurrency) == ("cloud", ["2G", "5G", "10G", "20G"], [1, 4, 8])
     d = _driver(tmp_path)
-    images = [d.settings(boot._env_for(g, c["params"], d)).image for c in g.cells()]
+    images = [d.settings(boot.env_for(g, c["params"], d)).image for c in g.cells()]
     assert images[0] == "ami-REPLACE-2G" and images[-1] == "ami-REPLACE-20G"
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from virtbench import analysis, monitor, stats, suite
 from virtbench.model import Sample
-from virtbench.run.runner import Runner, Tally
+from virtbench.run.rounds import Tally
+from virtbench.run.runner import Runner
 from virtbench.store import Store
 
 AA_SUITE = """\

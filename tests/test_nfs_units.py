@@ -71,11 +71,11 @@ def test_kube_play_refusal_matches_the_containers_on_this_kernel():
 
     from virtbench.conditions import nfs, targets
     from virtbench.drivers import traits_of
-    from virtbench.machines import local
+    from virtbench.machines import local, nfsclient
     from virtbench.model import EnvSpec, Shape
 
-    ok, why = targets.kernel_nfs_client()
-    got = targets.kube_play_nfs_refusal("10.0.0.5:/vb", local())
+    ok, why = nfsclient.kernel_nfs_client()
+    got = nfsclient.kube_play_nfs_refusal("10.0.0.5:/vb", local())
     if ok:
         assert got is None
         return

@@ -16,6 +16,7 @@ import pytest
 
 from virtbench import conditions
 from virtbench.conditions import storage
+from virtbench.conditions import targets
 from virtbench.conditions.hostres import base_dir
 from virtbench.workloads import RunContext, get
 from delaykit import assert_condition_delay
@@ -75,8 +76,8 @@ def test_guest_mounted_nfs(vm):
 
 
 def test_datastore_image_on_the_export(vm):
-    if not storage.availability()["nfs-datastore"][0]:
-        pytest.skip(storage.availability()["nfs-datastore"][1])
+    if not targets.availability()["nfs-datastore"][0]:
+        pytest.skip(targets.availability()["nfs-datastore"][1])
     before = set(vm.exec(["ls", "/sys/block"], timeout=60).stdout.split())
     applied = conditions.apply_all({"storage": "nfs-datastore:256m"}, {"main": [vm]})
     try:
@@ -130,8 +131,8 @@ def test_delay_slows_the_guest_mount(vm):
 
 def test_delay_slows_the_datastore(vm):
     """NFSv3 dials the ports the portmapper names: the delay proxies keep the server's port numbers."""
-    if not storage.availability()["nfs-datastore"][0]:
-        pytest.skip(storage.availability()["nfs-datastore"][1])
+    if not targets.availability()["nfs-datastore"][0]:
+        pytest.skip(targets.availability()["nfs-datastore"][1])
     got = {}
     for delay in (0, 20):
         applied = conditions.apply_all({"storage": "nfs-datastore:64m", "delay_ms": delay}, {"main": [vm]})

@@ -206,10 +206,11 @@ def test_nfs_share_in_kube_play_pods(driver, tmp_path):
     the same kernel reason as the container way. With one, nfs-ganesha on a server link is the
     share, and each pod writes in a directory of its own on it."""
     from virtbench import conditions
-    from virtbench.conditions import base, nfs, targets
+    from virtbench.conditions import base, nfs
+    from virtbench.machines import nfsclient
     from virtbench.machines import local
 
-    ok, why = targets.kernel_nfs_client()
+    ok, why = nfsclient.kernel_nfs_client()
     applied = base.Applied()
     try:
         share = "127.0.0.1:/vb"
@@ -252,9 +253,9 @@ def test_nfs_share_in_kube_play_pods(driver, tmp_path):
 def test_storage_nfs_on_pods_through_virtbench_run(guest_image, tmp_path):
     """A real run: dd on a pods environment with nfs_share, storage = nfs and local. On a kernel
     without an NFS client the nfs cell is skipped with the kube-play reason and the local one runs."""
-    from virtbench.conditions import targets
+    from virtbench.machines import nfsclient
 
-    ok, _ = targets.kernel_nfs_client()
+    ok, _ = nfsclient.kernel_nfs_client()
     if ok:
         pytest.skip("this kernel has an NFS client: test_nfs_share_in_kube_play_pods mounts a real share")
     suite = tmp_path / "pods-nfs.toml"

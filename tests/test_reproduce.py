@@ -8,6 +8,7 @@ import pytest
 
 from virtbench.run import plan as plan_mod
 from virtbench import reproduce as rp
+from virtbench.reproduce import facts as rfacts
 from virtbench.reproduce import times as rt
 from virtbench.errors import UserError
 from virtbench.report import build as report_build
@@ -251,9 +252,9 @@ def test_inventory_hosts_join_the_experiments_whose_instances_are_machines(tmp_p
 
     inv = tmp_path / "inv.yml"
     inv.write_text(INV)
-    assert rp.inventory_hosts(str(inv), "testbed") == ["h1", "h2"]
+    assert rfacts.inventory_hosts(str(inv), "testbed") == ["h1", "h2"]
     with pytest.raises(UserError):
-        rp.inventory_hosts(str(inv), "nosuchgroup")
+        rfacts.inventory_hosts(str(inv), "nosuchgroup")
     exp = steps["000-npb-ep"].exp
     m = rp.matrix_for(exp, exp.tiers[0], steps["000-npb-ep"].envs, inventory=str(inv), hosts="testbed")
     hosts_env = next(e for e in m.environments if e.name == rp.REMOTE_ENV)
@@ -280,10 +281,10 @@ def test_cloud_settings_bring_the_cloud_boot_grid_and_cloud_instances(tmp_path):
     m = rp.matrix_for(exp, exp.tiers[0], steps["000-npb-ep"].envs, cloud=CLOUD)
     cloud_env = next(e for e in m.environments if e.name == rp.CLOUD_ENV)
     assert cloud_env.shape.name == "m1.small" and cloud_env.options["image"] == "ami-1"
-    assert rp.cloud_options(["endpoint=http://127.0.0.1:5000", "image=ami-3", "max_instances=2"])["max_instances"] == 2
+    assert rfacts.cloud_options(["endpoint=http://127.0.0.1:5000", "image=ami-3", "max_instances=2"])["max_instances"] == 2
     for bad in (["endpoint"], ["nosuch=1", "image=x"], ["endpoint=http://x"]):
         with pytest.raises(UserError):
-            rp.cloud_options(bad)
+            rfacts.cloud_options(bad)
 
 
 def test_parse_budget():

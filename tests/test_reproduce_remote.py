@@ -12,6 +12,7 @@ from motokit import moto_server
 from testbedkit import own_testbed
 
 from virtbench import reproduce as rp
+from virtbench.reproduce import facts as rfacts
 from virtbench.reproduce import times as rt
 from virtbench.store import Store
 from virtbench.studies import card
@@ -47,7 +48,7 @@ def _samples(store: Store, child: str, env: str) -> list[dict]:
 
 
 def test_inventory_hosts_run_the_experiment_and_score_its_finding(testbed_rp, tmp_path, monkeypatch):
-    hosts = rp.inventory_hosts(testbed_rp)
+    hosts = rfacts.inventory_hosts(testbed_rp)
     assert hosts == [f"{PREFIX}h1", f"{PREFIX}h2"]
     store, run_id = _run(tmp_path, monkeypatch, (_tiny_ep(),), {**TCG, "hosts": hosts}, inventory=testbed_rp)
     data = card.result(store, run_id)
@@ -83,8 +84,8 @@ def test_cloud_settings_run_the_cloud_boot_grid_labelled_as_moto(testbed_rp, mot
     import boto3
 
     image = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_url).describe_images()["Images"][0]["ImageId"]
-    cloud = rp.cloud_options([f"endpoint={moto_url}", f"image={image}", "ssh_override=all", "max_instances=2"])
-    facts = {**TCG, "cloud": rp.cloud_facts(cloud, testbed_rp)}
+    cloud = rfacts.cloud_options([f"endpoint={moto_url}", f"image={image}", "ssh_override=all", "max_instances=2"])
+    facts = {**TCG, "cloud": rfacts.cloud_facts(cloud, testbed_rp)}
     assert facts["cloud"]["backend"] == "moto+testbed" and facts["cloud"]["emulated"]
     boot = next(e for e in rp.EXPERIMENTS if e.id == "000-boot-cloud")
     boot = replace(boot, tiers=(Tier("one image, 1 and 2 at once, 1 repetition", 1, 20,

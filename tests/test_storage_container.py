@@ -10,6 +10,8 @@ import pytest
 
 from virtbench import conditions, procs
 from virtbench.conditions import hostnet, storage
+from virtbench.conditions import targets
+from virtbench.machines import nfsclient
 from virtbench.hostdirs import is_mounted
 from virtbench.drivers.container import driver as container
 from virtbench.drivers.base import DriverContext
@@ -54,8 +56,8 @@ def test_propagation_mount(pair):
 @pytest.mark.parametrize("value", ["tmpfs:64m", "volume"])
 def test_host_mounts_show_inside(pair, value):
     kind = value.split(":")[0]
-    if not storage.availability()[kind][0]:
-        pytest.skip(storage.availability()[kind][1])
+    if not targets.availability()[kind][0]:
+        pytest.skip(targets.availability()[kind][1])
     inst = pair["server"][0]
     applied = conditions.apply_all({"storage": value}, {"main": [inst]})
     try:
@@ -73,8 +75,8 @@ def test_host_mounts_show_inside(pair, value):
 
 
 def test_nbd_target_in_a_container_with_fio(pair):
-    if not storage.availability()["nbd"][0]:
-        pytest.skip(storage.availability()["nbd"][1])
+    if not targets.availability()["nbd"][0]:
+        pytest.skip(targets.availability()["nbd"][1])
     inst = pair["client"][0]
     fio = get("fio")
     p = {x.name: x.default for x in fio.params}
@@ -93,7 +95,7 @@ def test_nbd_target_in_a_container_with_fio(pair):
 def test_nfs_in_a_container_is_the_hosts_mount(pair):
     """The pod/PersistentVolume way: the host's kernel mounts, the container sees it at /vb-mnt."""
     inst = pair["client"][0]
-    if not storage.kernel_nfs_client()[0]:
+    if not nfsclient.kernel_nfs_client()[0]:
         with pytest.raises(conditions.ConditionUnavailable, match="container .*host's kernel NFS client.*no NFS"):
             conditions.apply_all({"storage": "nfs"}, {"main": [inst]})
         assert_clean(containers_alive=True)

@@ -14,6 +14,8 @@ import pytest
 
 from virtbench import analysis, conditions, suite
 from virtbench.conditions import ConditionUnavailable, storage
+from virtbench.conditions import targets
+from virtbench.machines import nfsclient
 from virtbench.drivers.base import DriverContext
 from virtbench.drivers.host.driver import HostDriver
 from virtbench.errors import UserError
@@ -25,7 +27,7 @@ from delaykit import assert_condition_delay
 from vbleftovers import _cmd, _descendants, _runs_helper, assert_clean, snapshot
 from waitkit import until
 
-AVAILABLE = storage.availability() if os.geteuid() == 0 else {}
+AVAILABLE = targets.availability() if os.geteuid() == 0 else {}
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="storage targets need root (mounts, loops, namespaces)")
 
 
@@ -122,7 +124,7 @@ def test_volume_on_the_host(host):
 
 
 def test_nfs_skipped_with_reason_without_a_kernel_client(host):
-    ok, why = storage.kernel_nfs_client()
+    ok, why = nfsclient.kernel_nfs_client()
     if ok:
         pytest.skip("this kernel has an NFS client")
     with pytest.raises(ConditionUnavailable, match="no NFS client"):
@@ -177,7 +179,7 @@ def test_run_records_condition_and_skips(tmp_path):
     assert five["delay_mechanism"] == "proxy"
     assert_condition_delay(five, 5)
     assert five["storage_fs"] == "ext4" and by[("nbd:128m", 5)]["n"] == 1
-    if not storage.kernel_nfs_client()[0]:
+    if not nfsclient.kernel_nfs_client()[0]:
         skipped = [a for a in store.attempts(run_id) if a["status"] == "skipped"]
         assert skipped and all("NFS client" in a["reason"] for a in skipped)
     assert_clean()

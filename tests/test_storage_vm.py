@@ -7,6 +7,7 @@ import pytest
 
 from virtbench import conditions
 from virtbench.conditions import ConditionUnavailable, storage
+from virtbench.conditions import targets
 from virtbench.workloads import RunContext, get
 from delaykit import assert_condition_delay
 from vbleftovers import assert_clean
@@ -29,8 +30,8 @@ def test_remote_disk_in_a_vm(vm):
     """NBD behind 5 ms (iSCSI takes the same path through QEMU's libiscsi; a TCG boot is too slow to
     repeat it here)."""
     cond = {"storage": "nbd:128m", "delay_ms": 5}
-    if not storage.availability()["nbd"][0]:
-        pytest.skip(storage.availability()["nbd"][1])
+    if not targets.availability()["nbd"][0]:
+        pytest.skip(targets.availability()["nbd"][1])
     before = _blocks(vm)
     dd = get("dd")
     p = {"file_size_mb": 2, "block_mb": 1, "scale": 1.0, "dir": ""}

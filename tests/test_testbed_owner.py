@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from virtbench.errors import UserError
-from virtbench.machines import testbed
+from virtbench.machines import testbed, testbed_owner
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +90,7 @@ def test_down_refuses_under_a_live_run_and_names_it(bed, tmp_path):
 def test_force_and_no_zombie_after_down(bed):
     sshd = [p for p in testbed._pids(PREFIX)]
     assert sshd
-    with testbed.used_by([PREFIX], "test-run"):
+    with testbed_owner.used_by([PREFIX], "test-run"):
         with pytest.raises(UserError, match="in use by run test-run"):
             testbed.down(PREFIX)
         res = vb("testbed", "down", "--name", PREFIX, "--force")

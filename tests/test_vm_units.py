@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from virtbench.errors import UserError
-from virtbench.conditions.base import ConditionUnavailable
+from virtbench.errors import ConditionUnavailable
 from virtbench.drivers.vm import driver as vmdrv
 from virtbench.drivers.base import DriverContext
 from virtbench.machines import Pool

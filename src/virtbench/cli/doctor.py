@@ -159,9 +159,9 @@ def _condition_checks() -> list[dict[str, Any]]:
     """Storage targets and network conditions: which work here, and why not where they do not."""
     out = []
     try:
-        from ..conditions import hostnet, storage
+        from ..conditions import hostnet, targets
 
-        for kind, (ok, why) in storage.availability().items():
+        for kind, (ok, why) in targets.availability().items():
             out.append({"name": f"storage {kind}", "ok": ok, "detail": "ready" if ok else why,
                         "fix": "" if ok else "cells with this target are skipped with this reason"})
         proxy = (kernels.native_bin_dir() / hostnet.PROXY_BIN).exists()

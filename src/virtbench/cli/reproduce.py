@@ -117,8 +117,8 @@ def reproduce(studies, budget, kubeconfig, testbed, inventory, hosts, cloud, pod
     file it was scored with."""
     from ..reproduce import testbed as reproduce_testbed
     from .common import _emit_json, _ensure_kernels, _inventory_path, _log_line, err, out
-    from ..reproduce import (Reproducer, cloud_options, experiments_done, left_out_always, machine_facts, parse_budget,
-                             plan, spec_for)
+    from ..reproduce import Reproducer, experiments_done, left_out_always, parse_budget, plan, spec_for
+    from ..reproduce.facts import cloud_options, machine_facts
 
     chosen, own = _chosen(studies)
     if published:

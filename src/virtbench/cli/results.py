@@ -20,13 +20,13 @@ def _show(store: Store, run_id: str, as_json: bool, margin: float | None = None)
         show_reproduce(store, run_id, as_json)
         return
     if store.run(run_id)["spec"].get("kind") == "boot":  # a `virtbench boot` run: its own table
-        from ..run import boot as boot_mod
+        from ..run import boot_results
 
-        data = boot_mod.results(store, run_id)
+        data = boot_results.results(store, run_id)
         if as_json:
             _emit_json(data)
         else:
-            boot_mod.render(out, data)
+            boot_results.render(out, data)
             _removals(store, run_id)
         return
     data = analysis.results(store, run_id, margin=margin)

@@ -6,7 +6,8 @@ import importlib
 from typing import Any
 
 from . import hostres  # registers the finder of what conditions leave (machines/ledger.py)
-from .base import Applied, Condition, ConditionUnavailable, Instance
+from ..errors import ConditionUnavailable
+from .base import Applied, Condition, Instance
 
 REGISTRY: dict[str, str] = {
     "storage": "virtbench.conditions.storage:Storage",

@@ -11,7 +11,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
-from ..errors import ConditionUnavailable  # re-exported: its old home, still imported from here
 from ..machines import Machine
 from ..model import EnvSpec, ExecResult
 

@@ -24,7 +24,8 @@ from typing import Any
 
 from ..machines import Machine, local
 from . import hostnet
-from .base import Applied, Condition, ConditionUnavailable, Instance
+from ..errors import ConditionUnavailable
+from .base import Applied, Condition, Instance
 from .hostres import Helper, HostCommandFailed
 
 NET_KEYS = ("delay_ms", "rate_mbit")

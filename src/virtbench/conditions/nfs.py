@@ -9,7 +9,8 @@ from pathlib import Path
 from ..drivers.base import DiskHotplug, GuestRelay, SharedNfsMount
 from ..machines.nfsclient import kernel_nfs_client
 from . import hostnet, network, vmdisk
-from .base import Applied, ConditionUnavailable, Instance
+from ..errors import ConditionUnavailable
+from .base import Applied, Instance
 from .hostres import (Helper, HostCommandFailed, new_dir, remove_tree, require_root, require_tools, run, umount,
                       wait_for)
 from .targets import NFS_PORT, REMOTE_DEFAULT_SIZE, here_only, image_file, mount_point

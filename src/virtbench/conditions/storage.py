@@ -34,7 +34,6 @@ from ..errors import UserError
 from . import nfs, targets
 from .base import Applied, Condition, Instance
 from .hostres import HostCommandFailed, parse_size
-from .targets import availability, kernel_nfs_client  # noqa: F401  (doctor and tests ask this module)
 
 KINDS = ("local", "tmpfs", "volume", "nbd", "iscsi", "nfs", "nfs-datastore", "cloud-volume")
 MAKERS: dict[str, targets.Maker] = {

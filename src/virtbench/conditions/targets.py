@@ -24,9 +24,10 @@ from .. import hostdirs
 from ..hostdirs import owner_tag
 from ..drivers.base import VolumeAttach
 from ..machines import Machine, local
-from ..machines.nfsclient import kernel_nfs_client, kube_play_nfs_refusal  # noqa: F401  (also asked of this module)
+from ..machines.nfsclient import kernel_nfs_client
 from . import hostnet, vmdisk
-from .base import Applied, ConditionUnavailable, Instance
+from ..errors import ConditionUnavailable
+from .base import Applied, Instance
 from .hostres import (Helper, HostCommandFailed, free_bytes, human, is_mounted, is_root, loop_attach, loop_detach,
                       machine_dir, new_dir, next_id, remove_tree, require_root, require_tools, run, umount,
                       wait_for)

@@ -37,8 +37,7 @@ from .. import procs
 from ..errors import UserError
 from ..model import ExecResult
 from . import ssh
-# used_by and live_runs are the runner's and tests' way in: testbed.used_by(...)
-from .testbed_owner import STATE_ROOT, live_runs, owner, owner_text, state_dir, used_by, user  # noqa: F401
+from .testbed_owner import STATE_ROOT, live_runs, owner, owner_text, state_dir, user
 
 HOST_DIR = "/var/lib/virtbench-host"  # each host's own data dir (virtbench_dir in the inventory)
 SSHD = "/usr/sbin/sshd"

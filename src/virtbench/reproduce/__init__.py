@@ -33,14 +33,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UserError
-# The experiments (data), the machine's facts, the child runs' matrices and the estimates live in
-# their own modules; their names stay importable from here.
-from .experiments import CLOUD_ENV, CLOUD_SHAPE, EXPERIMENTS, LEFT_OUT_ALWAYS, PLATFORM_ENVS, REMOTE_ENV, in_priority
+from .experiments import CLOUD_ENV, EXPERIMENTS, LEFT_OUT_ALWAYS, REMOTE_ENV, in_priority
 from ..studies import chosen, studyfile
-from ..studies.model import Experiment, Study, Tier  # noqa: F401
-from .facts import _load, cloud_facts, cloud_options, cpu_probe, inventory_hosts, machine_facts  # noqa: F401
-from .matrix import boot_grid, matrix_for  # noqa: F401
-from .times import Estimator, estimate, load_history, record_history, timing_key  # noqa: F401
+from ..studies.model import Experiment, Study, Tier
+from .facts import cpu_probe, load_1m
+from .matrix import boot_grid, matrix_for
+from .times import Estimator, estimate, load_history, record_history, timing_key
 from ..store import Store
 
 STUDY_IDS = ("000", "001", "002", "003", "004")
@@ -324,10 +322,10 @@ class Reproducer:
             child, status, reason = self._run_child(exp, exp.tiers[tier_i], step.envs, spec, prev)
             t1 = self.clock()
             self._record(exp, tier_i, status, t0, t1, reason, {"child": child, "estimate_s": round(est, 1),
-                                                              "actual_s": round(t1 - t0, 1), "load_1m": _load()})
+                                                              "actual_s": round(t1 - t0, 1), "load_1m": load_1m()})
             if status == "ok":
                 key, prior_scale = timing_key(exp, envs)
-                record_history(key, exp.tiers[tier_i], t1 - t0, _load(), cpu_probe(), prior_scale=prior_scale)
+                record_history(key, exp.tiers[tier_i], t1 - t0, load_1m(), cpu_probe(), prior_scale=prior_scale)
                 ratio = (t1 - t0) / max(est / slowdown, 1.0)
                 slowdown = min(3.0, max(0.5, (slowdown + ratio) / 2))
             self.events.step(i, len(steps), step, f"{status} in {t1 - t0:.0f} s" + (f": {reason}" if reason else ""))

@@ -39,7 +39,7 @@ def machine_facts(kubeconfig: str | None, inventory: str | None = None, hosts: s
         say(label, f"{found(value)} ({time.monotonic() - t0:.1f} s)")
         return value
 
-    facts: dict[str, Any] = {"cores": os.cpu_count() or 1, "load_1m": _load(),
+    facts: dict[str, Any] = {"cores": os.cpu_count() or 1, "load_1m": load_1m(),
                              "cluster": bool(kubeconfig) or testbed, "testbed": testbed}
     facts["probe_s"] = check("CPU probe", cpu_probe, lambda s: f"{s * 1000:.0f} ms of fixed work, load "
                              f"{facts['load_1m'] or 0:.2f} on {facts['cores']} cores")
@@ -71,7 +71,7 @@ def _accelerator_found(accel: tuple[str | None, str, float | None]) -> str:
 
 def cloud_options(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """--cloud KEY=VALUE ... -> the cloud driver's options (checked: a mistake stops the command now)."""
-    from ..run.boot import _coerce_options
+    from ..run.boot import coerce_options
 
     raw = {}
     for pair in pairs:
@@ -80,7 +80,7 @@ def cloud_options(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
             raise UserError(f"--cloud {pair!r} is not KEY=VALUE",
                             "e.g. --cloud endpoint=https://ec2.example.org:8773/ --cloud image=ami-...")
         raw[key.strip()] = value.strip()
-    opts = _coerce_options("cloud", raw)
+    opts = coerce_options("cloud", raw)
     if not opts.get("image") and not opts.get("images"):
         raise UserError("--cloud needs an image: image=ID, or images=SIZE=ID,... (one image per size)",
                         "an image id of the region (ami-..., emi-...)")
@@ -114,7 +114,7 @@ def inventory_hosts(inventory: str, pattern: str = "all") -> list[str]:
     return [h.name for h in specs]
 
 
-def _load() -> float | None:
+def load_1m() -> float | None:
     try:
         return os.getloadavg()[0]
     except OSError:

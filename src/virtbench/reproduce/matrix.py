@@ -136,6 +136,6 @@ def boot_grid(exp: Experiment, tier: Tier, cloud: dict[str, Any] | None = None):
         g.name = f"{g.name} (reproduce {exp.id})"
         return g
     g.image_modes = ["copy"]
-    g.image_sizes, g.size_notes = boot_mod._scaled_sizes(g, tier.boot["sizes_gb"], tier.boot["scale"])
+    g.image_sizes, g.size_notes = boot_mod.scaled_sizes(g, tier.boot["sizes_gb"], tier.boot["scale"])
     g.name = f"{g.name} (reproduce {exp.id})"
     return g

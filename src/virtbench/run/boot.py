@@ -32,11 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import drivers, image, procs, shapes
-from .boot_results import METRICS, PHASES, relative, render, results, summarize  # noqa: F401 (boot.results ...)
-from ..conditions.base import ConditionUnavailable
+from .boot_results import METRICS, relative
 from .. import machines as machines_mod
 from ..drivers.base import DriverContext, Instance
-from ..errors import UserError
+from ..errors import ConditionUnavailable, UserError
 from ..machines import owners
 from ..model import EnvSpec, Sample
 from ..store import Store, canonical
@@ -104,12 +103,12 @@ def grid_from_args(driver: str, concurrency: str | None, image_size: str | None,
         g.shapes = _list(shape)
     if repeat:
         g.repeat = repeat
-    g.options = _coerce_options(driver, options)
+    g.options = coerce_options(driver, options)
     _validate(g)
     return g
 
 
-def _coerce_options(driver: str, raw: dict[str, Any]) -> dict[str, Any]:
+def coerce_options(driver: str, raw: dict[str, Any]) -> dict[str, Any]:
     spec = drivers.driver_class(driver).options
     out = {}
     for key, value in raw.items():
@@ -179,7 +178,7 @@ def load_suite(path: str | Path) -> Grid:
         g.concurrency = _ints(",".join(map(str, b["concurrency"])) if isinstance(b["concurrency"], list)
                               else str(b["concurrency"]))
     if "published_sizes_gb" in b:
-        g.image_sizes, g.size_notes = _scaled_sizes(g, b["published_sizes_gb"], float(b.get("scale", 1.0)))
+        g.image_sizes, g.size_notes = scaled_sizes(g, b["published_sizes_gb"], float(b.get("scale", 1.0)))
     elif "image_size" in b:
         g.image_sizes = _list(b["image_size"])
     if "image_mode" in b:
@@ -188,13 +187,13 @@ def load_suite(path: str | Path) -> Grid:
         g.shapes = _list(b["shape"])
     if "repeat" in b:
         g.repeat = int(b["repeat"])
-    g.options = _coerce_options(g.driver, b.get("options", {}))
+    g.options = coerce_options(g.driver, b.get("options", {}))
     g.published = doc.get("published", {})
     _validate(g)
     return g
 
 
-def _scaled_sizes(g: Grid, published: list, scale: float) -> tuple[list[str], dict[str, str]]:
+def scaled_sizes(g: Grid, published: list, scale: float) -> tuple[list[str], dict[str, str]]:
     """Published sizes (GB) x scale, as sizes in MiB; sizes below the smallest image are raised to it."""
     from ..drivers.vm import disk
 
@@ -224,7 +223,7 @@ class BootEvents:
     def note(self, message: str) -> None: ...
 
 
-def _env_for(g: Grid, params: dict, driver) -> EnvSpec:
+def env_for(g: Grid, params: dict, driver) -> EnvSpec:
     opts = {k: o.default for k, o in drivers.driver_class(g.driver).options.items()}
     opts.update(g.options)
     if "image_mode" in opts:
@@ -273,11 +272,11 @@ class BootRunner:
             self._removed(self.context.machines.sweep())  # this machine (machines/ledger.py)
             problems = self.driver.check()
             if not problems:  # e.g. a cloud's credentials, endpoint, image ids: before any start
-                problems = self.driver.check_env(_env_for(g, g.cells()[0]["params"], self.driver))
+                problems = self.driver.check_env(env_for(g, g.cells()[0]["params"], self.driver))
             if problems:
                 raise UserError("the {} driver cannot run here:\n  ".format(g.driver)
                                 + "\n  ".join(f"{p.what} (fix: {p.fix})" for p in problems))
-            for line in self.driver.plan(_env_for(g, g.cells()[0]["params"], self.driver), max(g.concurrency)):
+            for line in self.driver.plan(env_for(g, g.cells()[0]["params"], self.driver), max(g.concurrency)):
                 self.events.note(line)  # what it will create, before it does (a cloud's cost guard)
             cells = g.cells()
             skipped = self._prepare(cells)
@@ -323,7 +322,7 @@ class BootRunner:
         skipped: dict[str, str] = {}
         for cell in cells:
             p = cell["params"]
-            reason, facts = self.driver.prepare_boot_cell(_env_for(self.grid, p, self.driver), p,
+            reason, facts = self.driver.prepare_boot_cell(env_for(self.grid, p, self.driver), p,
                                                           lambda m: self.events.note(m))
             for k, v in facts.items():
                 self.extra.setdefault(k, v)
@@ -342,7 +341,7 @@ class BootRunner:
     def _round(self, cell: dict, rep: int) -> list[dict]:
         p = cell["params"]
         conc = p["concurrency"]
-        env = _env_for(self.grid, p, self.driver)
+        env = env_for(self.grid, p, self.driver)
         driver = self.driver.boot_cell_driver(p)
         barrier = threading.Barrier(conc)
         slots: list[dict] = [{} for _ in range(conc)]
@@ -449,5 +448,4 @@ class BootWorkload(Workload):
         return []
 
 
-__all__ = ["Grid", "BootRunner", "BootEvents", "grid_from_args", "load_suite", "results", "render", "relative",
-           "summarize", "PHASES", "METRICS"]
+__all__ = ["Grid", "BootRunner", "BootEvents", "grid_from_args", "load_suite"]

@@ -27,13 +27,13 @@ from typing import Any
 
 from .. import conditions, drivers, machines, monitor, procs, sysinfo, workloads
 from . import cpugiven, estimates, outcomes
-from ..conditions import Applied, ConditionUnavailable
+from ..conditions import Applied
 from ..drivers.base import DriverContext, Instance
-from ..errors import UserError, WorkloadFailed
+from ..errors import ConditionUnavailable, UserError, WorkloadFailed
 from ..machines import owners
 from ..model import EnvSpec
 from .progress import Outlook, attempt_seconds
-from .rounds import GIVE_UP_AFTER, Rounds, Tally  # noqa: F401  (Tally: importable from here)
+from .rounds import GIVE_UP_AFTER, Rounds, Tally
 from ..store import Store
 from ..suite import Matrix, cell_environments
 from ..workloads.base import RunContext
@@ -170,7 +170,7 @@ class Runner(Rounds):
         """While it runs, the run is registered with the local testbeds its inventory names, so
         `virtbench testbed down` will not remove them under it."""
         from ..machines import inventory as inventory_mod
-        from ..machines import testbed
+        from ..machines import testbed_owner
 
         names: list[str] = []
         if self.matrix.inventory:
@@ -179,7 +179,7 @@ class Runner(Rounds):
                 names = sorted({str(h.vars["virtbench_testbed"]) for h in hosts if h.vars.get("virtbench_testbed")})
             except (UserError, OSError):
                 pass  # the drivers report an unreadable inventory
-        return testbed.used_by(names, self.run_id, str(self.store.url))
+        return testbed_owner.used_by(names, self.run_id, str(self.store.url))
 
     def _prepare_envs(self, workdir: Path) -> dict[str, _EnvState]:
         image = None

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import mpicluster as cluster
 from .. import sizes
-from ..conditions.base import ConditionUnavailable
+from ..errors import ConditionUnavailable
 from ..drivers import REGISTRY, driver_class, traits_of
 from ..drivers.base import Instance
 from ..errors import WorkloadFailed

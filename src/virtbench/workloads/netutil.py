@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from . import mpicluster as cluster
-from ..conditions.base import ConditionUnavailable
+from ..errors import ConditionUnavailable
 from ..drivers.base import Instance
 from ..errors import WorkloadFailed
 from ..model import ExecResult

@@ -374,7 +374,7 @@ class PodsDriver(Driver):
 
     def _cluster_image(self, cluster, info: image.ImageInfo) -> str:
         """No image option against a testbed cluster: its registry, the guest image pushed there once."""
-        from .testbed.up_down import push_guest
+        from .testbed.images import push_guest
 
         if cluster.testbed() is None:
             raise UserError(f"option image is needed: {cluster.server} is not a virtbench testbed")

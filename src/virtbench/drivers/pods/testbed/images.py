@@ -1,7 +1,7 @@
 """The testbed registry's images: the sandbox ("pause") image built from the pinned module's pause.c,
 and the guest image pushed there for the pods driver's kubernetes backend.
 
-Split from cluster.py, which starts and removes the cluster; `_sh` lives here because both use it.
+Split from up_down.py, which starts and removes the cluster; `sh` lives here because both use it.
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ from ....errors import UserError
 from . import KUBERNETES_VERSION, build, configs
 from .configs import Layout
 
-def _sh(argv: list[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
+def sh(argv: list[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
     res = subprocess.run(argv, capture_output=True, text=True, **kw)
     if check and res.returncode != 0:
         raise UserError(f"`{' '.join(argv)}` failed: {(res.stderr or res.stdout).strip()}")
     return res
 
 def _podman(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
-    return _sh(["podman", *args], timeout=timeout)
+    return sh(["podman", *args], timeout=timeout)
 
 
-def _push_pause(lay: Layout) -> None:
+def push_pause(lay: Layout) -> None:
     """The sandbox ("pause") image, built from the pinned module's own pause.c (none can be pulled)."""
     src = build.cache_dir() / "go" / "mod" / f"k8s.io/kubernetes@{KUBERNETES_VERSION}" / "build/pause/linux/pause.c"
     if not src.is_file():
@@ -37,8 +37,8 @@ def _push_pause(lay: Layout) -> None:
     with tempfile.TemporaryDirectory(prefix="vbk8s-pause-") as tmp:
         root = Path(tmp) / "root"
         root.mkdir()
-        _sh(["gcc", "-Os", "-static", "-DVERSION=v3.10-virtbench", "-o", str(root / "pause"), str(src)])
-        _sh(["tar", "-C", str(root), "-cf", f"{tmp}/pause.tar", "pause"])
+        sh(["gcc", "-Os", "-static", "-DVERSION=v3.10-virtbench", "-o", str(root / "pause"), str(src)])
+        sh(["tar", "-C", str(root), "-cf", f"{tmp}/pause.tar", "pause"])
         local = "localhost/virtbench-k8s-pause:3.10"
         _podman("import", "--change", 'ENTRYPOINT ["/pause"]', f"{tmp}/pause.tar", local)
         try:

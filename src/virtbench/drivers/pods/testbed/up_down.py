@@ -23,7 +23,7 @@ from pathlib import Path
 from ....errors import UserError
 from . import KUBERNETES_VERSION, build, configs, pki
 from .configs import Layout
-from .images import _push_pause, _sh, guest_ref, push_guest  # noqa: F401 (guest_ref, push_guest: re-exported)
+from .images import push_guest, push_pause, sh
 
 READY_TIMEOUT = 240.0
 TOOLS = {"containerd": "containerd", "runc": "runc", "socat": "socat", "nsenter": "util-linux",
@@ -146,40 +146,40 @@ def _kill_all(pids: list[int], grace: float = 5.0) -> None:
 # -- network ---------------------------------------------------------------------------------------
 
 def _setup_network(lay: Layout) -> None:
-    ip = lambda *a: _sh(["ip", *a])  # noqa: E731
+    ip = lambda *a: sh(["ip", *a])  # noqa: E731
     ip("link", "add", lay.bridge, "type", "bridge")
     ip("addr", "add", f"{lay.node_ip(1)}/24", "dev", lay.bridge)
     ip("link", "set", lay.bridge, "up")
-    _sh(["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+    sh(["sysctl", "-qw", "net.ipv4.ip_forward=1"])
     for i in range(2, lay.nodes + 1):
         ns, veth = lay.netns(i), lay.veth(i)
         ip("netns", "add", ns)
         ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
         ip("link", "set", veth, "master", lay.bridge, "up")
-        nsip = lambda *a: _sh(["ip", "-n", ns, *a])  # noqa: E731,B023
+        nsip = lambda *a: sh(["ip", "-n", ns, *a])  # noqa: E731,B023
         nsip("addr", "add", f"{lay.node_ip(i)}/24", "dev", "eth0")
         nsip("link", "set", "eth0", "up")
         nsip("link", "set", "lo", "up")
         nsip("route", "add", "default", "via", lay.node_ip(1))
-        _sh(["nsenter", f"--net=/var/run/netns/{ns}", "sysctl", "-qw", "net.ipv4.ip_forward=1"])
+        sh(["nsenter", f"--net=/var/run/netns/{ns}", "sysctl", "-qw", "net.ipv4.ip_forward=1"])
     for i in range(1, lay.nodes + 1):  # pods of node i: via node i's address, from every other node
         for j in range(1, lay.nodes + 1):
             if i == j or (j != 1 and i != 1):
                 continue  # namespaced nodes reach each other through the host (their default route)
             cmd = ["ip", *(["-n", lay.netns(j)] if lay.netns(j) else []), "route", "add", lay.pod_cidr(i),
                    "via", lay.node_ip(i)]
-            _sh(cmd)
+            sh(cmd)
     # Pod traffic is forwarded whatever the FORWARD policy (a container engine may have set DROP).
     for tool in IPTABLES[:1]:
-        _sh([tool, "-N", "VBK8S-FORWARD"])
+        sh([tool, "-N", "VBK8S-FORWARD"])
         for rule in (["-s", f"{configs.POD_NET}.0.0/16"], ["-d", f"{configs.POD_NET}.0.0/16"],
                      ["-i", lay.bridge], ["-o", lay.bridge]):
-            _sh([tool, "-A", "VBK8S-FORWARD", *rule, "-j", "ACCEPT"])
-        _sh([tool, "-I", "FORWARD", "-j", "VBK8S-FORWARD"])
+            sh([tool, "-A", "VBK8S-FORWARD", *rule, "-j", "ACCEPT"])
+        sh([tool, "-I", "FORWARD", "-j", "VBK8S-FORWARD"])
     # The relays re-enter this namespace per connection through this bind mount.
     hostns = lay.state / HOST_NS_NAME
     hostns.touch()
-    _sh(["mount", "--bind", f"/proc/{os.getpid()}/ns/net", str(hostns)])
+    sh(["mount", "--bind", f"/proc/{os.getpid()}/ns/net", str(hostns)])
 
 
 def _start_relays(lay: Layout, i: int) -> None:
@@ -265,7 +265,7 @@ def up(nodes: int = 2, name: str = "vbk8s", log: Callable[[str], None] = print, 
         _spawn(lay, "etcd", [bin_("etcd"), *configs.etcd_args(lay)])
         _wait("the registry", lambda: urllib.request.urlopen(
             f"http://127.0.0.1:{configs.REGISTRY_PORT}/v2/", timeout=2).status == 200, 60, lay, ["registry"])
-        _push_pause(lay)
+        push_pause(lay)
         _spawn(lay, "kube-apiserver", [bin_("kube-apiserver"), *configs.apiserver_args(lay)])
         took = _wait("the API server's /readyz", lambda: _api_ready(lay), READY_TIMEOUT, lay,
                      ["etcd", "kube-apiserver"])
@@ -389,18 +389,18 @@ def _mounts_under(path: Path) -> list[str]:
 
 
 def _netns_list() -> list[str]:
-    res = _sh(["ip", "netns", "list"], check=False)
+    res = sh(["ip", "netns", "list"], check=False)
     return [line.split()[0] for line in res.stdout.splitlines() if line.strip()]
 
 
 def _links(prefix: str) -> list[str]:
-    res = _sh(["ip", "-o", "link", "show"], check=False)
+    res = sh(["ip", "-o", "link", "show"], check=False)
     names = [line.split(":")[1].strip().split("@")[0] for line in res.stdout.splitlines() if ":" in line]
     return [n for n in names if n.startswith(prefix)]
 
 
 def _our_chains(tool: str, table: str) -> list[str]:
-    res = _sh([tool, "-w", "-t", table, "-S"], check=False)
+    res = sh([tool, "-w", "-t", table, "-S"], check=False)
     return [line.split()[1] for line in res.stdout.splitlines()
             if line.startswith("-N ") and line.split()[1].startswith(OUR_CHAIN_PREFIXES)]
 
@@ -409,16 +409,16 @@ def _remove_chains(tool: str, table: str) -> list[str]:
     chains = _our_chains(tool, table)
     if not chains:
         return []
-    res = _sh([tool, "-w", "-t", table, "-S"], check=False)
+    res = sh([tool, "-w", "-t", table, "-S"], check=False)
     for line in res.stdout.splitlines():  # jumps into our chains from the built-in ones
         parts = line.split()
         if parts[:1] == ["-A"] and parts[1] not in chains and "-j" in parts and \
                 parts[parts.index("-j") + 1] in chains:
-            _sh([tool, "-w", "-t", table, "-D", *parts[1:]], check=False)
+            sh([tool, "-w", "-t", table, "-D", *parts[1:]], check=False)
     for c in chains:
-        _sh([tool, "-w", "-t", table, "-F", c], check=False)
+        sh([tool, "-w", "-t", table, "-F", c], check=False)
     for c in chains:
-        _sh([tool, "-w", "-t", table, "-X", c], check=False)
+        sh([tool, "-w", "-t", table, "-X", c], check=False)
     return [f"{tool} {table} chain {c}" for c in chains]
 
 
@@ -454,22 +454,22 @@ def down(name: str = "vbk8s", log: Callable[[str], None] = print) -> list[str]:
     built = build.built_dir()
     proxy = built / "kube-proxy" if built else None
     if proxy and proxy.is_file() and any(_our_chains("iptables", t) for t in TABLES):
-        _sh([str(proxy), "--cleanup"], check=False, timeout=60)  # kube-proxy's own rules, its own way
+        sh([str(proxy), "--cleanup"], check=False, timeout=60)  # kube-proxy's own rules, its own way
     for tool in IPTABLES:
         for table in TABLES:
             removed += _remove_chains(tool, table)
     for ns in _cni_netns():
-        _sh(["ip", "netns", "delete", ns], check=False)
+        sh(["ip", "netns", "delete", ns], check=False)
         removed.append(f"netns {ns}")
     for m in _mounts_under(lay.state):
-        if _sh(["umount", m], check=False).returncode != 0:
-            _sh(["umount", "-l", m], check=False)
+        if sh(["umount", m], check=False).returncode != 0:
+            sh(["umount", "-l", m], check=False)
         removed.append(f"mount {m}")
     for ns in [n for n in _netns_list() if n.startswith(f"{lay.name}-n")]:
-        _sh(["ip", "netns", "delete", ns], check=False)
+        sh(["ip", "netns", "delete", ns], check=False)
         removed.append(f"netns {ns}")
     for link in _links(lay.name):
-        _sh(["ip", "link", "delete", link], check=False)
+        sh(["ip", "link", "delete", link], check=False)
         removed.append(f"link {link}")
     cni_results = Path("/var/lib/cni/results")
     for f in cni_results.glob(f"{lay.name}-n*-pods-*") if cni_results.is_dir() else []:
