@@ -22,7 +22,7 @@ A known difference must be found: `--replay N` (default 20) replays N runs from 
 measured in each mode, with `b` slowed by 5 % (each of its values x 0.95): per test, rounds are
 drawn with replacement from that mode's measured (a, b) pairs, the runner's stopping rule
 (Runner._targets_met's: the paired ratio at the table's level, min 6, max 20 rounds) decides when
-it stops, and the table's verdicts come from analysis._verdicts (Benjamini-Hochberg over the 6
+it stops, and the table's verdicts come from stats/verdicts.py:apply_verdicts (Benjamini-Hochberg over the 6
 rows). Detected = significant with ratio < 1. This is a replay, not 20 live runs: it keeps the
 measured noise of a round but not the order of rounds in time (drift within a run is not
 replayed). The same replay without the slowdown is printed too (flags it should not raise).
@@ -75,6 +75,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from virtbench import analysis, monitor, stats
+from virtbench.stats import verdicts as table_verdicts  # noqa: E402
 from virtbench.run import cpugiven  # noqa: E402
 from virtbench.store import Store  # noqa: E402
 
@@ -225,7 +226,7 @@ def replay(pool: dict[str, list[tuple[float, float]]], factor: float, runs: int,
             r = stats.paired_ratio(b, a)
             rows.append({"metric": test, "p_value": r.p_value, "_compared": True, "_min_p": r.min_p, "_seed": 0,
                          "_paired": (b, a), "n": len(a), "ratio": r.ratio})
-        analysis._verdicts(rows, {}, lambda r: "table", lambda r: (None, None))
+        table_verdicts.apply_verdicts(rows, {}, lambda r: "table", lambda r: (None, None))
         out.append({"detected": sum(r["verdict"] == "slower" for r in rows),
                     "flagged": sum(r["verdict"] in ("faster", "slower") for r in rows),
                     "rounds": [r["n"] for r in rows],

@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from virtbench import stats  # noqa: E402
+from virtbench.stats import bootstrap  # noqa: E402
 
 FACTOR = 0.8  # candidate = FACTOR x baseline: the true ratio of medians
 CLAIM, FLOOR = 0.95, 0.93
@@ -91,7 +92,7 @@ def bootstrap_median_coverage(dist: str, n: int, trials: int, seed: int) -> tupl
     data = draw(np.random.default_rng(seed), (trials, n))
     hits = 0
     for i, x in enumerate(data):
-        lo, hi = stats._percentile_ci(stats._group_boot(x, 1000, i), 0.95)
+        lo, hi = bootstrap.percentile_ci(bootstrap.group_boot(x, 1000, i), 0.95)
         hits += lo <= truth <= hi
     return hits / trials, 0.95
 

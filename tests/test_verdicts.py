@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from virtbench import analysis, stats
+from virtbench.stats import verdicts
 from virtbench.render import mark
 
 
@@ -50,7 +51,7 @@ def _table(rng: np.random.Generator, tests: int = 12, envs: int = 2, margin: flo
             rows.append({"cell_key": t, "environment": e, "factor": factor, "ratio": r.ratio, "sizes": (n, nb),
                          "p_value": r.p_value, "significant": r.significant, "_compared": True,
                          "_min_p": r.min_p, "_seed": 0})
-    analysis._verdicts(rows, values, lambda r: "one table",
+    verdicts.apply_verdicts(rows, values, lambda r: "one table",
                        lambda r: ((r["cell_key"], r["environment"]), (r["cell_key"], "base")), margin)
     return rows
 
@@ -93,7 +94,7 @@ def test_paired_rows_marker_and_interval_agree_too():
             rows.append({"cell_key": t, "environment": "c", "p_value": r.p_value, "_compared": True,
                          "_min_p": r.min_p, "_seed": 0, "_paired": (list(cand), list(base)), "n": n,
                          "higher_is_better": False})  # a time: below 1 is faster
-        analysis._verdicts(rows, values, lambda r: "one table", lambda r: (None, None), 0.02)
+        verdicts.apply_verdicts(rows, values, lambda r: "one table", lambda r: (None, None), 0.02)
         for r in rows:
             seen.add(r["verdict_reason"] or r["verdict"])
             assert r["ratio_ci_method"] == "signed-rank (paired rounds)"

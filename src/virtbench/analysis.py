@@ -32,7 +32,7 @@ from .run.outcomes import reason_line
 from .store import Store, canonical
 from .stats.exact import MIN_N_95
 from .stats.interval_verdict import DEFAULT_MARGIN
-from .stats.verdicts import FDR, _bh_adjusted, _family, _verdicts, verdict_fields  # the BH step; re-exported (plan, runner, tests)
+from .stats.verdicts import apply_verdicts, FDR, table_family, verdict_fields
 
 # Sample metadata that differs per repetition; not lifted into a result's metadata.
 _PER_SAMPLE = {"repetition", "round", "measured_seconds", "count", "index", "instance", "condition", "warnings",
@@ -142,7 +142,7 @@ def results(store: Store, run_id: str, *, seed: int = 0, margin: float | None = 
             row["skipped"] = reason
             row["warnings"] = [f"skipped: {reason}"]
             rows.append(row)
-    _verdicts(rows, values, lambda r: _family(r, cells.get(r["cell_key"].split("/")[0])),
+    apply_verdicts(rows, values, lambda r: table_family(r, cells.get(r["cell_key"].split("/")[0])),
               lambda r: ((r["cell_key"], r["metric"], r["environment"]), (r["cell_key"], r["metric"], baseline)),
               margin)
     _target_notes(rows, (run.get("spec") or {}).get("policy") or {})
@@ -326,7 +326,7 @@ def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reason
            "p_adjusted": math.nan, "p_threshold": math.nan, "comparisons": 0,
            "pairs": r.pairs, "holes": holes}
     if not is_baseline and math.isfinite(r.ratio) and math.isfinite(r.min_p):
-        # picked up by _verdicts, which corrects across the table and removes these keys
+        # picked up by apply_verdicts, which corrects across the table and removes these keys
         row.update(_compared=True, _min_p=r.min_p, _seed=seed)
         if paired is not None:
             row["_paired"] = paired
@@ -532,7 +532,7 @@ def compare(store: Store, run_a: str, run_b: str, *, seed: int = 0, margin: floa
         return json.dumps([r["workload"], params, r["condition"], monitor.is_monitor_metric(r["metric"])],
                           sort_keys=True, default=str)
 
-    _verdicts(rows, values, family, lambda r: (("b", r["_key"]), ("a", r["_key"])), margin)
+    apply_verdicts(rows, values, family, lambda r: (("b", r["_key"]), ("a", r["_key"])), margin)
     rows = [_clean({k: v for k, v in r.items() if k != "_key"}) for r in rows]
     only_a = sorted({k[3] + "@" + k[4] for k in ga if k not in gb})
     only_b = sorted({k[3] + "@" + k[4] for k in gb if k not in ga})

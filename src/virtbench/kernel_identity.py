@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .machines.base import _cpu_list
+from .machines.base import cpu_list
 
 # One command for every guest: `cat` is in every image, and both files are readable without root.
 # /sys/devices/system/cpu/online is the kernel's online CPUs, not a cgroup's or cpuset's share.
@@ -23,7 +23,7 @@ def parse(text: str) -> dict[str, Any] | None:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if len(lines) != 2 or len(lines[0]) != 36:
         return None
-    cpus = len(_cpu_list(lines[1]))
+    cpus = len(cpu_list(lines[1]))
     return {"boot_id": lines[0], "kernel_cpus": cpus} if cpus else None
 
 

@@ -1,5 +1,5 @@
 """The `virtbench` command: the group, one registration line per command (each command lives in
-its cli_*.py module), and main(), which turns errors into messages and exit statuses."""
+a module of this package), and main(), which turns errors into messages and exit statuses."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ import click
 from rich.markup import escape
 
 from .. import __version__, paths, procs
-from . import (boot_check as cli_lifecycle, places as cli_places, results as cli_results, run as cli_run,
-               setup as cli_setup)
+from . import boot_check, places, reproduce, results, run, setup
 from .common import err
-from .reproduce import reproduce
 from ..errors import UserError
 
 
@@ -34,22 +32,22 @@ def cli() -> None:
     """
 
 
-cli.add_command(cli_setup.doctor)
-cli.add_command(cli_setup.build_cmd)
-cli.add_command(cli_setup.image)
-cli.add_command(cli_setup.list_workloads)
-cli.add_command(cli_run.run)
-cli.add_command(cli_results.runs)
-cli.add_command(cli_results.show)
-cli.add_command(cli_results.compare)
-cli.add_command(cli_results.report_cmd)
-cli.add_command(cli_results.export)
-cli.add_command(cli_lifecycle.boot_cmd)
-cli.add_command(cli_lifecycle.check_cmd)
-cli.add_command(cli_places.hosts_cmd)
-cli.add_command(cli_places.cleanup_cmd)
-cli.add_command(cli_places.testbed)
-cli.add_command(reproduce)
+cli.add_command(setup.doctor)
+cli.add_command(setup.build_cmd)
+cli.add_command(setup.image)
+cli.add_command(setup.list_workloads)
+cli.add_command(run.run)
+cli.add_command(results.runs)
+cli.add_command(results.show)
+cli.add_command(results.compare)
+cli.add_command(results.report_cmd)
+cli.add_command(results.export)
+cli.add_command(boot_check.boot_cmd)
+cli.add_command(boot_check.check_cmd)
+cli.add_command(places.hosts_cmd)
+cli.add_command(places.cleanup_cmd)
+cli.add_command(places.testbed)
+cli.add_command(reproduce.reproduce)
 
 
 def main() -> None:

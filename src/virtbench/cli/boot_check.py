@@ -8,8 +8,8 @@ import sys
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .common import DB_HELP, _emit_json, _inventory_path, _options, _store, err, out
-from .results import _show
+from .common import DB_HELP, emit_json, inventory_path, parse_options, open_store, err, out
+from .results import show_run
 
 
 @click.command("boot")
@@ -34,7 +34,7 @@ def boot_cmd(driver, concurrency, image_size, image_mode, shape, repeat, options
     time each phase from request to ready, with millisecond resolution."""
     from ..run import boot as boot_mod
 
-    opts = _options(options)
+    opts = parse_options(options)
     if suite:
         grid = boot_mod.load_suite(suite)
         if repeat:
@@ -45,7 +45,7 @@ def boot_cmd(driver, concurrency, image_size, image_mode, shape, repeat, options
 
     if "ready_timeout" in drivers_mod.driver_class(grid.driver).options:  # vm, cloud
         grid.options.setdefault("ready_timeout", timeout)
-    store = _store(db)
+    store = open_store(db)
     command = "virtbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
     class Events(boot_mod.BootEvents):
@@ -72,14 +72,14 @@ def boot_cmd(driver, concurrency, image_size, image_mode, shape, repeat, options
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as progress:
         runner = boot_mod.BootRunner(store, grid, events=Events(progress), command=command, timeout=timeout,
-                                     inventory=_inventory_path(inventory) if inventory else None)
+                                     inventory=inventory_path(inventory) if inventory else None)
         try:
             run_id = runner.run()
         except KeyboardInterrupt:
             progress.stop()
             err.print("\ninterrupted; every instance was torn down", highlight=False)
             sys.exit(130)
-    _show(store, run_id, as_json)
+    show_run(store, run_id, as_json)
 
 
 @click.command("check")
@@ -98,10 +98,10 @@ def check_cmd(driver, count, shape, options, inventory, as_json) -> None:
     from ..run import checks
 
     log = (lambda m: None) if as_json else (lambda m: err.print(f"[dim]{m}[/dim]", highlight=False))
-    data = checks.run_checks(driver, count=count, shape=shape, options=_options(options), log=log,
-                             inventory=_inventory_path(inventory) if inventory else None)
+    data = checks.run_checks(driver, count=count, shape=shape, options=parse_options(options), log=log,
+                             inventory=inventory_path(inventory) if inventory else None)
     if as_json:
-        _emit_json(data)
+        emit_json(data)
     else:
         head = f"lifecycle checks, driver {data['driver']}"
         if data.get("backend"):

@@ -25,7 +25,7 @@ MARGIN_HELP = ("equivalence margin of the verdicts, a fraction of the baseline: 
 MARGIN_TYPE = click.FloatRange(0, 1, min_open=True, max_open=True)
 
 
-def _store(db: str | None, *, reading: bool = False) -> Store:
+def open_store(db: str | None, *, reading: bool = False) -> Store:
     """The results database. Commands that only read (runs, show, report, compare, export) must not
     create an empty database at a mistyped --db path and then say the run is not in it."""
     if reading and db and "://" not in db and not Path(db).expanduser().exists():
@@ -34,22 +34,22 @@ def _store(db: str | None, *, reading: bool = False) -> Store:
     return Store(db or paths.default_db(), named=db)
 
 
-def _emit_json(data) -> None:
+def emit_json(data) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 
 
-def _ensure_kernels() -> None:
+def ensure_kernels() -> None:
     """Build the native kernels on first use (installed package) or when missing (clone)."""
     from .. import kernels
 
-    kernels.ensure(log=_log_line)
+    kernels.ensure(log=log_line)
 
 
-def _log_line(line: str) -> None:
+def log_line(line: str) -> None:
     err.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
-def _inventory_path(path: str) -> str:
+def inventory_path(path: str) -> str:
     """An inventory file's absolute path, read once now so a mistake stops the command at once."""
     from ..machines import inventory as inventory_mod
 
@@ -69,9 +69,9 @@ def _key_values(items: tuple[str, ...], flag: str, example: str) -> dict[str, st
     return values
 
 
-def _parse_params(items: tuple[str, ...]) -> dict[str, str]:
+def parse_params(items: tuple[str, ...]) -> dict[str, str]:
     return _key_values(items, "--param", "duration=2")
 
 
-def _options(items: tuple[str, ...]) -> dict[str, str]:
+def parse_options(items: tuple[str, ...]) -> dict[str, str]:
     return _key_values(items, "--option", "devices=emulated-disk")

@@ -8,7 +8,7 @@ import sys
 import click
 
 from .. import render
-from .common import DB_HELP, _emit_json, _store, err, out
+from .common import DB_HELP, emit_json, open_store, err, out
 from ..errors import UserError
 from ..drivers.pods.testbed import commands as k8s_testbed
 from ..machines.testbed import NAME_RULE
@@ -34,7 +34,7 @@ def hosts_cmd(inventory, pattern, boot_probe, k8s, as_json) -> None:
 
         rows = cluster_rows()
         if as_json:
-            _emit_json(rows)
+            emit_json(rows)
         for r in [] if as_json else rows:
             out.print(f"{'[green]Ready[/green]   ' if r['ready'] else '[red]NotReady[/red]'} {r['name']}  "
                       f"{r['address']}  kubelet {r['kubelet']}  (server {r['server']} {r['server_version']})",
@@ -60,7 +60,7 @@ def hosts_cmd(inventory, pattern, boot_probe, k8s, as_json) -> None:
     specs = inventory_mod.load(inventory).select(pattern)
     if as_json:
         rows = probe_hosts(specs, machine_for, resolve=ssh_config_address, boot=boot)
-        _emit_json(rows)
+        emit_json(rows)
     else:
         with err.status(f"probing {len(specs)} host(s)"):
             rows = probe_hosts(specs, machine_for, resolve=ssh_config_address, boot=boot)
@@ -90,7 +90,7 @@ def cleanup_cmd(run_id, all_of_mine, suite, provider, region, endpoint, profile,
     stored = []
     if run_id and not suite:
         try:
-            rec = _store(db).run(run_id)
+            rec = open_store(db).run(run_id)
             run_id, stored = rec["id"], rec["spec"].get("environments", [])
         except UserError:
             pass  # not in this store (another machine's run): flags name the API
@@ -98,7 +98,7 @@ def cleanup_cmd(run_id, all_of_mine, suite, provider, region, endpoint, profile,
     results = [cleanup_mod.cleanup(t, run_id, all_of_mine, dry_run)
                for t in cleanup_mod.targets(flags, suite, stored)]
     if as_json:
-        _emit_json(results)
+        emit_json(results)
         return
     for r in results:
         where = f"{r['backend']} ({r['region']})"
@@ -182,7 +182,7 @@ def testbed_status(prefix, as_json) -> None:
     prefix = prefix or tb.default_name()
     data = tb.status(prefix)
     if as_json:
-        _emit_json(data)
+        emit_json(data)
         return
     if not data["hosts"]:
         out.print(f"testbed {prefix} is not up" + (f"; leftovers: {', '.join(data['leftovers'])}"

@@ -116,7 +116,7 @@ def reproduce(studies, budget, kubeconfig, testbed, inventory, hosts, cloud, pod
     results: holds, differs, or not measured (with why). The scorecard names the hash of every study
     file it was scored with."""
     from ..reproduce import testbed as reproduce_testbed
-    from .common import _emit_json, _ensure_kernels, _inventory_path, _log_line, err, out
+    from .common import emit_json, ensure_kernels, inventory_path, log_line, err, out
     from ..reproduce import Reproducer, experiments_done, left_out_always, parse_budget, plan, spec_for
     from ..reproduce.facts import cloud_options, machine_facts
 
@@ -139,7 +139,7 @@ def reproduce(studies, budget, kubeconfig, testbed, inventory, hosts, cloud, pod
                             "--kubeconfig, --inventory, --cloud or --plan")
     else:
         err.print("checking this machine:", highlight=False)
-        inventory = _inventory_path(inventory) if inventory else None
+        inventory = inventory_path(inventory) if inventory else None
         cloud = cloud_options(cloud) if cloud else None
         facts = machine_facts(kubeconfig, inventory, hosts, cloud, progress=_check_line, testbed=testbed)
         if testbed:  # where `up` writes it, known before it runs: the plan's child runs name it
@@ -154,13 +154,13 @@ def reproduce(studies, budget, kubeconfig, testbed, inventory, hosts, cloud, pod
                   f"{facts['accelerator']}, load {facts['load_1m']:.2f} on {facts['cores']} cores", highlight=False)
         if plan_only:
             if as_json:
-                _emit_json({"plan": spec["plan"], "left_out": left_out_always(chosen, own), "facts": facts,
+                emit_json({"plan": spec["plan"], "left_out": left_out_always(chosen, own), "facts": facts,
                             "budget_s": budget_s, "study_files": [{k: f[k] for k in ("id", "path", "sha256")}
                                                                   for f in spec["study_files"]]})
             return
-    _ensure_kernels()
+    ensure_kernels()
     try:
-        with reproduce_testbed.cluster_for_run(_log_line) if needs_cluster else contextlib.nullcontext():
+        with reproduce_testbed.cluster_for_run(log_line) if needs_cluster else contextlib.nullcontext():
             run_id = rep.resume(resume_id) if resume_id else rep.start(budget_s, chosen, facts, kubeconfig=kubeconfig,
                                                                         pods_image=pods_image, inventory=inventory,
                                                                         hosts=hosts, cloud=cloud, own=own)
@@ -213,7 +213,7 @@ def _chosen(args: tuple[str, ...]):
 
 def _published(chosen, own, as_json: bool) -> int:
     """`reproduce --published`: each finding with published numbers scored on them; 0 when all hold."""
-    from .common import _emit_json, out
+    from .common import emit_json, out
     from ..studies import ownnumbers, studyfile
 
     studies = own or [s for s in studyfile.builtin() if not chosen or s.id in chosen]
@@ -221,7 +221,7 @@ def _published(chosen, own, as_json: bool) -> int:
                                                 "sha256": s.sha256} for s in studies],
             **ownnumbers.scorecard([f for s in studies for f in s.findings])}
     if as_json:
-        _emit_json(data)
+        emit_json(data)
     else:
         t = scorecard_table(data["scorecard"])
         t.title = "the studies' own published numbers, scored as measurements"
@@ -248,12 +248,12 @@ def exit_code(store: Store, run_id: str) -> int:
 
 def show(store: Store, run_id: str, as_json: bool) -> None:
     """A reproduce run's scorecard and plan (also `virtbench show RUN_ID`)."""
-    from .common import _emit_json, out
+    from .common import emit_json, out
     from ..studies import card
 
     data = card.result(store, run_id)
     if as_json:
-        _emit_json(data)
+        emit_json(data)
         return
     done = {p["id"]: p for p in data["plan"]}
     out.print(_plan_table(data["plan"], data["left_out"], done))

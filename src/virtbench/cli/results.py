@@ -9,11 +9,11 @@ import click
 from rich.markup import escape
 
 from .. import analysis, render
-from .common import DB_HELP, MARGIN_HELP, MARGIN_TYPE, _emit_json, _store, err, out
+from .common import DB_HELP, MARGIN_HELP, MARGIN_TYPE, emit_json, open_store, err, out
 from ..store import Store
 
 
-def _show(store: Store, run_id: str, as_json: bool, margin: float | None = None) -> None:
+def show_run(store: Store, run_id: str, as_json: bool, margin: float | None = None) -> None:
     if store.run(run_id)["spec"].get("kind") == "reproduce":  # its scorecard and plan
         from .reproduce import show as show_reproduce
 
@@ -24,14 +24,14 @@ def _show(store: Store, run_id: str, as_json: bool, margin: float | None = None)
 
         data = boot_results.results(store, run_id)
         if as_json:
-            _emit_json(data)
+            emit_json(data)
         else:
             boot_results.render(out, data)
             _removals(store, run_id)
         return
     data = analysis.results(store, run_id, margin=margin)
     if as_json:
-        _emit_json(data)
+        emit_json(data)
         return
     outcome = data.get("outcome") or {}
     missing = len(outcome.get("failed", [])) + len(outcome.get("not_run", []))
@@ -85,9 +85,9 @@ def _removals(store: Store, run_id: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print the runs as a JSON list")
 def runs(db, as_json) -> None:
     """List stored runs, newest first."""
-    rows = _store(db, reading=True).runs()
+    rows = open_store(db, reading=True).runs()
     if as_json:
-        _emit_json(rows)
+        emit_json(rows)
     elif not rows:
         out.print("no runs stored yet; start one with: virtbench run suites/quick.toml")
     else:
@@ -108,7 +108,7 @@ def show(run_id, db, as_json, margin) -> None:
     rounds: ratio of medians, Mann-Whitney); the legend under the tables says which. Each ratio's
     verdict: equivalent (its whole CI within --margin of 1), faster or slower (the CI excludes 1),
     else inconclusive with the smallest difference the run could have seen."""
-    _show(_store(db, reading=True), run_id, as_json, margin)
+    show_run(open_store(db, reading=True), run_id, as_json, margin)
 
 
 @click.command()
@@ -125,14 +125,14 @@ def compare(run_a, run_b, db, as_json, html_file, margin) -> None:
     B / A is RUN_B's median over RUN_A's, its CI the exact Mann-Whitney test on log values, inverted
     (two runs' repetitions are not paired), with a Benjamini-Hochberg correction across each table,
     and the verdicts of `show` (equivalent within --margin, faster, slower, inconclusive)."""
-    data = analysis.compare(_store(db, reading=True), run_a, run_b, margin=margin)
+    data = analysis.compare(open_store(db, reading=True), run_a, run_b, margin=margin)
     if html_file:
         from .. import report
 
-        report.write_compare(_store(db, reading=True), run_a, run_b, html_file, margin=margin)
+        report.write_compare(open_store(db, reading=True), run_a, run_b, html_file, margin=margin)
         err.print(f"wrote {html_file}", highlight=False)
     if as_json:
-        _emit_json(data)
+        emit_json(data)
     elif not data["results"]:
         out.print("the two runs have no (workload, params, metric, environment) in common")
     else:
@@ -154,7 +154,7 @@ def report_cmd(run_ids, output, fmt, figures_dir, db, margin) -> None:
 
     if output is None and fmt == "html":
         output = f"virtbench-report-{run_ids[0]}.html"
-    text = report.write(_store(db, reading=True), list(run_ids), output, fmt=fmt, figures_dir=figures_dir,
+    text = report.write(open_store(db, reading=True), list(run_ids), output, fmt=fmt, figures_dir=figures_dir,
                         margin=margin)
     if output is None:
         click.echo(text, nl=False)
@@ -173,7 +173,7 @@ def export(run_id, fmt, output, timeseries, db) -> None:
     """Export a run: CSV (one row per sample) or JSON (everything stored)."""
     from .. import export as export_mod
 
-    store = _store(db, reading=True)
+    store = open_store(db, reading=True)
     text = export_mod.to_csv(store, run_id, timeseries=timeseries) if fmt == "csv" else \
         export_mod.to_json(store, run_id, timeseries=timeseries)
     if output:

@@ -9,8 +9,8 @@ import time
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .common import DB_HELP, MARGIN_HELP, MARGIN_TYPE, _ensure_kernels, _inventory_path, _parse_params, _store, err
-from .results import _show
+from .common import DB_HELP, MARGIN_HELP, MARGIN_TYPE, ensure_kernels, inventory_path, parse_params, open_store, err
+from .results import show_run
 from ..errors import UserError
 from ..run.progress import Eta, Outlook, hms
 from ..run.runner import Events, Runner
@@ -99,8 +99,8 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
     from ..run import plan as plan_mod
     from .. import suite as suite_mod
 
-    _ensure_kernels()
-    store = _store(db)
+    ensure_kernels()
+    store = open_store(db)
     env_list = [e.strip() for e in envs.split(",") if e.strip()] if envs else None
     command = "virtbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if retry_failed and not resume_id:
@@ -120,10 +120,10 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
                     raise UserError(f"--baseline {baseline} is not one of the run's environments")
                 matrix.baseline = baseline
         else:
-            matrix = suite_mod.adhoc(workload, _parse_params(params), env_list or ["host"],
+            matrix = suite_mod.adhoc(workload, parse_params(params), env_list or ["host"],
                                      repeat=repeat, duration=duration, baseline=baseline)
         if inventory:
-            matrix.inventory = _inventory_path(inventory)
+            matrix.inventory = inventory_path(inventory)
         if margin is not None:
             matrix.policy.margin = margin
         plan = plan_mod.make(matrix, store=store)
@@ -151,7 +151,7 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
             err.print(f"\ninterrupted; everything was torn down. Resume with: virtbench run --resume {rid}"
                       f"{store.db_option}", soft_wrap=True, highlight=False)
             sys.exit(130)
-    _show(store, run_id, as_json, margin)
+    show_run(store, run_id, as_json, margin)
     _end(store, run_id)
 
 

@@ -8,7 +8,7 @@ import click
 from rich.markup import escape
 
 from .. import paths, workloads
-from .common import _emit_json, _ensure_kernels, _inventory_path, _log_line, err, out
+from .common import emit_json, ensure_kernels, inventory_path, log_line, err, out
 from ..errors import UserError
 
 
@@ -26,14 +26,14 @@ def doctor(as_json: bool, inventory: str | None, fix: bool) -> None:
 
     if fix:
         try:
-            _ensure_kernels()
+            ensure_kernels()
         except UserError as exc:  # the checks below say what is missing
             err.print(f"[red]cannot build the native kernels:[/red] {escape(exc.message)}", highlight=False)
     results = checks()
-    hosts = host_checks(_inventory_path(inventory)) if inventory else []
+    hosts = host_checks(inventory_path(inventory)) if inventory else []
     results += hosts
     if as_json:
-        _emit_json(results)
+        emit_json(results)
     for c in [] if as_json else results:
         mark = "[green]ok[/green]  " if c["ok"] else "[red]FAIL[/red]"
         out.print(f"{mark} {c['name']}: {c['detail']}", highlight=False)
@@ -51,7 +51,7 @@ def build_cmd(force: bool) -> None:
     from .. import kernels
 
     # A clone always runs make (incremental); a package builds when its hash directory is missing.
-    bindir = kernels.ensure(log=_log_line, force=force or paths.is_clone())
+    bindir = kernels.ensure(log=log_line, force=force or paths.is_clone())
     names = sorted(p.name for p in bindir.glob("vb-*"))
     out.print(f"native kernels in {bindir}: {', '.join(names) or 'none'}", highlight=False)
 
@@ -67,7 +67,7 @@ def image_build(force: bool) -> None:
     """Build (or find, cached by content hash) the guest image."""
     from .. import image as image_mod
 
-    _ensure_kernels()
+    ensure_kernels()
     info = image_mod.build(force=force, log=lambda line: err.print(line, highlight=False, markup=False))
     out.print(f"guest image {info.hash}: {info.tarball}")
 
@@ -83,7 +83,7 @@ def image_info(as_json: bool) -> None:
         raise UserError("no guest image is built for the current kernels and package list",
                         "run: virtbench image build")
     if as_json:
-        _emit_json({"hash": info.hash, "tarball": str(info.tarball), "manifest": info.manifest})
+        emit_json({"hash": info.hash, "tarball": str(info.tarball), "manifest": info.manifest})
     else:
         out.print(f"{info.hash}  {info.tarball}")
 
@@ -94,7 +94,7 @@ def list_workloads(as_json) -> None:
     """List every workload with its parameters, defaults and metrics."""
     items = [workloads.get(n).describe() for n in workloads.names()]
     if as_json:
-        _emit_json(items)
+        emit_json(items)
         return
     for w in items:
         out.print(f"[bold]{w['name']}[/bold]: {w['description']}")

@@ -273,7 +273,7 @@ class Machine(ABC):
         text = self.read_text("/proc/self/status")
         for line in text.splitlines():
             if line.startswith("Cpus_allowed_list:"):
-                return _cpu_list(line.partition(":")[2])
+                return cpu_list(line.partition(":")[2])
         return list(range(self.cpu_count()))
 
     def free_port(self) -> int:
@@ -339,7 +339,7 @@ class Machine(ABC):
         return f"<{type(self).__name__} {self.name}>"
 
 
-def _cpu_list(text: str) -> list[int]:
+def cpu_list(text: str) -> list[int]:
     """'0-2,5' -> [0, 1, 2, 5] (the kernel's CPU list format; pure)."""
     out: list[int] = []
     for item in text.strip().split(","):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from .. import drivers, stats, workloads
 from . import estimates, noise
-from ..analysis import FDR
+from ..stats.verdicts import FDR
 from ..suite import Matrix, cell_environments
 
 # Per repetition on top of the workload's own seconds (starting its process, the monitor, storing),
@@ -165,7 +165,7 @@ def verdict_minimum(min_reps: int, max_reps: int) -> int:
 
 
 def family_size(matrix: Matrix, cell: dict) -> int:
-    """Comparisons per metric in the table `cell` belongs to (analysis._family: cells of one workload,
+    """Comparisons per metric in the table `cell` belongs to (stats/verdicts.py:table_family: cells of one workload,
     parameters except the indexed test's, condition), one per non-baseline environment: the stop
     rule reads a ratio at 1 - FDR / that (times the metrics) as the table will."""
     wl = workloads.get(cell["workload"])

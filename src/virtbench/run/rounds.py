@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import monitor, stats, workloads
-from ..analysis import FDR  # the tables' false discovery rate: the stopping rule aims at their level
+from ..stats.verdicts import FDR  # the tables' false discovery rate: the stopping rule aims at their level
 from ..suite import cell_environments
 
 GIVE_UP_AFTER = 3  # consecutive failures of one cell in one environment

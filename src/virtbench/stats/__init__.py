@@ -48,8 +48,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .bootstrap import _distinct_boots, _group_boot, _percentile_ci  # bench/ci_coverage uses the last two
-from .exact import (MAX_PAIRS, MIN_N_95, MW_EXACT_PAIRS, _NAN, _clean, _mw_exact_p, _signed_rank_p, bh_level,
+from .bootstrap import distinct_boots, percentile_ci
+from .exact import (MAX_PAIRS, MIN_N_95, MW_EXACT_PAIRS, NAN, without_nans, mw_exact_p, signed_rank_p, bh_level,
                     median_ci, min_repetitions, mw_min_p, rounds_for_level, shift_ci, signed_rank_min_p, walsh_ci)
 
 __all__ = [
@@ -119,7 +119,7 @@ class Summary:
     outliers: int
     min: float
     max: float
-    ci_level: float = _NAN
+    ci_level: float = NAN
 
 
 def _count_outliers(x: np.ndarray, median: float) -> int:
@@ -139,10 +139,10 @@ def summarize(
     Raises ValueError only for an invalid ``confidence`` or ``resamples``.
     """
     _check_params(confidence, resamples)
-    x = _clean(values)
+    x = without_nans(values)
     n = int(x.size)
     if n == 0:
-        return Summary(0, _NAN, _NAN, _NAN, _NAN, _NAN, _NAN, 0, _NAN, _NAN)
+        return Summary(0, NAN, NAN, NAN, NAN, NAN, NAN, 0, NAN, NAN)
     # Infinite values are kept as data; they make mean/stdev/CI inf or NaN
     # without RuntimeWarnings.
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -152,10 +152,10 @@ def summarize(
 def _summarize(x: np.ndarray, n: int, confidence: float, resamples: int, seed: int) -> Summary:
     median = float(np.median(x))
     mean = float(np.mean(x))
-    lo = hi = stdev = cv = level = _NAN
+    lo = hi = stdev = cv = level = NAN
     if n >= 2:
         stdev = float(np.std(x, ddof=1))
-        cv = stdev / abs(mean) if mean != 0.0 else _NAN
+        cv = stdev / abs(mean) if mean != 0.0 else NAN
         lo, hi, level = median_ci(x, confidence)
     return Summary(
         n=n,
@@ -209,8 +209,8 @@ class Ratio:
     ci_high: float
     p_value: float
     significant: bool
-    ci_level: float = _NAN
-    min_p: float = _NAN
+    ci_level: float = NAN
+    min_p: float = NAN
     method: str = ""
     pairs: int = 0  # rounds paired (paired_ratio); 0 for unpaired groups
 
@@ -251,16 +251,16 @@ def ratio(
     _check_params(confidence, resamples)
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be between 0 and 1 (exclusive), got {alpha!r}")
-    c = _clean(candidate)
-    b = _clean(baseline)
+    c = without_nans(candidate)
+    b = without_nans(baseline)
 
-    point = _NAN
+    point = NAN
     if c.size and b.size:
         b_med = float(np.median(b))
         if b_med != 0.0:
             point = float(np.median(c)) / b_med
 
-    lo = hi = p = level = min_p = _NAN
+    lo = hi = p = level = min_p = NAN
     method = ""
     excludes_one = False
     if c.size >= 2 and b.size >= 2:
@@ -275,17 +275,17 @@ def ratio(
             excludes_one = t_lo > 0.0 or t_hi < 0.0
         else:
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                c_boot, b_boot = _distinct_boots([c, b], resamples, seed)
-                lo, hi = _percentile_ci(c_boot / b_boot, confidence)
-                t_lo, t_hi = _percentile_ci(c_boot / b_boot, 1 - alpha)
+                c_boot, b_boot = distinct_boots([c, b], resamples, seed)
+                lo, hi = percentile_ci(c_boot / b_boot, confidence)
+                t_lo, t_hi = percentile_ci(c_boot / b_boot, 1 - alpha)
             level, method = confidence, "bootstrap"
             excludes_one = t_lo > 1.0 or t_hi < 1.0
         if math.isnan(point):
-            lo = hi = _NAN
+            lo = hi = NAN
         both = np.concatenate([c, b])
         if not np.all(both == both[0]):
             if np.unique(both).size == both.size and c.size * b.size <= MW_EXACT_PAIRS:
-                p = _mw_exact_p(c, b)
+                p = mw_exact_p(c, b)
             else:
                 from scipy import stats as _sps  # imported here: scipy costs ~1 s at start-up
 
@@ -325,17 +325,17 @@ def paired_ratio(
     c, b = c[keep], b[keep]
     n = int(c.size)
     if n == 0:
-        return Ratio(_NAN, _NAN, _NAN, _NAN, False, pairs=0)
+        return Ratio(NAN, NAN, NAN, NAN, False, pairs=0)
     if not (np.all(np.isfinite(c) & (c > 0)) and np.all(np.isfinite(b) & (b > 0))):
         r = ratio(c, b, confidence=confidence, alpha=alpha)
         return Ratio(r.ratio, r.ci_low, r.ci_high, r.p_value, r.significant, r.ci_level, r.min_p,
                      r.method + " (unpaired: values not positive)", pairs=n)
     d = np.log(c) - np.log(b)
     if n < 2:
-        return Ratio(float(math.exp(d[0])), _NAN, _NAN, _NAN, False, pairs=n)
+        return Ratio(float(math.exp(d[0])), NAN, NAN, NAN, False, pairs=n)
     est, lo, hi, level, method = walsh_ci(d, confidence)
     _, t_lo, t_hi, _, _ = walsh_ci(d, 1.0 - alpha)  # the test's own interval
-    p = _signed_rank_p(d)
+    p = signed_rank_p(d)
     significant = bool(math.isfinite(p) and p <= alpha and (t_lo > 0.0 or t_hi < 0.0))
     return Ratio(math.exp(est), math.exp(lo), math.exp(hi), p, significant, level, signed_rank_min_p(n), method,
                  pairs=n)
@@ -417,7 +417,7 @@ def geomean_index_ci(
     base = np.asarray(baselines, dtype=float)
     if not np.all(np.isfinite(base) & (base > 0)):
         raise ValueError(f"baselines must be positive finite numbers, got {list(baselines)!r}")
-    tests = [_clean(s) for s in per_test_samples]
+    tests = [without_nans(s) for s in per_test_samples]
     for i, x in enumerate(tests):
         if x.size == 0:
             raise ValueError(f"test #{i} has no samples; run it or leave it out of the index")
@@ -426,13 +426,13 @@ def geomean_index_ci(
     index = geometric_mean(scores)
 
     if any(x.size < 2 for x in tests):
-        return index, _NAN, _NAN
+        return index, NAN, NAN
     # Geometric means of the tests' order-statistic bounds: conservative, and unlike a bootstrap of the
     # index it holds with skewed or bimodal tests, where small-n medians are biased and a bootstrap
     # centred on them covered 24-92 % (bench/ci_coverage.py). Its level: that of the tests' intervals.
     bounds = np.array([median_ci(x, confidence)[:2] for x in tests]) / base[:, None] * 10.0
     if not np.all(np.isfinite(bounds) & (bounds > 0)):
-        return index, _NAN, _NAN
+        return index, NAN, NAN
     lo, hi = np.exp(np.mean(np.log(bounds), axis=0))
     return index, float(lo), float(hi)
 
@@ -457,19 +457,19 @@ def index_ratio(
     cand, _, _ = geomean_index_ci(candidate_tests, baselines, resamples=resamples, seed=seed, confidence=confidence)
     base, _, _ = geomean_index_ci(baseline_tests, baselines, resamples=resamples, seed=seed, confidence=confidence)
     point = cand / base
-    tests = [_clean(s) for s in candidate_tests] + [_clean(s) for s in baseline_tests]
+    tests = [without_nans(s) for s in candidate_tests] + [without_nans(s) for s in baseline_tests]
     if any(x.size < 2 for x in tests):
-        return Ratio(point, _NAN, _NAN, _NAN, False)
+        return Ratio(point, NAN, NAN, NAN, False)
     log_ratio = np.zeros(int(resamples))
     k = len(baselines)
-    boots = _distinct_boots(tests, resamples, seed)  # candidate tests, then baseline tests
+    boots = distinct_boots(tests, resamples, seed)  # candidate tests, then baseline tests
     with np.errstate(divide="ignore", invalid="ignore"):
         for i in range(k):
             log_ratio += np.log(boots[i])
             log_ratio -= np.log(boots[k + i])
-    lo, hi = _percentile_ci(np.exp(log_ratio / k), confidence)
+    lo, hi = percentile_ci(np.exp(log_ratio / k), confidence)
     significant = bool(np.isfinite(lo) and np.isfinite(hi) and (lo > 1.0 or hi < 1.0))
-    return Ratio(point, lo, hi, _NAN, significant, ci_level=confidence, method="bootstrap")
+    return Ratio(point, lo, hi, NAN, significant, ci_level=confidence, method="bootstrap")
 
 
 # --------------------------------------------------------------------------- warnings

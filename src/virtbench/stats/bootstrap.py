@@ -19,7 +19,7 @@ import hashlib
 
 import numpy as np
 
-_NAN = float("nan")
+NAN = float("nan")
 
 
 def _bootstrap_medians(x: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
@@ -50,13 +50,13 @@ def _memo_boot(data: bytes, resamples: int, seed: int, tag: int) -> np.ndarray:
     return boot
 
 
-def _group_boot(x: np.ndarray, resamples: int, seed: int, tag: int = 0) -> np.ndarray:
+def group_boot(x: np.ndarray, resamples: int, seed: int, tag: int = 0) -> np.ndarray:
     """Bootstrap medians of one group of values (already cleaned, n >= 1), from the group's own
     stream (``seed`` + a hash of the values + ``tag``), memoized. Read-only: do not modify."""
     return _memo_boot(np.ascontiguousarray(x, dtype=float).tobytes(), int(resamples), int(seed), int(tag))
 
 
-def _distinct_boots(groups: list[np.ndarray], resamples: int, seed: int) -> list[np.ndarray]:
+def distinct_boots(groups: list[np.ndarray], resamples: int, seed: int) -> list[np.ndarray]:
     """Resamples of several groups, independent even where two groups hold identical values."""
     seen: dict[bytes, int] = {}
     out = []
@@ -64,14 +64,14 @@ def _distinct_boots(groups: list[np.ndarray], resamples: int, seed: int) -> list
         key = np.ascontiguousarray(x, dtype=float).tobytes()
         tag = seen.get(key, -1) + 1
         seen[key] = tag
-        out.append(_group_boot(x, resamples, seed, tag))
+        out.append(group_boot(x, resamples, seed, tag))
     return out
 
 
-def _percentile_ci(boot: np.ndarray, confidence: float) -> tuple[float, float]:
+def percentile_ci(boot: np.ndarray, confidence: float) -> tuple[float, float]:
     """Percentile-method interval; NaN when any bootstrap statistic is not finite."""
     if not np.all(np.isfinite(boot)):
-        return _NAN, _NAN
+        return NAN, NAN
     tail = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(boot, [tail, 1.0 - tail])
     return float(lo), float(hi)

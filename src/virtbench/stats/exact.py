@@ -35,10 +35,10 @@ __all__ = [
     "SR_EXACT_PAIRS",
 ]
 
-_NAN = float("nan")
+NAN = float("nan")
 
 
-def _clean(values: Iterable[float]) -> np.ndarray:
+def without_nans(values: Iterable[float]) -> np.ndarray:
     """Values as a 1-D float array with NaNs dropped."""
     if not isinstance(values, (np.ndarray, Sequence)):
         values = list(values)
@@ -64,10 +64,10 @@ def median_ci(values: Iterable[float], confidence: float = 0.95) -> tuple[float,
     ``[min, max]`` falls short (95 %: n < 6) it is returned with its own, lower level.
     Exact for any continuous distribution, conservative with ties. NaN below 2 values.
     """
-    x = np.sort(_clean(values))
+    x = np.sort(without_nans(values))
     n = x.size
     if n < 2:
-        return _NAN, _NAN, _NAN
+        return NAN, NAN, NAN
     levels = 1.0 - 2.0 * _binom_half_cdf(n)[: n // 2]  # for j = 1 .. n//2
     ok = np.nonzero(levels >= confidence - 1e-12)[0]
     j = int(ok[-1]) + 1 if ok.size else 1
@@ -106,11 +106,11 @@ def mw_min_p(m: int, n: int) -> float:
     """Smallest two-sided p-value the exact Mann-Whitney test can give for groups of m and n:
     2 / C(m+n, m) (0.1 at 3 and 3, 0.029 at 4 and 4, 0.0022 at 6 and 6)."""
     if m < 1 or n < 1:
-        return _NAN
+        return NAN
     return min(1.0, 2.0 / math.comb(m + n, m))
 
 
-def _mw_exact_p(c: np.ndarray, b: np.ndarray) -> float:
+def mw_exact_p(c: np.ndarray, b: np.ndarray) -> float:
     """Exact two-sided Mann-Whitney p-value (no ties), as scipy's method='exact'."""
     u = int(np.count_nonzero(c[:, None] > b[None, :]))
     cdf = _mw_cdf(c.size, b.size)
@@ -166,7 +166,7 @@ def _signed_rank_cdf(n: int) -> np.ndarray:
 def signed_rank_min_p(n: int) -> float:
     """Smallest two-sided p-value the exact signed-rank test can give with n pairs: 2 / 2^n
     (0.25 at 3, 0.0625 at 5, 0.031 at 6, 0.0078 at 8)."""
-    return _NAN if n < 1 else min(1.0, 2.0 * 0.5 ** n)
+    return NAN if n < 1 else min(1.0, 2.0 * 0.5 ** n)
 
 
 def walsh_ci(d: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float, float, str]:
@@ -201,11 +201,11 @@ def walsh_ci(d: np.ndarray, confidence: float = 0.95) -> tuple[float, float, flo
     return float(np.median(w)), float(w[k - 1]), float(w[big - k]), float(level), "signed-rank (paired rounds)"
 
 
-def _signed_rank_p(d: np.ndarray) -> float:
+def signed_rank_p(d: np.ndarray) -> float:
     """Two-sided signed-rank p-value of d against 0: exact without zeros and ties (up to
     SR_EXACT_PAIRS), else scipy's normal approximation (zeros dropped, ties corrected)."""
     if np.all(d == 0.0):
-        return _NAN
+        return NAN
     n = d.size
     if n <= SR_EXACT_PAIRS and np.all(d != 0.0) and np.unique(np.abs(d)).size == n:
         i, j = np.triu_indices(n)

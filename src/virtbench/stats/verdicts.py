@@ -22,7 +22,7 @@ from .interval_verdict import DEFAULT_MARGIN, interval_verdict
 FDR = 0.05
 
 
-def _family(row: dict, cell: dict | None) -> str:
+def table_family(row: dict, cell: dict | None) -> str:
     """The comparisons corrected together: those of one table (workload, parameters except the one
     enumerating indexed tests, requested condition), the monitor's resource metrics apart."""
     wl = workloads.get(row["workload"])
@@ -40,7 +40,7 @@ def verdict_fields(low: float, high: float, level: float, needed: float, margin:
     return {"verdict": v.verdict, "detectable": v.detectable, "margin": margin, "verdict_reason": v.reason or None}
 
 
-def _verdicts(rows: list[dict], values: dict, family, value_key, margin: float = DEFAULT_MARGIN) -> None:
+def apply_verdicts(rows: list[dict], values: dict, family, value_key, margin: float = DEFAULT_MARGIN) -> None:
     """Benjamini-Hochberg across each family of ratio rows, and each ratio's CI at the matching
     Benjamini-Yekutieli level (1 - R q / m), so `significant` is read from the interval printed:
     it excludes 1 exactly when the comparison is a BH discovery (without ties). The verdict is read
@@ -55,7 +55,7 @@ def _verdicts(rows: list[dict], values: dict, family, value_key, margin: float =
     for members in fams.values():
         threshold, tested, _ = stats.bh_level([r["p_value"] for r in members],
                                               [r.pop("_min_p") for r in members], FDR)
-        adjusted = _bh_adjusted([r["p_value"] for r in members], tested)
+        adjusted = bh_adjusted([r["p_value"] for r in members], tested)
         for r, p_adj in zip(members, adjusted):
             del r["_compared"]
             cand_key, base_key = value_key(r)
@@ -80,7 +80,7 @@ def _verdicts(rows: list[dict], values: dict, family, value_key, margin: float =
             r.pop(k, None)
 
 
-def _bh_adjusted(ps: list[float], tested: int) -> list[float]:
+def bh_adjusted(ps: list[float], tested: int) -> list[float]:
     """Benjamini-Hochberg adjusted p-values (q-values) over `tested` comparisons; NaN stays NaN."""
     order = sorted((p, i) for i, p in enumerate(ps) if math.isfinite(p))
     out = [math.nan] * len(ps)

@@ -17,6 +17,7 @@ testbed) instead of the API's instances, and every result says so (backend "moto
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
 import math
 import secrets
@@ -137,7 +138,7 @@ class CloudDriver(Driver):
     def check(self) -> list[Problem]:
         problems = []
         try:
-            import boto3  # noqa: F401
+            importlib.import_module("boto3")
         except ImportError:
             problems.append(Problem("boto3 is not installed", paths.pip_advice("cloud")))
         if not shutil.which("ssh"):

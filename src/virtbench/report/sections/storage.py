@@ -15,7 +15,7 @@ from ..data import RunData
 from ..model import Chart, Note, Section, Table
 from .common import describe
 from .ratios import monitor_table, ratio_charts, requested, split_monitor
-from .study import CURVE_COLUMNS, _curve_cells, all_results, nan_if_none, number, published_table, sid, wants_log
+from .study import CURVE_COLUMNS, curve_cells, all_results, nan_if_none, number, published_table, sid, wants_log
 
 # workload -> (metrics drawn, file size parameter, its unit in MiB)
 FAMILIES: dict[str, tuple[tuple[str, ...], str, float]] = {
@@ -186,7 +186,7 @@ def _chart(data: RunData, cid: str, title: str, points: list[tuple[float, str, d
         if delay_columns:
             d = _delay(r["condition"])
             extra = [fmt.value(d[1]) if d else "-", _mib(file_mib(r["workload"], r["params"]) or math.nan)]
-        cells.append([x_text(x), *extra, *([label] if named else []), *_curve_cells(r, data.baseline)])
+        cells.append([x_text(x), *extra, *([label] if named else []), *curve_cells(r, data.baseline)])
         keys.append({"cell": r["cell_key"], "metric": r["metric"], "env": r["environment"]})
     head = [xlabel, *(["requested delay [ms]", "file size [MiB]"] if delay_columns else []),
             *(["line"] if named else [])]
@@ -227,7 +227,7 @@ def _per_target(data: RunData, workload: str, rows: list[dict], varying: list[st
         def get(g, e, by=by):
             r = by.get((g, e))
             return None if r is None else (r["median"], r["ci_low"], r["ci_high"], fmt.mark(r, data.baseline))
-        cells = [[label[id(r)], *_curve_cells(r, data.baseline)] for r in grp]
+        cells = [[label[id(r)], *curve_cells(r, data.baseline)] for r in grp]
         keys = [{"cell": r["cell_key"], "metric": r["metric"], "env": r["environment"]} for r in grp]
         table = Table(title, ["storage target · file size", *CURVE_COLUMNS], cells, keys,
                       numeric={2, 3, 4, 5, 7, 8, 9},

@@ -55,7 +55,7 @@ def curve(data: RunData, cid: str, title: str, points: list[Point], xlabel: str,
                               [nan_if_none(r["ci_low"]) for _, r in mine], [nan_if_none(r["ci_high"]) for _, r in mine], style=k))
     lines += reference or []
     named = any(label != r["environment"] for _, label, r in points)  # lines other than one per environment
-    cells = [[x_text(x), *([label] if named else []), *_curve_cells(r, data.baseline)] for x, label, r in points]
+    cells = [[x_text(x), *([label] if named else []), *curve_cells(r, data.baseline)] for x, label, r in points]
     keys = [{"cell": r["cell_key"], "metric": r["metric"], "env": r["environment"]} for _, _, r in points]
     k = 1 + named
     table = Table(title, [xlabel, *(["line"] if named else []), *CURVE_COLUMNS], cells, keys,
@@ -79,7 +79,7 @@ def _line_order(data: RunData, p: Point) -> tuple:
     return (data.env_order.index(env) if env in data.env_order else 99, p[1])
 
 
-def _curve_cells(r: dict, baseline: str) -> list[str]:
+def curve_cells(r: dict, baseline: str) -> list[str]:
     return [r["environment"], str(r["n"]), fmt.value(r["median"]), fmt.value(r["ci_low"]), fmt.value(r["ci_high"]),
             r["unit"], fmt.ratio(r["ratio"]), fmt.ratio(r["ratio_ci_low"]), fmt.ratio(r["ratio_ci_high"]),
             fmt.mark(r, baseline)]
