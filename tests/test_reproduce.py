@@ -346,6 +346,11 @@ def test_reproduce_runs_resumes_and_reports_scorecard_first(tmp_path, monkeypatc
     assert list(shown)[:3] == ["run_id", "status", "budget_s"] and shown["scorecard"] == data["scorecard"]
     doc = report_build.document(store, [run_id])
     assert doc.parts[0].sections[0].title.startswith("Do the studies' findings hold")
+    # pre-registration: the study files' hashes under the scorecard, a revised finding said beside its verdict
+    score_table = doc.parts[0].sections[0].blocks[0]
+    assert all(f["sha256"][:16] in score_table.note for f in data["study_files"]) and len(data["study_files"]) == 5
+    revised = [r for r, k in zip(score_table.rows, score_table.keys) if k["claim"] == "004-web-pods-peak"]
+    assert "(finding revised 2026-11-27: published_at = 32 added" in revised[0][2]
     assert [p.id for p in doc.parts[1:]] == [done["tiny-a"]["child"], done["tiny-b"]["child"]]
     text = markdown.render(doc)
     assert text.index("Scorecard") < text.index(done["tiny-a"]["child"])

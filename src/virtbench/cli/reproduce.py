@@ -62,7 +62,8 @@ def scorecard_table(cards: list[dict]) -> Table:
     for c in cards:
         revised = "".join(f"\n(revised {r['date']}: {r['change']})" for r in c.get("revised") or [])
         t.add_row(escape(c["finding"]), c["study"], f"[{colour[c['verdict']]}]{c['verdict']}[/]" + escape(revised),
-                  escape(c["measured"] if c["verdict"] != "not measured" else c["reason"]))
+                  escape(c["measured"] + (f"; interval at {c['level']:.1%}" if c.get("level") else "")
+                         if c["verdict"] != "not measured" else c["reason"]))
     return t
 
 

@@ -21,13 +21,14 @@ def part(store: Store, run_id: str) -> tuple[Part, list[str]]:
     c = data["counts"]
     rows, keys = [], []
     for v in data["scorecard"]:
-        said = v["measured"] if v["verdict"] != "not measured" else v["reason"]
+        said = (v["measured"] + (f"; interval at {v['level']:.1%}" if v.get("level") else "")
+                if v["verdict"] != "not measured" else v["reason"])
         verdict = VERDICT_MARK[v["verdict"]] + "".join(
             f" (finding revised {r['date']}: {r['change']}; why: {r['why']})" for r in v.get("revised") or [])
         rows.append([v["finding"], v["study"], verdict, said, v["tolerance"], v["cite"]])
         keys.append({"claim": v["id"], "verdict": v["verdict"]})
     score = Table("Scorecard: each published finding of the studies, checked against this run's measurements",
-                  ["finding", "study", "verdict", "measured (95 % interval) / why not measured", "holds if",
+                  ["finding", "study", "verdict", "measured (interval, at its level: 95 % or more) / why not measured", "holds if",
                    "where the study says it"], rows, keys=keys,
                   note="Findings and tolerances are the study files' as this run recorded them ("
                        + ("; ".join(f"{f['path']} sha256 {f['sha256'][:16]}" for f in data.get("study_files") or [])
