@@ -150,3 +150,27 @@ def test_a_builtin_study_must_fill_every_field(study_dir):
     assert "key 'findings.cite': must name the section, table or figure" in text
     for f in studyfile.builtin_findings():
         assert f.quote and f.quote_en and f.derivation and f.could_fail and f.cite, f.id
+
+
+STEPS = '''rule = "steps"
+
+[findings.args]
+steps = [
+  [{ experiment = "mine-cpu", workload = "system", metric = "dhrystone", kind = "host" },
+   { experiment = "mine-cpu", workload = "system", metric = "dhrystone", kind = "container" }],
+]
+'''
+
+
+def test_steps_are_pairs_of_selectors_and_name_their_published_groups(study_dir):
+    """Rule steps: an order measured pair by pair; each item must be [from, to]."""
+    path = study_dir / "study.toml"
+    head = GOOD[:GOOD.index('rule = "ratio"')]
+    path.write_text(head + STEPS)
+    f = studyfile.load(path).findings[0]
+    assert [[s["kind"][0] for s in pair] for pair in f.args["steps"]] == [["host", "container"]]
+    assert studyfile.roles("steps", f.args) == ["steps.0.0", "steps.0.1"]
+    path.write_text(head + STEPS.replace('kind = "container" }],', 'kind = "container" }, { experiment = "mine-cpu", '
+                                                                     'workload = "system", metric = "x", kind = "host" }],'))
+    with pytest.raises(StudyFileError, match=r"key 'findings.args.steps': must be a list of \[from, to\] selector pairs"):
+        studyfile.load(path)
