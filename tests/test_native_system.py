@@ -37,6 +37,7 @@ UNITS = {
     "shell1": "lpm",
     "shell8": "lpm",
     "syscall": "lps",
+    "fileopen": "lps",
 }
 KEYS = ["test", "unit", "copies", "duration_s", "count", "rate", "per_copy", "version"]
 SHORT = "0.2"
@@ -111,7 +112,7 @@ def test_each_test_runs(vb_system, test, tmp_path):
     assert list(tmp_path.iterdir()) == [], "temporary files left behind"
 
 
-@pytest.mark.parametrize("test", ["dhrystone", "pipe", "execl", "fcopy256", "shell1"])
+@pytest.mark.parametrize("test", ["dhrystone", "pipe", "execl", "fcopy256", "shell1", "fileopen"])
 def test_two_copies(vb_system, test, tmp_path):
     proc = run(vb_system, test, "--duration", SHORT, "--copies", "2", "--dir", str(tmp_path))
     assert proc.returncode == 0, proc.stderr

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from virtbench import workloads
-from virtbench.workloads.system import TESTS
+from virtbench.workloads.system import EXTRA_TESTS, TESTS
 
 DATA = Path(__file__).parent / "data" / "system"
 
@@ -28,6 +28,16 @@ def test_parses_every_captured_test(capture, copies):
         assert sample.unit == TESTS[rec["test"]][1] and sample.higher_is_better
         assert sample.metadata["copies_actual"] == copies
         assert sample.metadata["index"] == pytest.approx(rec["rate"] / TESTS[rec["test"]][0] * 10)
+
+
+def test_fileopen_is_parsed_outside_the_index():
+    wl = workloads.get("system")
+    assert "fileopen" not in wl.index_baselines and "fileopen" not in wl.param("test").default
+    for line in records("fileopen.jsonl"):
+        rec = json.loads(line)
+        (sample,) = wl.parse(line + "\n", {"test": "fileopen", "copies": str(rec["copies"]), "duration": 1.0})
+        assert sample.metric == "fileopen" and sample.value == pytest.approx(rec["rate"])
+        assert sample.unit == EXTRA_TESTS["fileopen"][0] and "index" not in sample.metadata
 
 
 def test_rejects_output_it_cannot_trust():

@@ -16,5 +16,7 @@ void vb_shell_setup(vb_ctx *ctx);                    /* shell.c */
 void vb_shell1_run(vb_ctx *ctx, vb_result *out);
 void vb_shell8_run(vb_ctx *ctx, vb_result *out);
 void vb_syscall_run(vb_ctx *ctx, vb_result *out);    /* syscalls.c */
+void vb_fileopen_setup(vb_ctx *ctx);                 /* fileopen.c */
+void vb_fileopen_run(vb_ctx *ctx, vb_result *out);
 
 #endif

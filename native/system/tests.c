@@ -30,6 +30,8 @@ const vb_test vb_tests[] = {
       60.0, 1, 0, vb_shell_setup, vb_shell8_run },
     { "syscall", "lps", "cheap system calls: dup+close, getpid, getuid, umask",
       1.0, 0, 0, NULL, vb_syscall_run },
+    { "fileopen", "lps", "open a file by its path, fstat it, close it",
+      1.0, 1, 0, vb_fileopen_setup, vb_fileopen_run },
 };
 
 const size_t vb_ntests = sizeof vb_tests / sizeof vb_tests[0];
