@@ -145,3 +145,17 @@ def test_bar_runsc_beside_runc_on_syscall_and_pipe(runsc_engine, tmp_path):
     med = samples[samples["metric"] == "syscall"].groupby("environment")["value"].median()
     assert med["runc"] / med["runsc"] > 1.5, med  # a sandbox that intercepts system calls shows it
     assert set(samples[samples["environment"] == "runsc"]["metric"]) >= {"syscall", "pipe"}
+    # memory per container, by holder: gVisor's sentry and gofer stay, runc is gone once the container runs
+    from virtbench.store import Store
+
+    pss = {i["environment"]: i["metadata"]["host_pss_kb"] for i in Store(str(db)).instances(run_id)}
+    assert pss["runsc"]["runtime"] > 1024 and pss["runc"]["runtime"] == 0 and pss["runc"]["workload"] > 0
+    assert pss["runsc"]["total"] > pss["runc"]["total"]
+    # the report puts them side by side
+    out = subprocess.run([sys.executable, "-m", "virtbench.cli", "report", run_id, "--db", str(db), "--format", "md",
+                          "-o", str(tmp_path / "r.md")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "r.md").read_text()
+    part = text[text.index("### OCI runtimes side by side"):]
+    assert "| runsc | gVisor runsc, ptrace, network " in part and "| runc | runc | " in part
+    assert "Each runtime against runc" in part and "| system copies=1 · test=syscall | syscall | " in part

@@ -64,6 +64,7 @@ class ContainerInstance(GuestImageInstance):
         self.started_at: str | None = None
         # Host directory seen at /vb-mnt inside, mounts made later included (storage conditions).
         self.host_mount_dir: str | None = None
+        self.footprint: dict[str, int] = {}  # kB of PSS on its machine, by holder (ociruntime.footprint)
 
     def _cli(self, *args: str, timeout: float | None = CLI_TIMEOUT, stdin: bytes | None = None) -> ExecResult:
         return self.machine.run([*self.engine.cli(), *args], timeout=timeout, stdin=stdin,
@@ -105,6 +106,8 @@ class ContainerInstance(GuestImageInstance):
         state = self._inspect()
         self.started_at = state["State"]["StartedAt"]
         self.mark("init", _parse_started(self.started_at) / 1e9)
+        # Memory per sandbox, right after start (idle): the runtime's processes beside the workload's.
+        self.footprint = ociruntime.footprint(self.machine, int(state["State"].get("ConmonPid") or 0))
         nets = state.get("NetworkSettings") or {}
         self.address = nets.get("IPAddress") or next(
             (n.get("IPAddress") for n in (nets.get("Networks") or {}).values() if n.get("IPAddress")), None)
@@ -156,6 +159,7 @@ class ContainerInstance(GuestImageInstance):
         return {**super().metadata(), **self.engine.describe(), "image_hash": self.image.hash,
                 "image_shipped": ship.is_shipped_to(self.machine),  # through the machine's blob cache
                 "container_id": self.container_id, "started_at": self.started_at,
+                **({"host_pss_kb": self.footprint} if self.footprint else {}),
                 "cpus": self.env.options.get("cpus") or shape.vcpus, "memory_mb": shape.memory_mb,
                 **({"cpuset": self.env.options["cpuset"]} if self.env.options.get("cpuset") else {})}
 

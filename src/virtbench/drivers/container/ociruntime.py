@@ -155,3 +155,45 @@ def hint(runtime: str, failure: str, version_text: str = "") -> str:
     if "timed out" in low or "timeout" in low:
         return "the runtime did not start a container in time; try platform = \"ptrace\" (gVisor) or runtime = \"runc\""
     return "run the engine with this runtime by hand to see its log, or choose runtime = \"runc\""
+
+
+# PSS (proportional set size: shared pages split between their users, so sums add up) of each pid.
+_PSS = 'for p; do printf "%s " "$p"; awk \'/^Pss:/ {print $2; f=1} END {if (!f) print 0}\' /proc/$p/smaps_rollup 2>/dev/null || echo 0; done'
+
+
+def footprint(machine: Machine, conmon_pid: int) -> dict[str, int]:
+    """Memory of one container on its machine, in kB of PSS, by who holds it: the engine's monitor
+    (conmon), the runtime's own processes that stay (gVisor: its sentry, `runsc-sandbox`, and its
+    file server, `runsc-gofer`; runc and crun exit once the container runs) and the workload's: its
+    processes (runc, crun), or under gVisor's ptrace platform the stub processes that hold its
+    address spaces (the pages themselves are the sentry's memory file, so PSS splits them between
+    sentry and stubs). {} when it cannot be read (docker: no conmon)."""
+    res = machine.run(["ps", "-eo", "pid=,ppid=,args="], timeout=30)
+    if not res.ok or conmon_pid <= 0:
+        return {}
+    children: dict[int, list[int]] = {}
+    args: dict[int, str] = {}
+    for line in res.stdout.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+            children.setdefault(int(parts[1]), []).append(int(parts[0]))
+            args[int(parts[0])] = parts[2] if len(parts) > 2 else ""
+    tree, todo = [], [conmon_pid]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    pss = machine.run(["sh", "-c", _PSS, "vb", *map(str, tree)], timeout=30)
+    if not pss.ok:
+        return {}
+    out = {"conmon": 0, "runtime": 0, "workload": 0}
+    for line in pss.stdout.splitlines():
+        pid, _, kb = line.partition(" ")
+        if not pid.isdigit() or not kb.strip().isdigit():
+            continue
+        first = args.get(int(pid), "").split(" ", 1)[0].rsplit("/", 1)[-1]
+        who = "conmon" if int(pid) == conmon_pid else "runtime" if kind(first) or first.startswith("runsc") \
+            else "workload"
+        out[who] += int(kb.strip())
+    out["total"] = sum(out.values())
+    return out

@@ -34,6 +34,7 @@ RUN_SECTIONS: list[str] = [
     "virtbench.report.sections.scaling:build",
     "virtbench.report.sections.lifecycle:build",
     "virtbench.report.sections.podphases:build",
+    "virtbench.report.sections.runtimes:build",
     "virtbench.report.sections.timeseries:build",
 ]
 
