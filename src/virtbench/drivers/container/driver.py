@@ -32,6 +32,10 @@ engine_storage = engine.engine_storage
 _tail = tail  # and this one
 
 SCRATCH = "/tmp/vb-scratch"
+# gVisor mounts its own in-memory tmpfs over an image's empty /tmp, so scratch there would put disk and
+# file tests in the sandbox's memory; under runsc the scratch is on the root file system (served by its
+# gofer), as /tmp is under runc and crun (the container's overlay).
+GVISOR_SCRATCH = "/var/tmp/vb-scratch"
 READY_TIMEOUT = 60.0
 READY_POLL = 0.02
 _lock = threading.Lock()
@@ -116,7 +120,7 @@ class ContainerInstance(GuestImageInstance):
         # The readiness probe doubles as scratch set-up: its first success is the "ready" mark.
         deadline = time.monotonic() + READY_TIMEOUT
         while True:
-            res = self._cli("exec", self.name, "mkdir", "-p", SCRATCH, timeout=READY_TIMEOUT)
+            res = self._cli("exec", self.name, "mkdir", "-p", self.scratch_dir(), timeout=READY_TIMEOUT)
             if res.ok:
                 self.mark("ready")
                 return
@@ -146,7 +150,7 @@ class ContainerInstance(GuestImageInstance):
         return res
 
     def scratch_dir(self) -> str:
-        return SCRATCH
+        return GVISOR_SCRATCH if self.engine.runtime == "runsc" else SCRATCH
 
     def alive(self) -> bool:
         if self._torn_down:
