@@ -22,7 +22,7 @@ DOC = ROOT / "docs" / "architecture.md"
 # longest name here that is it or a package holding it ("virtbench" alone: the package's __init__;
 # `cli_*`: the command modules).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("commands", ("cli", "run.runner", "run.rounds", "run.boot", "run.boot_results", "run.checks", "report", "reproduce", "reproduce.experiments", "reproduce.facts", "reproduce.matrix", "reproduce.times", "reproduce.testbed", "studies", "cli.doctor", "api", "export", "__main__", "drivers.pods.testbed.commands",)),
+    ("commands", ("cli", "run.runner", "run.rounds", "run.boot", "run.boot_results", "run.checks", "run.session", "report", "reproduce", "reproduce.experiments", "reproduce.facts", "reproduce.matrix", "reproduce.times", "reproduce.testbed", "studies", "cli.doctor", "api", "export", "__main__", "drivers.pods.testbed.commands",)),
     ("results and plans", ("analysis", "run.outcomes", "run.plan", "run.estimates", "run.progress", "suite", "stats.scaling", "render", "stats.ratio_methods", "stats.verdicts", "run.noise", "run",)),
     ("act on instances", ("workloads", "conditions", "workloads.mpicluster", "monitor", "sysinfo", "kernel_identity",)),
     ("make instances", ("drivers", "drivers.vm.checks", "drivers.vm.driver", "drivers.cloud.checks", "drivers.container.checks",)),

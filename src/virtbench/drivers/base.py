@@ -256,6 +256,10 @@ class Driver(ABC):
         created; raises UserError when that is more than the driver allows (a cost guard)."""
         return []
 
+    def close(self) -> None:
+        """Make starts still in flight give up and remove what this driver started and nobody tore
+        down (after a Ctrl-C); nothing to do for a driver whose instances are only the caller's."""
+
     def lifecycle_ops(self, env: EnvSpec) -> Any:
         """The operations `virtbench check` needs (a lifecycle.LifecycleOps), or None: the driver
         offers no lifecycle checks."""

@@ -31,12 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import drivers, image, procs, shapes
+from .. import drivers, procs, shapes
 from .boot_results import METRICS, relative
-from .. import machines as machines_mod
+from .session import Session
 from ..drivers.base import DriverContext, Instance
 from ..errors import ConditionUnavailable, UserError
-from ..machines import owners
 from ..model import EnvSpec, Sample
 from ..store import Store, canonical
 from ..workloads.base import MetricSpec, Param, Workload
@@ -264,12 +263,16 @@ class BootRunner:
         g = self.grid
         self.run_id = self.store.create_run(self.spec(), suite_name="boot", suite_path=None, baseline=g.driver,
                                             command=self.command)
-        workdir = owners.local_workdir(f"virtbench-{self.run_id}-", self.run_id)
+        with Session(self.run_id, inventory=self.inventory, store=self.store, note=self.events.note) as session:
+            self._run(session)
+        return self.run_id
+
+    def _run(self, session: Session) -> None:
+        g = self.grid
         try:
-            info = image.require() if drivers.driver_class(g.driver).needs_image else None
-            self.context = DriverContext(self.run_id, workdir, info, machines_mod.pool_for(self.inventory))
-            self.driver = drivers.make(g.driver, self.context)
-            self._removed(self.context.machines.sweep())  # this machine (machines/ledger.py)
+            self.context = session.context
+            self.driver = session.driver(g.driver)
+            session.sweep()  # this machine (machines/ledger.py)
             problems = self.driver.check()
             if not problems:  # e.g. a cloud's credentials, endpoint, image ids: before any start
                 problems = self.driver.check_env(env_for(g, g.cells()[0]["params"], self.driver))
@@ -287,7 +290,7 @@ class BootRunner:
                     if cell["key"] in skipped:
                         continue
                     results = self._round(cell, rep)
-                    self._removed(self.context.machines.sweep())  # what sweeps of the cell's machines removed
+                    session.sweep()  # and what sweeps of the cell's machines removed
                     if not facts_saved and any(r["status"] == "ok" for r in results):
                         self._save_facts(results)
                         facts_saved = True
@@ -299,22 +302,6 @@ class BootRunner:
         except BaseException as exc:
             self.store.set_status(self.run_id, "failed", f"{type(exc).__name__}: {exc}")
             raise
-        finally:
-            if self.context:
-                with procs.interrupts_held():  # the run's last report, however it ends (Pool.drain)
-                    try:
-                        self._removed(self.context.machines.drain())
-                    except Exception as exc:  # noqa: BLE001 - the run's own outcome must not be hidden
-                        self.events.note(f"could not record the leftovers removed: {type(exc).__name__}: {exc}")
-                self.context.machines.close()
-            owners.remove_local(workdir)
-        return self.run_id
-
-    def _removed(self, names: list[str]) -> None:
-        """Name each leftover the run's sweeps removed in its notes and store it (`virtbench show`)."""
-        for name in names:
-            self.events.note(f"removed a leftover of an earlier run: {name}")
-            self.store.add_event(self.run_id, "removed", name)
 
     def _prepare(self, cells: list[dict]) -> dict[str, str]:
         """Build what every cell needs before timing anything (base disks: 'cached on the node');
@@ -370,9 +357,7 @@ class BootRunner:
             # Ctrl-C: starts not yet begun do not begin; instances still booting belong to no slot
             # yet, so a driver that can stops them all (a VM's QEMU, a cloud's starts in flight).
             barrier.abort()
-            close = getattr(driver, "close", None)
-            if close:
-                close()
+            driver.close()
 
         try:
             procs.fan_out(start, conc, on_interrupt=give_up)

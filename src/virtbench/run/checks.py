@@ -20,13 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import drivers, image, procs, shapes
-from .. import machines as machines_mod
-from ..drivers.base import Driver, DriverContext, Instance
+from .. import drivers, procs, shapes
+from ..drivers.base import Driver, Instance
 from ..drivers.checks_base import CheckResult, LifecycleOps, identity
 from ..errors import UserError
-from ..machines import owners
 from ..model import EnvSpec
+from .session import Session
 
 DEFAULT_COUNT = 4
 REBOOT_COUNT = 3
@@ -73,12 +72,17 @@ def run_checks(driver_name: str, *, count: int = DEFAULT_COUNT, shape: str = "m1
     except KeyError:
         raise UserError(f"unknown shape '{shape}'", "valid shapes: " + ", ".join(shapes.names())) from None
     run_id = "check-" + time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-    workdir = owners.local_workdir(f"virtbench-{run_id}-", run_id)
-    info = image.require() if cls.needs_image else None
-    pool = machines_mod.pool_for(inventory)
-    driver = drivers.make(driver_name, DriverContext(run_id, workdir, info, pool))
-    for name in pool.sweep():  # this machine (machines/ledger.py)
-        log(f"removed a leftover of an earlier run: {name}")
+    with Session(run_id, inventory=inventory, note=log) as session:  # its end: the final drain, the pool, workdir
+        driver = session.driver(driver_name)
+        session.sweep()  # this machine (machines/ledger.py)
+        out = {"driver": driver_name, "shape": shape, "count": count}
+        return _run_checks(session, driver, env, count, only, log, out)
+
+
+def _run_checks(session: Session, driver: Driver, env: EnvSpec, count: int, only: list[str] | None,
+                log: Callable[[str], None], out: dict[str, Any]) -> dict[str, Any]:
+    driver_name = env.driver
+    workdir = session.workdir
     problems = driver.check()
     if problems:
         raise UserError(f"the {driver_name} driver cannot run here: "
@@ -91,7 +95,6 @@ def run_checks(driver_name: str, *, count: int = DEFAULT_COUNT, shape: str = "m1
                                                         is not Driver.lifecycle_ops))
     results: list[CheckResult] = []
     live: list[Instance] = []
-    out: dict[str, Any] = {"driver": driver_name, "shape": shape, "count": count}
     extra = ops.extra_checks()
     wanted = only or ["start_many", "reboot_many", "attach_disk", "snapshot_boot", *extra]
     try:
@@ -141,12 +144,8 @@ def run_checks(driver_name: str, *, count: int = DEFAULT_COUNT, shape: str = "m1
         for inst in live:
             with contextlib.suppress(Exception):
                 inst.teardown()
-        close = getattr(driver, "close", None)  # whatever is still booting after a Ctrl-C
-        if close:
-            with contextlib.suppress(Exception):
-                close()
-        pool.close()
-        owners.remove_local(workdir)
+        with contextlib.suppress(Exception):
+            driver.close()  # whatever is still booting after a Ctrl-C
     out["checks"] = [r.as_dict() for r in results]
     out["passed"] = all(r.passed is not False for r in results)
     return out

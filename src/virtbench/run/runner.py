@@ -22,18 +22,17 @@ import traceback
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .. import conditions, drivers, machines, monitor, procs, sysinfo, workloads
 from . import cpugiven, estimates, outcomes
 from ..conditions import Applied
-from ..drivers.base import DriverContext, Instance
+from ..drivers.base import Instance
 from ..errors import ConditionUnavailable, UserError, WorkloadFailed
-from ..machines import owners
 from ..model import EnvSpec
 from .progress import Outlook, attempt_seconds
 from .rounds import GIVE_UP_AFTER, Rounds, Tally
+from .session import Session
 from ..store import Store
 from ..suite import Matrix, cell_environments
 from ..workloads.base import RunContext
@@ -81,6 +80,7 @@ class Runner(Rounds):
         self.command = command
         self.clock = clock
         self.run_id: str | None = None
+        self.session: Session | None = None  # while it executes: its machines, drivers, sweeps
         # cell key -> what its rounds add to make their stored repetition number (a retry's rounds
         # come after the stored ones)
         self._round_offset: dict[str, int] = {}
@@ -149,52 +149,30 @@ class Runner(Rounds):
 
     # -- the loop ----------------------------------------------------------------------------
     def _execute(self, tallies: dict[tuple[str, str], Tally], next_round: dict[str, int] | None = None) -> None:
-        workdir = owners.local_workdir(f"virtbench-{self.run_id}-", self.run_id)
         states: dict[str, _EnvState] = {}
-        self.machines = machines.pool_for(self.matrix.inventory)
-        try:
-            with self.store.recording_status(self.run_id, f"virtbench run --resume {self.run_id}{self.store.db_option}"), \
-                    procs.sigterm_as_interrupt(), self._testbeds_used(), owners.running(self.run_id):
-                states = self._prepare_envs(workdir)
-                self._loop(states, tallies, next_round)
-            # completed, and what it lacks: `virtbench runs` must not call a run without results complete
-            self.store.set_status(self.run_id, "completed",
-                                  outcomes.shortfall(outcomes.cell_outcomes(self.store, self.run_id)))
-        finally:
-            self._teardown(states)
-            self._final_removals()
-            self.machines.close()
-            owners.remove_local(workdir)
-
-    def _testbeds_used(self):
-        """While it runs, the run is registered with the local testbeds its inventory names, so
-        `virtbench testbed down` will not remove them under it."""
-        from ..machines import inventory as inventory_mod
-        from ..machines import testbed_owner
-
-        names: list[str] = []
-        if self.matrix.inventory:
+        with Session(self.run_id, inventory=self.matrix.inventory, store=self.store, note=self.events.note) as session:
+            self.session, self.machines = session, session.machines
             try:
-                hosts = inventory_mod.load(self.matrix.inventory).hosts.values()
-                names = sorted({str(h.vars["virtbench_testbed"]) for h in hosts if h.vars.get("virtbench_testbed")})
-            except (UserError, OSError):
-                pass  # the drivers report an unreadable inventory
-        return testbed_owner.used_by(names, self.run_id, str(self.store.url))
+                with self.store.recording_status(self.run_id,
+                                                 f"virtbench run --resume {self.run_id}{self.store.db_option}"), \
+                        procs.sigterm_as_interrupt():
+                    states = self._prepare_envs(session)
+                    self._loop(states, tallies, next_round)
+                # completed, and what it lacks: `virtbench runs` must not call a run without results complete
+                self.store.set_status(self.run_id, "completed",
+                                      outcomes.shortfall(outcomes.cell_outcomes(self.store, self.run_id)))
+            finally:
+                self._teardown(states)
 
-    def _prepare_envs(self, workdir: Path) -> dict[str, _EnvState]:
-        image = None
-        if any(drivers.driver_class(e.driver).needs_image for e in self.matrix.environments):
-            from .. import image as image_mod
-            image = image_mod.require()
-        ctx = DriverContext(self.run_id, workdir, image, self.machines)
+    def _prepare_envs(self, session: Session) -> dict[str, _EnvState]:
         states, problems, made = {}, [], {}
         for env in self.matrix.environments:
             if env.driver not in made:
-                made[env.driver] = drivers.make(env.driver, ctx)
+                made[env.driver] = session.driver(env.driver)
                 problems += [f"{env.name}: {p.what} (fix: {p.fix})" for p in made[env.driver].check()]
             problems += [f"{env.name}: {p.what} (fix: {p.fix})" for p in made[env.driver].check_env(env)]
             states[env.name] = _EnvState(env, made[env.driver])
-        self._report_removed(self.machines.sweep())  # this machine; the others when first used (machines/ledger.py)
+        session.sweep()  # this machine; the others when first used (machines/ledger.py)
         if problems:
             raise UserError("cannot run these environments:\n  " + "\n  ".join(problems),
                             "fix the problems above, or leave those environments out with --envs")
@@ -202,21 +180,6 @@ class Runner(Rounds):
             for line in made[env.driver].plan(env, self._peak_instances(env.name)):
                 self.events.note(line)
         return states
-
-    def _report_removed(self, names: list[str]) -> None:
-        """Name each leftover the run's sweeps removed in its notes, now and in the store (`show`)."""
-        for name in names:
-            self.events.note(f"removed a leftover of an earlier run: {name}")
-            self.store.add_event(self.run_id, "removed", name)
-
-    def _final_removals(self) -> None:
-        """At the end of the run, however it ends: what sweeps removed since the last report (a machine
-        handed out after the last provision, a sweep that finished late) still reaches this run's notes."""
-        with procs.interrupts_held():
-            try:
-                self._report_removed(self.machines.drain())
-            except Exception as exc:  # noqa: BLE001 - the run's own outcome must not be hidden by this
-                self.events.note(f"could not record the leftovers removed: {type(exc).__name__}: {exc}")
 
     def _peak_instances(self, env: str) -> int:
         """Most instances an environment can hold at once: per role, the most any cell asks for
@@ -479,7 +442,7 @@ class Runner(Rounds):
                     pool.append(inst)
                     state.instance_rows[inst.name] = self.store.save_instance(
                         self.run_id, state.env.name, inst.name, role, inst.lifecycle, inst.metadata())
-                self._report_removed(self.machines.take())
+                self.session.report_removed(self.machines.take())
             out[role] = pool[:count]
         if not state.facts_saved:
             first = next(iter(out.values()))[0]
