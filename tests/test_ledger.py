@@ -104,11 +104,11 @@ def test_here_only_finders_skip_other_machines_and_an_unreachable_one_ends_its_s
 
 def test_owner_labels_round_trip():
     mine = ledger.labels("run-1")
-    assert set(mine) == {"virtbench.host", "virtbench.run.boot", "virtbench.pid", "virtbench.pidstart", "virtbench.run"}
+    assert set(mine) == {"virtbench.host", "virtbench.boot", "virtbench.pid", "virtbench.pidstart", "virtbench.run"}
     assert not ledger.gone(mine)  # this process
     assert ledger.gone({**mine, "virtbench.pid": str(_dead_pid())})
     assert ledger.gone({**mine, "virtbench.pidstart": "1"})  # the pid was reused
-    assert ledger.gone({**mine, "virtbench.run.boot": "00000000-0000-0000-0000-000000000000"})  # rebooted since
+    assert ledger.gone({**mine, "virtbench.boot": "00000000-0000-0000-0000-000000000000"})  # rebooted since
     assert not ledger.gone({**mine, "virtbench.pid": str(_dead_pid()), "virtbench.host": "another-controller"})
     # Kubernetes label values: the host as label_value made it is still this host.
     kube = ledger.labels("run 1", manifests.label_value)

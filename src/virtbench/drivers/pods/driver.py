@@ -329,7 +329,7 @@ class PodsDriver(Driver):
                 problems.append(Problem(
                     f"the kubernetes backend needs option image (a registry reference the cluster can pull): "
                     f"{cluster.server} is not a virtbench testbed, whose registry it would use",
-                    "push the guest image (see docs/architecture.md, Pods) and set "
+                    "push the guest image (see docs/pods.md) and set "
                     "image = \"REGISTRY/virtbench-guest:{hash}\""))
             if opts["storage_class"] and not cluster.has_storage_class(opts["storage_class"]):
                 problems.append(Problem(f"the cluster has no storage class {opts['storage_class']}",
