@@ -423,7 +423,7 @@ def test_run_time_skips_what_no_longer_fits_and_says_so(tmp_path, monkeypatch):
     assert store.run(rep.run_id)["status"] == "completed"
 
 
-def test_failed_experiments_are_recorded_with_their_reasons_and_set_the_exit_status(tmp_path, monkeypatch):
+def test_failed_experiments_are_recorded_with_their_reasons_and_set_the_exit_status(tmp_path, monkeypatch, capsys):
     """As `run`: 0 when no experiment failed, 3 when some did and others have results, 4 when none has.
     Two ways to fail: a selection that matches no cell (before any child run), and a child run whose
     every cell failed (its kernel exits 1: the one fake here, standing for a broken workload)."""
@@ -448,6 +448,10 @@ def test_failed_experiments_are_recorded_with_their_reasons_and_set_the_exit_sta
     # `virtbench runs` says what a completed reproduce run lacks, as it does for `run`
     assert notes == {"ok": ("completed", None), "some": ("completed", "1 of 2 experiments failed"),
                      "none": ("completed", "no experiment succeeded")}
+    # its last line names the report with the --db that holds the run
+    capsys.readouterr()
+    cli_reproduce.show(Store(tmp_path / "r.sqlite", named=tmp_path / "r.sqlite"), run_id, False)
+    assert f"Report: virtbench report {run_id} --db {tmp_path / 'r.sqlite'}" in capsys.readouterr().out
     assert done["tiny-a"]["status"] == "ok" and done["tiny-a"]["reason"] is None
     assert done["tiny-b"]["status"] == "failed" and done["tiny-b"]["child"]
     assert done["tiny-b"]["reason"].startswith("no cell has results (system on host: ")

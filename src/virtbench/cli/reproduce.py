@@ -264,4 +264,5 @@ def show(store: Store, run_id: str, as_json: bool) -> None:
     c = data["counts"]
     out.print(f"run {data['run_id']} ({data['status']}): {c['holds']} hold, {c['differs']} differ, "
               f"{c['not measured']} not measured; {data['elapsed_s'] / 60:.1f} min of a "
-              f"{data['budget_s'] / 60:.0f} min budget. Report: virtbench report {data['run_id']}", highlight=False)
+              f"{data['budget_s'] / 60:.0f} min budget. Report: virtbench report {data['run_id']}{store.db_option}",
+              highlight=False, soft_wrap=True)
