@@ -1,2 +1,4 @@
-"""The studies' published findings as checkable claims (claims.py), the pure scoring of a claim
-against measured evidence (score.py), and the evidence read from stored runs (evidence.py)."""
+"""The studies as data: study files (studies/NNN.toml, or a user's own) read by studyfile.py into
+model.py's Study, the pure scoring of a finding against measured evidence (score.py), the evidence
+read from stored runs (evidence.py), the files a run recorded (chosen.py), the studies' own printed
+numbers scored as measurements (ownnumbers.py) and their tables for reports (published.py)."""
