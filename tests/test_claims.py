@@ -432,3 +432,28 @@ def test_a_pods_verdict_names_the_cluster_and_the_rule_that_it_counts():
     assert v.measured.endswith("; cluster: 2 nodes (n1, n2) on one machine (one boot id): one machine playing a "
                                "cluster (a cluster counts whatever its nodes are: study 004 measured its pods on one "
                                "node of its cluster (section 6))")
+
+
+def test_one_cells_environments_compare_round_by_round():
+    """Groups of one cell's environments, run in lockstep rounds, are compared round by round (the
+    signed-rank interval, from 6 rounds at 95 %): load that doubles whole rounds cancels, where two
+    groups would give an interval across the tolerance."""
+    c = by_id("004-fio-container-latency")
+    load = [1.0, 2.0, 1.1, 1.9, 1.0, 2.1]
+
+    def groups(paired: bool, n: int = 6):
+        num = _group(c.args["num"], [125.0 * x for x in load[:n]])
+        den = _group(c.args["den"], [100.0 * x * f for x, f in zip(load[:n], (1.0, 1.01, 0.99, 1.0, 1.02, 0.98))])
+        for g in (num, den):
+            g.rounds = list(range(n))
+            if paired:
+                g.meta["rounds_of"] = "child|cell|{}"
+        return [num, den]
+
+    two = score.score(c, Evidence(groups(False), KVM))
+    assert two.verdict == NOT_MEASURED and "reaches both sides" in two.reason, two.measured
+    paired = score.score(c, Evidence(groups(True), KVM))
+    assert paired.verdict == HOLDS and "paired rounds" in paired.measured and paired.level >= 0.95, paired.measured
+    assert paired.ci[0] > 1.2
+    # 5 rounds cannot reach 95 % paired: the two groups' interval (4 a side suffice) is used instead
+    assert "paired rounds" not in score.score(c, Evidence(groups(True, 5), KVM)).measured

@@ -88,7 +88,8 @@ def test_a_users_study_is_planned_run_and_scored_with_its_hash(tmp_path, guest_i
     assert card["id"] == "mypaper-cpu-alike" and card["cite"] == "section 4, Table 2"
     # a container runs dhrystone at the host's speed: never "differs" against 0.5-2; 6 a side reach 95 %
     assert card["verdict"] != "differs" and card["level"] >= 0.95, card
-    assert "container" in card["measured"] and "(n = 6 / 6)" in card["measured"]
+    # one cell, host and container in lockstep rounds: compared round by round
+    assert "container" in card["measured"] and "(n = 6 / 6, paired rounds)" in card["measured"]
 
     # Changed after the results were seen: the stored run keeps its pre-registered text and hash.
     study.write_text(STUDY.replace("within = [0.5, 2.0]", "within = [1.05, 1.2]"))

@@ -60,8 +60,12 @@ def child_groups(store: Store, experiment: str, child_id: str) -> list[Group]:
             for k in ("accelerator", "backend"):  # emulation (TCG, a local EC2 stand-in) is never scored
                 if meta.get(k):
                     g["group"].meta[k] = meta[k]
+            if spec.get("kind") != "boot":  # a cell's environments run in lockstep rounds: its groups pair
+                g["group"].meta["rounds_of"] = f"{child_id}|{key[0]}|{key[1]}"
         g["group"].values.append(float(s["value"]))
         g["reps"].append(meta.get("repetition", s["repetition"]))
+    for g in acc.values():
+        g["group"].rounds = list(g["reps"])
     groups = [g["group"] for g in acc.values()]
     return groups + _index_groups(acc)
 

@@ -69,7 +69,8 @@ class Group:
     unit: str
     higher_is_better: bool
     values: list[float]
-    meta: dict[str, Any] = field(default_factory=dict)  # accelerator, backend
+    meta: dict[str, Any] = field(default_factory=dict)  # accelerator, backend, rounds_of (the cell's run)
+    rounds: list[int] | None = None  # the round (repetition) of each value, where recorded
 
     @property
     def median(self) -> float:
@@ -222,8 +223,31 @@ def _ci_text(lo: float, hi: float) -> str:
     return f" [{_fmt(lo)}, {_fmt(hi)}]" if math.isfinite(lo) and math.isfinite(hi) else " (no interval: too few values)"
 
 
+def paired_rounds(num: Group, den: Group) -> tuple[list[float], list[float]] | None:
+    """The two groups' values round by round, where they are one cell's environments run in lockstep
+    rounds (load and drift of a round hit both) and enough rounds have both for the signed-rank
+    interval to reach LEVEL; None: compare them as two groups."""
+    key = num.meta.get("rounds_of")
+    if not key or key != den.meta.get("rounds_of") or num.rounds is None or den.rounds is None:
+        return None
+    a, b = dict(zip(num.rounds, num.values)), dict(zip(den.rounds, den.values))
+    both = sorted(set(a) & set(b))
+    if len(both) < stats_exact.min_n("signed-rank", LEVEL):
+        return None
+    return [a[r] for r in both], [b[r] for r in both]
+
+
 def _ratio(num: Group, den: Group) -> stats.Ratio:
+    """num / den: from paired rounds where they are (the signed-rank interval of the rounds' ratios),
+    else from two groups (the Mann-Whitney interval)."""
+    pairs = paired_rounds(num, den)
+    if pairs:
+        return stats.paired_ratio(*pairs, confidence=LEVEL)
     return stats.ratio(num.values, den.values, higher_is_better=num.higher_is_better)
+
+
+def _method(num: Group, den: Group) -> str:
+    return ", paired rounds" if paired_rounds(num, den) else ""
 
 
 UNDECIDED = None  # the interval reaches both sides of the tolerance
@@ -240,7 +264,8 @@ class Level:
 
 def repetitions_for_level(rule: str) -> int:
     """Fewest repetitions per group whose interval can reach LEVEL under `rule`'s method
-    (stats_exact.min_n): the exact two-sample (Mann-Whitney) interval of a ratio, 4 per side; a
+    (stats_exact.min_n): the exact two-sample (Mann-Whitney) interval of a ratio, 4 per side (one
+    cell's environments are paired round by round from 6 rounds on, paired_rounds); a
     median's order-statistic interval, 6; 1 where no interval is read (a peak, the network penalty:
     medians) or one comes from all the points together (a slope)."""
     if rule in ("ratio", "efficiency", "order", "steps"):
@@ -281,7 +306,7 @@ def _rule_ratio(c: Finding, ev: Evidence, tcg: bool):
     r = _ratio(num, den)
     ok = decide(r.ratio, r.ci_low, r.ci_high, c.args)
     text = (f"{_fmt(r.ratio)}x{_ci_text(r.ci_low, r.ci_high)}: {_label(num)} {_fmt(num.median)} / {_label(den)} "
-            f"{_fmt(den.median)} {den.unit} (n = {len(num.values)} / {len(den.values)})")
+            f"{_fmt(den.median)} {den.unit} (n = {len(num.values)} / {len(den.values)}{_method(num, den)})")
     ci = [r.ci_low, r.ci_high] if math.isfinite(r.ci_low) else None
     envs = sorted({num.env, den.env})
     if ok:  # against the best of a range: "holds" only where the range could see the published best
