@@ -153,6 +153,8 @@ def reproduce(studies, budget, kubeconfig, testbed, inventory, hosts, cloud, pod
         total = sum(p["estimate_s"] or 0 for p in spec["plan"])
         err.print(f"estimated {total / 60:.1f} min of a {budget_s / 60:.0f} min budget; accelerator "
                   f"{facts['accelerator']}, load {facts['load_1m']:.2f} on {facts['cores']} cores", highlight=False)
+        if needs_cluster and not facts.get("testbed_up"):
+            err.print(reproduce_testbed.start_note(), highlight=False)
         if plan_only:
             if as_json:
                 emit_json({"plan": spec["plan"], "left_out": left_out_always(chosen, own), "facts": facts,
