@@ -547,3 +547,20 @@ def test_a_cluster_is_described_as_what_it_is():
         "2 nodes (vbt-n1, vbt-n2) on one machine (one boot id): one machine playing a cluster")
     assert describe_nodes([("a", "b1"), ("b", "b2"), ("c", "b3")]) == "3 nodes (a, b, c) on 3 separate machines (a boot id each)"
     assert describe_nodes([("a", "b1")]) == "1 node (a)"
+
+
+def test_a_stored_run_keeps_the_experiments_of_the_study_files_it_recorded():
+    """A study file changed after a run started: its resume and scorecard use the tiers it recorded."""
+    steps = rp.plan(3600, TCG, studies=["002"], history={})
+    spec = rp.spec_for(steps, 3600, TCG, ["002"], None, "")
+    assert [f["id"] for f in spec["study_files"]] == ["002"] and spec["study_files"][0]["builtin"]
+    link = next(e for e in rp.experiments_of(spec) if e.id == "002-link")
+    assert link.tiers == next(e for e in rp.EXPERIMENTS if e.id == "002-link").tiers
+    # the file as recorded, not as it is now: a tier the recorded text has and the file lost
+    text = spec["study_files"][0]["text"]
+    recorded = text.replace('label = "1 GiB file (the suite\'s 1/2)', 'label = "as recorded: 1 GiB file (the suite\'s 1/2)')
+    assert recorded != text
+    spec["study_files"][0]["text"] = recorded
+    link = next(e for e in rp.experiments_of(spec) if e.id == "002-link")
+    assert any(t.label.startswith("as recorded: ") for t in link.tiers)
+    assert rp.experiments_of({**spec, "study_files": []}) == rp.EXPERIMENTS  # a run stored before files were

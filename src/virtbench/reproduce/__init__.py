@@ -173,11 +173,14 @@ def _platform_note(exp: Experiment, facts: dict[str, Any]) -> str:
 
 
 def experiments_of(spec: dict[str, Any]) -> tuple[Experiment, ...]:
-    """The experiments a stored reproduce run was planned with: a user's study files' (as recorded),
-    else the built-in ones."""
-    if any(not f["builtin"] for f in spec.get("study_files") or []):
-        return in_priority(chosen.from_spec(spec))
-    return EXPERIMENTS
+    """The experiments a stored reproduce run was planned with: those of the study files it recorded
+    (so a resumed run keeps the tiers its plan's indexes point at, whatever the files say now), and
+    the built-in ones for a run stored before files were recorded."""
+    if not spec.get("study_files"):
+        return EXPERIMENTS
+    recorded = in_priority(chosen.from_spec(spec))
+    ids = {e.id for e in recorded}
+    return recorded + tuple(e for e in EXPERIMENTS if e.id not in ids)
 
 
 def left_out_always(studies: list[str] | None, own: list[Study] | None = None) -> dict[str, str]:
