@@ -165,9 +165,15 @@ def figures(store: Store, run_id: str, **extra) -> dict:
         if math.isfinite(lo):
             sign95.append((math.exp(hi) - math.exp(lo)) / 2 / math.exp(float(np.median(d))))
     verdicts = [r["verdict"] for r in rows]
+    given: dict[str, list[float]] = {}  # CPU each environment's repetitions got (cpu_given.own_cores)
+    for smp in store.samples(run_id):
+        g = json.loads(smp["metadata_json"]).get("cpu_given") or {}
+        if smp["metric"] in TESTS and isinstance(g.get("own_cores"), (int, float)):
+            given.setdefault(smp["environment"], []).append(g["own_cores"])
     return {"run_id": run_id, **extra, "flagged": sum(v in ("faster", "slower") for v in verdicts),
             "slower": verdicts.count("slower"), "faster": verdicts.count("faster"),
             "verdict_counts": {v: verdicts.count(v) for v in sorted(set(map(str, verdicts)))}, "rows": len(rows),
+            "own_cores": {e: statistics.median(v) for e, v in sorted(given.items())},
             "median_halfwidth": statistics.median(half) if half else math.nan,
             "halfwidths": {r["metric"]: (r["ratio_ci_high"] - r["ratio_ci_low"]) / 2 / r["ratio"] for r in rows
                            if r["ratio_ci_low"] is not None},
@@ -407,7 +413,9 @@ def main() -> int:
                     known.append(f)
                     print(f"{mode} A/B run {k + 1} (b: cpus {AB_CPUS[1]}): {f['slower']} of {f['rows']} rows slower, "
                           f"{f['faster']} faster; verdicts {f['verdict_counts']}; ratios "
-                          f"{ {t: round(v, 3) for t, v in f['ratios'].items()} }; rounds {sorted(f['rounds'].values())}, "
+                          f"{ {t: round(v, 3) for t, v in f['ratios'].items()} }; CPU the repetitions got (cores, median) "
+                          f"{f['own_cores']}: a quota binds only where the machine has the core to give; "
+                          f"rounds {sorted(f['rounds'].values())}, "
                           f"{f['wall']:.0f} s; {_fmt_load(f)}", flush=True)
                 if "aa" not in kinds:
                     continue
