@@ -464,11 +464,12 @@ def main() -> int:
             print(f"{mode}: {summary['flagged_rows']} of {total_rows} rows flagged; median ratio CI half-width "
                   f"{summary['median_halfwidth'] * 100:.2f} %; equal counts in {summary['equal_counts_runs']} of "
                   f"{len(runs)} runs")
-            print(f"{mode} replay ({args.replay} runs from the measured rounds): b slowed 5 %: all 6 rows detected in "
-                  f"{summary['replay_5pct_all_detected_runs']} of {args.replay} runs, "
-                  f"{summary['replay_5pct_rows_detected']} of {summary['replay_rows']} rows (median "
-                  f"{summary['replay_5pct_median_rounds']:.0f} rounds); unchanged: "
-                  f"{summary['replay_aa_flagged_rows']} of {summary['replay_rows']} rows flagged", flush=True)
+            if args.replay:
+                print(f"{mode} replay ({args.replay} runs from the measured rounds): b slowed 5 %: all 6 rows detected in "
+                      f"{summary['replay_5pct_all_detected_runs']} of {args.replay} runs, "
+                      f"{summary['replay_5pct_rows_detected']} of {summary['replay_rows']} rows (median "
+                      f"{summary['replay_5pct_median_rounds']:.0f} rounds); unchanged: "
+                      f"{summary['replay_aa_flagged_rows']} of {summary['replay_rows']} rows flagged", flush=True)
             print_noise(f"{mode} noise floor (the {len(runs)} runs' rounds pooled)", floor, measured)
     finally:
         shutil.rmtree(work, ignore_errors=True)
