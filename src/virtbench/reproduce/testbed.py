@@ -8,6 +8,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ..errors import UserError
+
 
 def kubeconfig() -> Path:
     """Where the testbed's kubeconfig is (also before it is up: `up` writes it there)."""
@@ -58,6 +60,10 @@ def cluster_for_run(log: Callable[[str], None], nodes: int = 2) -> Iterator[str]
         yield str(lay.kubeconfig)
     finally:
         log("stopping the testbed cluster this run started")
-        cluster.down(lay.name, log=log)
-        if left := cluster.leftovers(Layout(lay.name, 0)):
-            log(f"could not remove: {', '.join(left)} (virtbench testbed k8s down tries again)")
+        try:
+            cluster.down(lay.name, log=log)
+        except UserError as exc:  # another live run uses it now: it stays, and the run's own outcome is kept
+            log(f"the testbed cluster stays up: {exc.message} ({exc.hint or 'virtbench testbed k8s down later'})")
+        else:
+            if left := cluster.leftovers(Layout(lay.name, 0)):
+                log(f"could not remove: {', '.join(left)} (virtbench testbed k8s down tries again)")
