@@ -319,6 +319,10 @@ def test_reproduce_runs_resumes_and_reports_scorecard_first(tmp_path, monkeypatc
         rep.start(600, None, dict(TCG))
     run_id = rep.run_id
     assert store.run(run_id)["status"] == "interrupted"
+    # the report of the interrupted run says how to continue it, with the --db that holds it
+    named = Store(tmp_path / "r.sqlite", named=tmp_path / "r.sqlite")
+    note = markdown.render(report_build.document(named, [run_id]))
+    assert f"virtbench reproduce --resume {run_id} --db {tmp_path / 'r.sqlite'}" in note
     done = rp.experiments_done(store, run_id)
     assert done["tiny-a"]["status"] == "ok" and "tiny-b" not in done
     first_child = done["tiny-a"]["child"]

@@ -61,6 +61,7 @@ def part(store: Store, run_id: str) -> tuple[Part, list[str]]:
     blocks = [score, plan]
     if data["status"] != "completed":
         blocks.insert(0, Note(f"This reproduce run is {data['status']}: the experiments not run yet have no "
-                              f"verdict. Continue it with: virtbench reproduce --resume {data['run_id']}", "warn"))
+                              f"verdict. Continue it with: virtbench reproduce --resume {data['run_id']}"
+                              f"{store.db_option}", "warn"))
     section = Section(f"{data['run_id']}-scorecard", "Do the studies' findings hold here?", blocks, intro=intro)
     return Part(data["run_id"], f"Reproduce run {data['run_id']}: the five studies", [section]), children
