@@ -568,3 +568,20 @@ def test_a_stored_run_keeps_the_experiments_of_the_study_files_it_recorded():
     link = next(e for e in rp.experiments_of(spec) if e.id == "002-link")
     assert any(t.label.startswith("as recorded: ") for t in link.tiers)
     assert rp.experiments_of({**spec, "study_files": []}) == rp.EXPERIMENTS  # a run stored before files were
+
+
+def test_the_planner_raises_tiers_to_what_their_findings_intervals_need():
+    """Every tier at least at the repetitions its findings' 95 % intervals need, its label saying so; a
+    boot grid's instances started at once count as values (1 and 4 at once: 2 repetitions suffice)."""
+    from virtbench.studies import score, studyfile
+
+    exps = {e.id: e for e in rp.EXPERIMENTS}
+    for f in studyfile.builtin_findings():
+        for eid in score.experiments_read(f):
+            if eid in exps and not exps[eid].boot:
+                assert all(t.repeat >= score.repetitions_for_level(f.rule) for t in exps[eid].tiers), (f.id, eid)
+    raised = [t for e in rp.EXPERIMENTS for t in e.tiers if "a 95 % interval needs" in t.label]
+    assert raised and all(t.label.endswith(f"raised to {t.repeat} repetitions (a 95 % interval needs {t.repeat})")
+                          for t in raised)
+    conc = exps["000-boot-concurrency"]
+    assert conc.tiers[0].boot["concurrency"] == [1, 4] and conc.tiers[0].repeat == 2

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..studies import score, studyfile
-from ..studies.model import Experiment, Finding, Study
+from ..studies.model import Experiment, Finding, Study, Tier
 
 REMOTE_ENV = "hosts"  # the environment of the inventory's SSH hosts in a reproduce run
 CLOUD_ENV = "cloud"   # the environment of the --cloud settings' instances
@@ -25,24 +25,40 @@ def in_priority(studies: list[Study]) -> tuple[Experiment, ...]:
 
 def with_repetitions_for_level(exps: list[Experiment], findings: list[Finding]) -> tuple[Experiment, ...]:
     """Each experiment's tiers raised to the repetitions the findings reading it need for a 95 %
-    interval (score.repetitions_for_level: 4 per side for a ratio, 6 for a median), the label saying
-    so; extra tiers that then repeat no more than the largest ordinary one go."""
-    need: dict[str, int] = {}
+    interval (score.repetitions_for_level: 4 per side for a ratio, 6 for a median; fewer where a boot
+    grid's instances started at once give several values a repetition), the label saying so; extra
+    tiers that then repeat no more than the largest ordinary one go."""
+    reading: dict[str, list[Finding]] = {}
     for f in findings:
         for eid in score.experiments_read(f):
-            need[eid] = max(need.get(eid, 1), score.repetitions_for_level(f.rule))
+            reading.setdefault(eid, []).append(f)
     out = []
     for e in exps:
-        n = need.get(e.id, 1)
-        if all(t.repeat >= n for t in e.tiers):
+        tiers = []
+        for t in e.tiers:
+            n = max([_needed(e, t, f) for f in reading.get(e.id, [])] or [1])
+            tiers.append(t if t.repeat >= n else replace(
+                t, repeat=n, estimate_s=t.estimate_s * n / t.repeat,
+                label=f"{t.label}; raised to {n} repetitions (a 95 % interval needs {n})"))
+        if tiers == list(e.tiers):
             out.append(e)
             continue
-        tiers = [t if t.repeat >= n else
-                 replace(t, repeat=n, estimate_s=t.estimate_s * n / t.repeat,
-                         label=f"{t.label}; raised to {n} repetitions (a 95 % interval needs {n})") for t in e.tiers]
         top = max(t.repeat for t in tiers if not t.extra)
         out.append(replace(e, tiers=tuple(t for t in tiers if not t.extra or t.repeat > top)))
     return tuple(out)
+
+
+def _needed(exp: Experiment, tier: Tier, f: Finding) -> int:
+    """Repetitions of this tier finding `f` needs: in a boot grid a ratio's sides hold as many values
+    a repetition as instances start at once (its selectors' concurrency: a number, "max" or "min")."""
+    grid = [int(c) for c in tier.boot.get("concurrency") or []] if exp.boot else []
+    if not grid or f.rule != "ratio":
+        return score.repetitions_for_level(f.rule)
+
+    def per(side: str) -> int:
+        c = f.args[side]["params"].get("concurrency", 1)
+        return max(grid) if c == "max" else min(grid) if c == "min" else int(c)
+    return score.repetitions_for_level(f.rule, (per("num"), per("den")))
 
 
 def builtin_experiments() -> tuple[Experiment, ...]:

@@ -262,14 +262,22 @@ class Level:
     n: str
 
 
-def repetitions_for_level(rule: str) -> int:
-    """Fewest repetitions per group whose interval can reach LEVEL under `rule`'s method
-    (stats_exact.min_n): the exact two-sample (Mann-Whitney) interval of a ratio, 4 per side (one
-    cell's environments are paired round by round from 6 rounds on, paired_rounds); a
-    median's order-statistic interval, 6; 1 where no interval is read (a peak, the network penalty:
-    medians) or one comes from all the points together (a slope)."""
+def repetitions_for_level(rule: str, per_repetition: tuple[int, int] = (1, 1)) -> int:
+    """Fewest repetitions per group whose interval can reach LEVEL under `rule`'s method: the exact
+    two-sample (Mann-Whitney) interval of a ratio, 4 per side (stats_exact.min_n), or with
+    `per_repetition` values a repetition on each side (a boot grid's c instances at once give c) the
+    fewest r whose r*a and r*b values reach it (1 and 4 at once: 2); one cell's environments are
+    paired round by round from 6 rounds on (paired_rounds); a median's order-statistic interval, 6;
+    1 where no interval is read (a peak, the network penalty: medians) or one comes from all the
+    points together (a slope)."""
     if rule in ("ratio", "efficiency", "order", "steps"):
-        return stats_exact.min_n("mann-whitney", LEVEL)
+        a, b = per_repetition
+        if (a, b) == (1, 1):
+            return stats_exact.min_n("mann-whitney", LEVEL)
+        r = 1
+        while 1.0 - stats_exact.mw_min_p(r * a, r * b) < LEVEL - 1e-12:
+            r += 1
+        return r
     if rule == "level":
         return stats_exact.min_n("median", LEVEL)
     return 1
