@@ -113,8 +113,13 @@ class Floor:
         need = f"~{self.rounds} rounds" if self.rounds is not None else "more than 2000 rounds"
         whence = (f"from {self.runs} earlier run{'s' if self.runs > 1 else ''}" if self.runs
                   else f"from this run's first {self.first} rounds")
-        return (f"{self.label}: round-to-round sd {self.sd * 100:.2g} % ({whence}): {need} for ±{self.target * 100:g} % "
-                f"at {self.level * 100:.3g} %; max_repetitions {self.maximum} gives ±{self.at_max * 100:.2g} %")
+        return (f"{self.label}: round-to-round sd {_pct(self.sd)} ({whence}): {need} for ±{self.target * 100:g} % "
+                f"at {self.level * 100:.3g} %; max_repetitions {self.maximum} gives ±{_pct(self.at_max)}")
+
+
+def _pct(x: float) -> str:
+    """0.048 -> '4.8 %', 0.33 -> '33 %', 1.1 -> '110 %'."""
+    return f"{x * 100:.0f} %" if x >= 0.1 else f"{x * 100:.2g} %"
 
 
 def floor(label: str, sd: float, runs: int, target: float, level: float, maximum: int, first: int = 0) -> Floor:

@@ -135,8 +135,8 @@ class Rounds:
 
     def _note_floor(self, cell: dict, tally: dict[str, Tally]) -> None:
         """A cell that has its minimum rounds and not its target says what its rounds' spread needs
-        (noise.from_rounds), when max_repetitions cannot bring it there: the plan's noise floor, measured
-        now for a cell the store had no earlier rounds of."""
+        (noise.from_rounds), when max_repetitions cannot bring it there: the plan's noise floor measured
+        again on this run's own first rounds (the first word on it for a cell without history here)."""
         from . import noise
         from .plan import cell_label
 
