@@ -417,6 +417,11 @@ def main() -> int:
                           f"{f['own_cores']}: a quota binds only where the machine has the core to give; "
                           f"rounds {sorted(f['rounds'].values())}, "
                           f"{f['wall']:.0f} s; {_fmt_load(f)}", flush=True)
+                got = f["own_cores"]
+                if got.get("a") and got.get("b") and got["b"] / got["a"] > 0.97:
+                    print(f"  warning: b got {got['b'] / got['a']:.2f} of a's CPU, not about {AB_CPUS[1] / AB_CPUS[0]:.2f}: "
+                          "the machine could not give a its full quota, so this run had no 10 % difference to find",
+                          flush=True)
                 if "aa" not in kinds:
                     continue
                 f = one_run(suites["aa"], work / f"{mode}.sqlite", args.load if mode == "busy" else None)
