@@ -174,3 +174,12 @@ def test_steps_are_pairs_of_selectors_and_name_their_published_groups(study_dir)
                                                                      'workload = "system", metric = "x", kind = "host" }],'))
     with pytest.raises(StudyFileError, match=r"key 'findings.args.steps': must be a list of \[from, to\] selector pairs"):
         studyfile.load(path)
+
+
+def test_extra_tiers_come_after_the_ordinary_ones(study_dir):
+    path = study_dir / "study.toml"
+    extra_first = GOOD.replace('estimate_s = 10\n', 'estimate_s = 10\nextra = true\n\n[[experiments.tiers]]\n'
+                                                     'label = "twice"\nrepeat = 8\nestimate_s = 20\n')
+    path.write_text(extra_first)
+    with pytest.raises(StudyFileError, match="extra tiers .* must come after the ordinary ones"):
+        studyfile.load(path)

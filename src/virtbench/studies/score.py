@@ -304,9 +304,10 @@ def decide(r: float, lo: float, hi: float, args: dict) -> bool | None:
     return True if meets else False if misses else UNDECIDED
 
 
-def _both_sides(lo: float, hi: float) -> str:
-    return (f"its 95 % interval [{_fmt(lo)}, {_fmt(hi)}] reaches both sides of the tolerance: more repetitions "
-            "needed")
+def _both_sides(lo: float, hi: float, level: float | None = None) -> str:
+    at = f"{level:.1%}" if level else "95 %"
+    return (f"its interval [{_fmt(lo)}, {_fmt(hi)}] (at {at}) reaches both sides of the tolerance: more "
+            "repetitions needed")
 
 
 def _rule_ratio(c: Finding, ev: Evidence, tcg: bool):
@@ -558,7 +559,7 @@ def score(c: Finding, ev: Evidence, *, points: bool = False) -> Verdict:
         v.value = value if value is None or math.isfinite(value) else None
         return v
     if ok is UNDECIDED:
-        v.reason = f"{text}; " + (_both_sides(*ci) if ci else "it reaches both sides of the tolerance")
+        v.reason = f"{text}; " + (_both_sides(*ci, v.level) if ci else "it reaches both sides of the tolerance")
     v.value = value if value is None or math.isfinite(value) else None
     return v
 

@@ -289,7 +289,7 @@ def _experiment(w: _Where, at: tuple, t: dict, sid: str, base: Path, stored: boo
                   if (x := _tier(w, at + ("tiers", i), item, boot)) is not None)
     if not tiers:
         w.add(at + ("tiers",), "missing: at least one [[experiments.tiers]] entry")
-    elif any(not x.extra for x in tiers[[x.extra for x in tiers].index(True):]) if any(x.extra for x in tiers) else False:
+    elif any(a.extra and not b.extra for a, b in zip(tiers, tiers[1:])):
         w.add(at + ("tiers",), "extra tiers (more repetitions of the largest scale) must come after the ordinary ones")
     elif all(x.extra for x in tiers):
         w.add(at + ("tiers",), "needs at least one tier that is not extra")
