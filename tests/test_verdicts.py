@@ -270,3 +270,15 @@ def test_the_pandas_api_has_the_same_verdicts(tmp_path):
     # a run against itself: never faster or slower; unpaired, its rounds' load (0.7-1.0) makes most rows inconclusive
     assert "inconclusive" in set(cmp["verdict"]) and not {"faster", "slower"} & set(cmp["verdict"])
     assert (cmp["ratio"] == 1.0).all()
+
+
+@pytest.mark.parametrize("bad", ["2", "0", "-0.1", "true", '"2 %"'])
+def test_a_suite_margin_outside_0_to_1_names_its_line(tmp_path, bad):
+    from virtbench import suite
+    from virtbench.errors import UserError
+
+    path = tmp_path / "v.toml"
+    path.write_text(RUN_SUITE.format(least=6, rounds=20, margin=f"margin = {bad}"))
+    with pytest.raises(UserError) as e:
+        suite.load(path)
+    assert "v.toml:9" in str(e.value) and "suite.margin" in str(e.value) and "between 0 and 1" in str(e.value)
