@@ -72,3 +72,29 @@ def test_an_interval_below_the_needed_level_is_n_too_small():
 def test_no_interval_is_inconclusive_without_a_figure(low, high):
     r = _v(low, high)
     assert (r.verdict, r.detectable, r.reason) == (INCONCLUSIVE, None, "no interval")
+
+
+def test_equivalence_at_the_margin_is_claimed_at_most_at_half_the_error_rate():
+    """A true ratio exactly on the margin (1.02) must rarely be called equivalent: reading the 95 %
+    interval, the two one-sided tests run at 2.5 % each, so at most ~2.5 % of runs; a true ratio of 1
+    with the same noise is called equivalent most of the time (the rule has power), and one at 1.10
+    is never called equivalent and almost always slower (a time) or faster."""
+    import numpy as np
+
+    from virtbench import stats
+
+    rng = np.random.default_rng(32)
+
+    def rate(true, verdict, sims=400):
+        hits = 0
+        for _ in range(sims):
+            base = np.exp(rng.normal(0, 0.01, 20))
+            cand = true * base * np.exp(rng.normal(0, 0.01, 20))
+            r = stats.paired_ratio(cand, base)
+            hits += interval_verdict(r.ci_low, r.ci_high, level=r.ci_level).verdict == verdict
+        return hits / sims
+
+    assert rate(1.02, EQUIVALENT) <= 0.04
+    assert rate(1 / 1.02, EQUIVALENT) <= 0.04
+    assert rate(1.0, EQUIVALENT) >= 0.8
+    assert rate(1.10, FASTER) >= 0.95
