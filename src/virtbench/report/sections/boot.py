@@ -30,8 +30,8 @@ def _size_key(size: str) -> tuple:
 def build(data: RunData, rows: list[dict]) -> Section:
     section = Section(sid(data, "boot"), "Boot time (study 000)", intro=(
         "Seconds from the request to each phase of an instance's start-up (created, running, init, ready = a "
-        "command ran inside), per image size and number of instances started at once, with 95 % "
-        "CIs of the medians; teardown is its own duration. Failed starts are counted, as the study did."))
+        "command ran inside), per image size and number of instances started at once, with CIs of the "
+        "medians (95 %, or the lower level fewer than 6 starts allow, printed beside them); teardown is its own duration. Failed starts are counted, as the study did."))
     cells: dict[str, dict[str, dict]] = defaultdict(dict)  # cell key -> metric -> row (one environment)
     for r in rows:
         cells[r["cell_key"]][r["metric"]] = r
@@ -75,7 +75,7 @@ def _panel(data: RunData, title: str, grid: list[dict]) -> list:
             text += f" {r['ci_level'] * 100:.3g} %"
         return text + (f", {fails} failed" if fails else "")
 
-    grid_table = Table(f"Boot grid, {title}: seconds to ready, median [95 % CI]",
+    grid_table = Table(f"Boot grid, {title}: seconds to ready, median [CI: 95 % unless another level is printed]",
                        ["image size", *[f"{c} at once" for c in concs]],
                        [[s + (f" ({notes[s]})" if s in notes else ""), *[ready(s, c) for c in concs]] for s in sizes],
                        numeric=set(range(1, len(concs) + 1)),

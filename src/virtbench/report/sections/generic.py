@@ -40,7 +40,7 @@ def build(data: RunData, rows: list[dict]) -> Section:
     const, varying = _settings(rows or summaries)
     shared = describe({k: v for k, v in const.items() if k != "duration"}, {})
     section = Section(slug(data.id, workload), f"Workload: {workload}", intro=(
-        f"Median of each metric per environment with its 95 % CI, and the ratio to '{baseline}' "
+        f"Median of each metric per environment with its CI (95 %, or the lower level a row's notes give), and the ratio to '{baseline}' "
         "(for a time metric > 1 is slower, for a throughput metric > 1 is faster)."
         + (f" Settings of every result here: {shared}." if shared else "")))
     table = result_table(f"{workload}: medians and ratios", rows, baseline,

@@ -29,7 +29,7 @@ def build(data: RunData, rows: list[dict]) -> Section:
     section = Section(sid(data, "hpa"), "Parallel data mining: HPA (study 003)", intro=(
         "vb-hpa's execution time (reading, all mining passes, rules) against the number of transactions, one "
         "line per environment and storage condition, and against the storage delay where the run has one, with "
-        "95 % CIs; then what the monitor measured (CPU, network) and the study's datasets beside ours."))
+        "CIs (95 %, or the lower level a row's notes give); then what the monitor measured (CPU, network) and the study's datasets beside ours."))
     timed = [r for r in rows if r["metric"] == "time" and r["n"] and number(r["params"].get("transactions"))]
     # time against transactions: one chart per (other parameters, delay), lines = environment x storage
     groups: dict[str, list[dict]] = defaultdict(list)

@@ -34,7 +34,7 @@ def _size(n: float) -> str:
 def build(data: RunData, rows: list[dict]) -> Section:
     section = Section(sid(data, "mpi"), "MPI micro-benchmarks (study 001)", intro=(
         "Each operation's time per call (PingPong: half the round trip) and throughput against the message "
-        "size, IMB-style, with 95 % CIs; both axes logarithmic. Zero-byte messages (pure latency) "
+        "size, IMB-style, with CIs (95 %, or the lower level a row's notes give); both axes logarithmic. Zero-byte messages (pure latency) "
         "are in the tables only. Then our throughput at the largest size beside the study's table at 1 GB."))
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in rows:

@@ -52,7 +52,7 @@ def build(data: RunData, rows: list[dict]) -> Section:
     metrics, size_key, _ = FAMILIES[workload]
     results, summaries = split_monitor(rows)
     section = Section(sid(data, "storage", workload), f"Storage: {workload}", intro=(
-        f"{workload}: the median of each throughput (or latency) metric with its 95 % CI, against the file "
+        f"{workload}: the median of each throughput (or latency) metric with its CI (95 %, or the lower level a row's notes give), against the file "
         "size actually written (size parameter x scale) and, where the run sets a delay, against the one-way delay "
         "measured through the delay mechanism (condition.delay_measured_ms; the requested delay where none was "
         "measured). One line per environment and storage target, each with its own marker and dash pattern. "

@@ -35,7 +35,8 @@ def build(data: RunData, rows: list[dict]) -> Section:
         panels[key].append(r)
     section = Section(slug(data.id, "system"), "System suite (UnixBench-style)", intro=(
         "Each test's score (higher is better) in each environment, as a ratio to the baseline "
-        f"environment '{baseline}' with its 95 % CI, and as an index: score / UnixBench "
+        f"environment '{baseline}' with its CI (95 % raised for the table's correction; a row's lower level is in "
+        "its notes), and as an index: score / UnixBench "
         "baseline x 10; the overall index is their geometric mean."))
     index_rows = []
     for key, prow in panels.items():

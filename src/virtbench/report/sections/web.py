@@ -27,7 +27,7 @@ def build(data: RunData, rows: list[dict]) -> Section:
         "Requests per second served by nginx (wrk on the host, closed loop) against the number of replicas "
         "behind the balancer (nginx, or a Kubernetes Service) and against the worker processes of one server, "
         "per environment, with "
-        "95 % CIs; then the peak of each curve with the CPU use measured there, beside the study's."))
+        "CIs (95 %, or the lower level a row's notes give); then the peak of each curve with the CPU use measured there, beside the study's."))
     peaks = []
     for by, label in SWEEPS:
         groups: dict[str, list[dict]] = defaultdict(list)
