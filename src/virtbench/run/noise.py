@@ -26,9 +26,10 @@ import sqlalchemy as sa
 from .. import monitor
 from ..stats import exact as stats_exact
 from .estimates import ran_here  # the same machine test as the time estimates
-from ..store import Store, canonical, environments, samples
+from ..store import Store, canonical, environments, runs, samples
 
 KEEP_RUNS = 10  # the latest earlier runs per cell and driver pair: the machine changes
+READ_RUNS = 50  # the store's latest runs read at all: the plan's cost stays small in a large store
 MIN_ROUNDS = 4  # an earlier run's spread from fewer rounds is not worth a plan line
 
 Key = tuple[str, str, str, tuple[str, str]]  # workload, params, condition, (driver, baseline's driver)
@@ -53,7 +54,8 @@ class NoiseHistory:
         query = (sa.select(s.c.run_id, s.c.workload, s.c.params_json, s.c.condition_json, s.c.metric,
                            s.c.environment, s.c.repetition, s.c.value, s.c.metadata_json, e.c.driver, e.c.facts_json)
                  .join(e, (e.c.run_id == s.c.run_id) & (e.c.name == s.c.environment))
-                 .where(s.c.workload.in_(names), s.c.repetition >= 0, s.c.value > 0)
+                 .where(s.c.workload.in_(names), s.c.repetition >= 0, s.c.value > 0,
+                        s.c.run_id.in_(sa.select(runs.c.id).order_by(runs.c.created_at.desc()).limit(READ_RUNS)))
                  .order_by(s.c.id))
         here: dict[str | None, bool] = {}
         # (run, workload, params, condition, metric) -> environment -> round -> value
