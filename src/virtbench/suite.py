@@ -50,7 +50,7 @@ class Policy:
     min_repetitions: int = 3
     max_repetitions: int = 10
     ci_target: float = 0.02
-    margin: float = 0.02  # stats_verdict.DEFAULT_MARGIN: the equivalence margin of the verdicts
+    margin: float = 0.02  # stats.interval_verdict.DEFAULT_MARGIN: the equivalence margin of the verdicts
     time_budget: float | None = None
     timeout: float | None = None
     monitor: bool = True

@@ -7,7 +7,7 @@ condition on this machine (same CPU model and cores, estimates.this_machine) wit
 drivers hold that spread: per earlier run, the standard deviation of its rounds' log ratios (not a
 robust one: under load the rounds are heavy-tailed, and the tails set a high-level interval's width;
 a median/MAD sd projected ±6 % where 8 busy rounds gave ±22 %); their median over the latest runs is
-the estimate, projected by stats_exact.paired_halfwidth. One SQL query, no measuring: the plan costs
+the estimate, projected by stats.exact.paired_halfwidth. One SQL query, no measuring: the plan costs
 nothing on the machine (issue 32, item 3). Cells without such history say so; their table marks a
 row that ended at max_repetitions without its target (analysis.TARGET_MISSED).
 """
@@ -95,7 +95,7 @@ class NoiseHistory:
 @dataclass(frozen=True)
 class Floor:
     """What one cell's noise lets its ratio interval reach: `sd` of its rounds' log ratios (from
-    `runs` earlier runs), the `rounds` the target needs (None: more than stats_exact's limit) and
+    `runs` earlier runs), the `rounds` the target needs (None: more than stats.exact.rounds_for_halfwidth's limit) and
     the half-width `at_max` that max_repetitions gives, at the table's `level`."""
     label: str
     sd: float

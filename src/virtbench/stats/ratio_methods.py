@@ -76,7 +76,7 @@ def smallest_p_text(rows: Iterable[dict]) -> str:
 
 
 def minimum_text() -> str:
-    """How many values each interval needs for 95 % at all (stats_exact.MIN_N_95), in words."""
+    """How many values each interval needs for 95 % at all (stats.exact.MIN_N_95), in words."""
     n = MIN_N_95
     return (f"95 % needs {n['median']} values for a median, {n['signed-rank']} rounds for a paired ratio, "
             f"{n['mann-whitney']} values a side for an unpaired one")

@@ -33,7 +33,7 @@ def table_family(row: dict, cell: dict | None) -> str:
 
 def verdict_fields(low: float, high: float, level: float, needed: float, margin: float,
                    higher_is_better: bool) -> dict:
-    """A row's verdict fields from its ratio interval (stats_verdict.interval_verdict): ``verdict``,
+    """A row's verdict fields from its ratio interval (stats.interval_verdict): ``verdict``,
     ``detectable`` (None unless finite), ``margin`` and ``verdict_reason`` ("n too small", "no
     interval" or None)."""
     v = interval_verdict(low, high, level=level, needed=needed, margin=margin, higher_is_better=higher_is_better)
