@@ -9,9 +9,9 @@ BT-MZ and LU-MZ.
   boundary points that did not receive the neighbour's value, on 1, 2 and 3 ranks.
 - Rank counts above the number of zones exit 2 with a message.
 - Class S verification against the NPB-MZ reference values on 1 rank x 2 threads and
-  2 ranks x 1 thread, and --perturb failing it; skipped, naming the missing zone solver,
-  if sp.c / bt.c / lu.c do not provide npb_zone_sp / npb_zone_bt / npb_zone_lu.  Class W on
-  3 ranks is marked slow.
+  2 ranks x 1 thread, and --perturb failing it: a build without one of the zone solvers
+  (npb_zone_sp / npb_zone_bt / npb_zone_lu) fails them, naming it.  Class W on 3 ranks is
+  marked slow.
 - The captured outputs tests/data/npb/{sp,bt,lu}-mz_* (real runs; their format is also
   checked by test_native_npb.py) say what they claim.
 
@@ -210,16 +210,15 @@ def test_as_many_ranks_as_zones_is_accepted(vb_npb):
 
 # ---- verification (needs the zone solvers) -----------------------------------------------
 
-def solver_missing(vb_npb, bench):
-    """True while the build lacks the zone solver: vb-npb refuses before anything else
+def has_solver(vb_npb, bench):
+    """False when the build lacks the zone solver: vb-npb refuses before anything else
     (with 1 byte of memory allowed, a build that has it stops at the memory check)."""
     probe = mpirun(1, vb_npb, bench, "S", env={"VB_NPB_MEM_AVAILABLE": "1"})
-    return probe.returncode == 2 and "does not include yet" in probe.stderr
+    return not (probe.returncode == 2 and "does not include yet" in probe.stderr)
 
 
 def run_class_s(vb_npb, bench, np, threads, *extra):
-    if solver_missing(vb_npb, bench):
-        pytest.skip(f"{bench}: zone solver {SOLVER[bench]} not in this build yet")
+    assert has_solver(vb_npb, bench), f"{bench}: the build lacks zone solver {SOLVER[bench]}"
     # passive OpenMP waiting: on a loaded (oversubscribed) machine spinning threads slow
     # the tiny class S zones down 30-fold; correctness does not depend on it
     r = mpirun(np, vb_npb, bench, "S", "--threads", threads, *extra, timeout=300,
@@ -254,8 +253,7 @@ def test_perturb_fails_verification(vb_npb, bench):
 def test_class_w_verifies_on_three_ranks(vb_npb, bench):
     """Class W (16 zones; BT-MZ's uneven ones) on 3 ranks: the bin packing leaves the
     ranks unequal zone counts and every rank exchanges with both others."""
-    if solver_missing(vb_npb, bench):
-        pytest.skip(f"{bench}: zone solver {SOLVER[bench]} not in this build yet")
+    assert has_solver(vb_npb, bench), f"{bench}: the build lacks zone solver {SOLVER[bench]}"
     r = mpirun(3, vb_npb, bench, "W", timeout=900)
     assert r.returncode == 0, r.stderr
     rec = record(r.stdout)

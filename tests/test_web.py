@@ -250,7 +250,9 @@ def test_workers_on_the_host(tmp_path):
     # The host's nginx runs on this kernel: its boot id and CPUs are recorded, and are the capacity.
     assert (raw["servers"][0]["boot_id"], raw["servers"][0]["kernel_cpus"]) == \
         (Path("/proc/sys/kernel/random/boot_id").read_text().strip(), os.cpu_count())
-    assert peak(rows, by="workers")[0] in (1, 2)
+    # the worker count of the higher median throughput (a tie: the smaller, cheaper one)
+    best = max((1, 2), key=lambda w: (by[(w, "requests_per_second")], -w))
+    assert peak(rows, by="workers") == (best, by[(best, "requests_per_second")])
     # Every nginx we started is gone: the watcher saw both masters (1 and 2 workers), and none of
     # their processes outlived the run.
     assert own.masters == 2 and len(own.seen) >= 2 + 3, (own.masters, own.seen)
