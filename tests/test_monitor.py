@@ -304,6 +304,8 @@ def test_scope_for_drivers():
     from virtbench.model import EnvSpec, Shape
 
     class Fake:
+        monitor_scope = None  # what Instance declares; an instance may set its own
+
         def __init__(self, driver):
             self.env = EnvSpec("e", driver, Shape("native"))
             self.traits = traits_of(driver)  # what Instance.traits gives

@@ -23,6 +23,8 @@ class Instance(Protocol):
     env: EnvSpec
     address: str | None
     machine: Machine  # where the instance runs: conditions act through this machine's executor
+    host_mount_dir: str | None  # a directory of its machine it sees (bind-mounted), if any
+    engine: Any  # the container engine it runs under (cmd, cli()), None for other kinds
 
     def exec(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
              env: Mapping[str, str] | None = None) -> ExecResult: ...

@@ -361,7 +361,7 @@ def measure_delay(machine: Machine, echo_host: str, impaired, *, echo_machine: M
 
 def container_pid(instance) -> int:
     """Pid of a container instance's init, for entering its network namespace."""
-    cli = instance.engine.cli() if hasattr(instance, "engine") else ["podman"]
+    cli = instance.engine.cli() if instance.engine is not None else ["podman"]
     out = run(instance.machine, [*cli, "inspect", "-f", "{{.State.Pid}}", instance.name], timeout=60).strip()
     if not out.isdigit() or out == "0":
         raise HostCommandFailed(f"{instance.name} has no running process")

@@ -50,7 +50,7 @@ def mount_point(inst: Instance, kind: str, applied: Applied) -> tuple[str, str]:
         run(m, ["mkdir", d])
         applied.defer(lambda: remove_tree(m, parent))
         return d, d
-    shared = getattr(inst, "host_mount_dir", None)
+    shared = inst.host_mount_dir
     if not shared:
         raise ConditionUnavailable(f"the {inst.env.driver} driver cannot pass a host mount into {inst.name}, "
                                    f"so storage={kind} cannot reach it")
@@ -106,9 +106,8 @@ def tmpfs(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict
 
 
 def _engine_cmd(inst: Instance) -> str:
-    engine = getattr(inst, "engine", None)
-    if engine is not None:
-        return engine.cmd
+    if inst.engine is not None:
+        return inst.engine.cmd
     for cmd in ("podman", "docker"):
         if shutil.which(cmd):
             return cmd

@@ -95,6 +95,13 @@ def set_traits_lookup(lookup: Callable[[str], Traits]) -> None:
 class Instance(ABC):
     """One running machine-like thing that can run argument lists."""
 
+    # What some kinds of instance have, declared here so callers read them, never probe for them:
+    node: str | None = None  # the cluster node it runs on (pods on a real cluster)
+    hostname: str | None = None  # its own host name, when peers may reach it by that name (a VM)
+    host_mount_dir: str | None = None  # a directory of its machine it sees (bind-mounted), if any
+    engine: Any = None  # the container engine it runs under (container, kube-play pods), if any
+    monitor_scope: str | None = None  # vb-monitor's scope inside it, when not its traits' (pods)
+
     def __init__(self, name: str, env: EnvSpec, role: str = "main", index: int = 0):
         self.name = name
         self.env = env
@@ -134,6 +141,15 @@ class Instance(ABC):
             return self.env.shape.vcpus
         res = self.exec(["nproc"], timeout=30)
         return int(res.stdout.strip()) if res.ok and res.stdout.strip().isdigit() else 1
+
+    @property
+    def torn_down(self) -> bool:
+        """True once it is gone: torn down, or removed with its group (`mark_gone`)."""
+        return self._torn_down
+
+    def mark_gone(self) -> None:
+        """Say it is gone without tearing it down: its group was removed as a whole."""
+        self._torn_down = True
 
     def _gone(self, argv: Sequence[str]) -> ExecResult | None:
         """The result of a command sent to an instance already torn down (None while it is up)."""
@@ -344,6 +360,22 @@ class GuestRelay(Protocol):
     """Relays a port inside the guest to an address outside it (a VM's guestfwd); None removes it."""
 
     def set_relay(self, port: int, target: tuple[str, int] | None) -> tuple[str, int]: ...
+
+
+@runtime_checkable
+class PortForwarding(Protocol):
+    """A port inside it reached from this machine at another (address, port): a VM's hostfwd, a
+    pod's NodePort Service."""
+
+    def forward_port(self, port: int) -> tuple[str, int]: ...
+
+
+@runtime_checkable
+class ServiceBalancing(Protocol):
+    """The platform's own balancer in front of a group's instances (a Kubernetes Service):
+    (address, port, what a sample records of it)."""
+
+    def service_endpoint(self, peers: Sequence[Instance], port: int) -> tuple[str, int, dict[str, Any]]: ...
 
 
 @runtime_checkable

@@ -43,7 +43,7 @@ class MonitorUnavailable(Exception):
 def scope_for(inst: Instance) -> str | None:
     """vb-monitor's --scope for an instance, or None when the instance is the host itself (its
     series would repeat the host's): its traits say, unless the instance sets `monitor_scope`."""
-    return getattr(inst, "monitor_scope", None) or inst.traits.monitor_scope
+    return inst.monitor_scope or inst.traits.monitor_scope
 
 
 def host_binary() -> Path:

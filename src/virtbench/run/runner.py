@@ -391,7 +391,7 @@ class Runner(Rounds):
                     seen[inst.machine.name] = inst.machine
         out: dict[str, Any] = {"machines": list(seen)}
         # pods on a cluster ran on its nodes; their Machine is the one that drives them (drivers/pods/driver.py)
-        nodes = sorted({n for pool in instances.values() for inst in pool if (n := getattr(inst, "node", None))})
+        nodes = sorted({n for pool in instances.values() for inst in pool if (n := inst.node)})
         if nodes:
             out["pod_nodes"] = nodes
         try:

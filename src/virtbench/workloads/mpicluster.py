@@ -33,6 +33,7 @@ import re
 import shutil
 import tempfile
 import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,9 @@ MAP_BY = ("slot", "node")  # slot: fill instance 0 first (block); node: round ro
 _lock = threading.RLock()
 _keypair: tuple[bytes, bytes] | None = None
 _clusters: dict[tuple[str, ...], Cluster] = {}
+# What this module learned of each instance, kept here (not as attributes on the instance), gone with it:
+_vcpus_of: weakref.WeakKeyDictionary[Instance, int] = weakref.WeakKeyDictionary()  # its vCPUs, read once
+_sshd_in: weakref.WeakSet[Instance] = weakref.WeakSet()  # instances whose cluster sshd runs
 
 # Started inside each instance by `sh -c SCRIPT sh DIR PORT`: a host key of its own, then sshd.
 _SSHD_SCRIPT = r"""
@@ -321,7 +325,7 @@ def get(instances: list[Instance]) -> Cluster:
 
 
 def _gone(inst: Instance) -> bool:
-    return bool(getattr(inst, "_torn_down", False))
+    return inst.torn_down
 
 
 def _build(instances: list[Instance]) -> Cluster:
@@ -360,10 +364,9 @@ def connect(instances: list[Instance]) -> dict[str, Any] | None:
 
 
 def _vcpus(inst: Instance) -> int:
-    cached = getattr(inst, "_vb_vcpus", None)
+    cached = _vcpus_of.get(inst)
     if cached is None:
-        cached = inst.vcpus
-        inst._vb_vcpus = cached
+        cached = _vcpus_of[inst] = inst.vcpus
     return cached
 
 
@@ -392,7 +395,7 @@ def keypair() -> tuple[bytes, bytes]:
 
 def _setup_ssh(inst: Instance) -> None:
     """Key, authorized_keys, own host key and a running sshd in one instance (once per instance)."""
-    if getattr(inst, "_vb_sshd", False):
+    if inst in _sshd_in:
         return
     private, public = keypair()
     d = _ssh_dir(inst)
@@ -408,7 +411,7 @@ def _setup_ssh(inst: Instance) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     _check(inst.exec(["sh", "-c", _SSHD_SCRIPT, "sh", d, str(SSH_PORT)], timeout=SETUP_TIMEOUT),
            f"starting sshd in {inst.name}")
-    inst._vb_sshd = True
+    _sshd_in.add(inst)
 
 
 def ssh_options(inst: Instance) -> tuple[str, ...]:
@@ -423,7 +426,7 @@ def _pin_host_keys(instances: list[Instance]) -> None:
         res = inst.exec(["cat", f"{_ssh_dir(inst)}/host_key.pub"], timeout=60)
         _check(res, f"reading the sshd host key of {inst.name}")
         kind, key = res.stdout.split()[:2]
-        names = dict.fromkeys(n for n in (inst.address, getattr(inst, "hostname", None)) if n)
+        names = dict.fromkeys(n for n in (inst.address, inst.hostname) if n)
         lines.append(",".join(f"[{n}]:{SSH_PORT}" for n in names) + f" {kind} {key}\n")
     for inst in instances:
         res = inst.exec(["sh", "-c", 'cat > "$1"', "sh", f"{_ssh_dir(inst)}/known_hosts"],

@@ -51,7 +51,7 @@ from typing import Any
 
 from .. import fanout, kernel_identity
 from ..drivers import traits_of
-from ..drivers.base import Instance
+from ..drivers.base import Instance, PortForwarding, ServiceBalancing
 from ..errors import MissingTool, WorkloadFailed
 from ..model import EnvSpec, Sample
 from .base import MetricSpec, Param, RunContext, Workload
@@ -121,9 +121,8 @@ def _is_loopback(inst: Instance) -> bool:
 def _endpoint(inst: Instance, port: int) -> tuple[str, int]:
     """Where wrk on the host reaches `port` of an instance: a port on 127.0.0.1 that the driver
     forwards (VMs behind QEMU's user-mode network), else the instance's own address."""
-    forward = getattr(inst, "forward_port", None)
-    if forward is not None and not _is_loopback(inst):
-        return forward(port)
+    if isinstance(inst, PortForwarding) and not _is_loopback(inst):
+        return inst.forward_port(port)
     return inst.address or "127.0.0.1", port
 
 
@@ -302,7 +301,7 @@ class Web(Workload):
 
             def start_server(item):
                 i, inst = item
-                if not _is_loopback(inst) and not inst.address and not hasattr(inst, "forward_port"):
+                if not _is_loopback(inst) and not inst.address and not isinstance(inst, PortForwarding):
                     raise WorkloadFailed(f"{inst.name} has no network address for the load generator to reach")
                 port = _free_port() if _is_loopback(inst) else PORT
                 kernels[id(inst)] = kernel_identity.read(inst) or {}
@@ -318,11 +317,10 @@ class Web(Workload):
             target = ctx.applied.route(*_endpoint(*backends[0]))
             if params["balancer"] == "service":
                 # The platform's balancer in front of the servers, wrk outside it (study 004's Service).
-                service = getattr(servers[0], "service_endpoint", None)
-                if service is None:
+                if not isinstance(servers[0], ServiceBalancing):
                     raise WorkloadFailed(f"balancer = \"service\" needs a platform with Services ({servers[0].env.driver} "
                                          f"has none): use pods with backend = \"kubernetes\", or balancer = \"nginx\"")
-                address, port, report["balancer"] = service(servers, PORT)
+                address, port, report["balancer"] = servers[0].service_endpoint(servers, PORT)
                 target = ctx.applied.route(address, port)
                 nginx.wait_ready(*target, params["file_size"])
             if lb is not None:

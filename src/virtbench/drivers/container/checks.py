@@ -17,7 +17,7 @@ class ContainerLifecycle(LifecycleOps):
     def reboot(self, instances):
         # through the instance's engine call: on its host, from the engine's private directory (the
         # restarted containers' conmons drop their `oom` marker there)
-        res = instances[0]._cli("restart", "-t", "0", *[i.name for i in instances], timeout=300)
+        res = instances[0].engine_cli("restart", "-t", "0", *[i.name for i in instances], timeout=300)
         out = []
         for inst in instances:
             if not res.ok:
@@ -42,7 +42,7 @@ class ContainerLifecycle(LifecycleOps):
     def boot_from_snapshot(self, inst, tmp):
         base = self.driver.context.image
         snap = image.ImageInfo(f"{base.hash}-snap{secrets.token_hex(3)}", base.tarball, base.manifest)
-        res = inst._cli("commit", "-q", inst.name, snap.tag, timeout=600)
+        res = inst.engine_cli("commit", "-q", inst.name, snap.tag, timeout=600)
         if not res.ok:
             return None, f"{inst.engine.cmd} commit of the running container failed: {res.describe_failure()}", \
                 lambda: None
@@ -53,7 +53,7 @@ class ContainerLifecycle(LifecycleOps):
                                                 self.driver.context.machines))
 
         def cleanup() -> None:
-            inst._cli("rmi", "-f", snap.tag, timeout=120)
+            inst.engine_cli("rmi", "-f", snap.tag, timeout=120)
 
         try:
             (new,) = other.provision(self.env, 1, "snapshot")

@@ -70,7 +70,8 @@ class ContainerInstance(GuestImageInstance):
         self.host_mount_dir: str | None = None
         self.footprint: dict[str, int] = {}  # kB of PSS on its machine, by holder (ociruntime.footprint)
 
-    def _cli(self, *args: str, timeout: float | None = CLI_TIMEOUT, stdin: bytes | None = None) -> ExecResult:
+    def engine_cli(self, *args: str, timeout: float | None = CLI_TIMEOUT, stdin: bytes | None = None) -> ExecResult:
+        """The engine's command line with `args`, on the container's machine (restart, commit, rmi ...)."""
         return self.machine.run([*self.engine.cli(), *args], timeout=timeout, stdin=stdin,
                                 cwd=engine.cwd_for(self.machine))
 
@@ -97,12 +98,12 @@ class ContainerInstance(GuestImageInstance):
                                 "bind-propagation=rslave"]
         argv += ["--network", self.engine.network(), self.image.tag, "sleep", "infinity"]
         self.mark("requested")
-        res = self._cli(*argv)
+        res = self.engine_cli(*argv)
         if not res.ok:
             raise UserError(f"{self.engine.cmd} create {self.name} failed: {tail(res)}")
         self.container_id = res.stdout.strip().splitlines()[-1]
         self.mark("created")
-        res = self._cli("start", self.name)
+        res = self.engine_cli("start", self.name)
         if not res.ok:
             raise UserError(f"{self.engine.cmd} start {self.name} failed: {tail(res)}{self._logs()}")
         self.mark("running")
@@ -120,7 +121,7 @@ class ContainerInstance(GuestImageInstance):
         # The readiness probe doubles as scratch set-up: its first success is the "ready" mark.
         deadline = time.monotonic() + READY_TIMEOUT
         while True:
-            res = self._cli("exec", self.name, "mkdir", "-p", self.scratch_dir(), timeout=READY_TIMEOUT)
+            res = self.engine_cli("exec", self.name, "mkdir", "-p", self.scratch_dir(), timeout=READY_TIMEOUT)
             if res.ok:
                 self.mark("ready")
                 return
@@ -129,13 +130,13 @@ class ContainerInstance(GuestImageInstance):
             time.sleep(READY_POLL)
 
     def _inspect(self) -> dict:
-        res = self._cli("inspect", self.name)
+        res = self.engine_cli("inspect", self.name)
         if not res.ok:
             raise UserError(f"{self.engine.cmd} inspect {self.name} failed: {tail(res)}")
         return json.loads(res.stdout)[0]
 
     def _logs(self) -> str:
-        res = self._cli("logs", "--tail", "20", self.name, timeout=30)
+        res = self.engine_cli("logs", "--tail", "20", self.name, timeout=30)
         text = (res.stdout + res.stderr).strip()
         return f"\n  container log tail:\n  {text}" if text else ""
 
@@ -155,7 +156,7 @@ class ContainerInstance(GuestImageInstance):
     def alive(self) -> bool:
         if self._torn_down:
             return False
-        res = self._cli("inspect", "-f", "{{.State.Running}}", self.name, timeout=30)
+        res = self.engine_cli("inspect", "-f", "{{.State.Running}}", self.name, timeout=30)
         return res.ok and res.stdout.strip() == "true"
 
     def metadata(self) -> dict[str, Any]:

@@ -29,6 +29,8 @@ class HostInstance(Instance):
 
     def exec(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
              env: Mapping[str, str] | None = None) -> ExecResult:
+        if (gone := self._gone(argv)) is not None:
+            return gone
         # Pinned: the command and everything it starts stay on the cpuset (util-linux taskset).
         pin = ["taskset", "-c", self.cpuset] if self.cpuset else []
         return self.machine.run([*pin, *argv], timeout=timeout, stdin=stdin, env=env)  # this machine

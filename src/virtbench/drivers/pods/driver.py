@@ -457,7 +457,7 @@ class PodsDriver(Driver):
             # All or none, whatever stopped us (a second Ctrl-C must not cut the removal short).
             with procs.interrupts_held():
                 for inst in made:
-                    inst._torn_down = True
+                    inst.mark_gone()
                 with contextlib.suppress(Exception):
                     if grown is not None:  # back to the pods it had: the new ones go first
                         new = [p["metadata"]["name"] for p in grown.backend.pods(grown.name)

@@ -406,6 +406,12 @@ class VmInstance(GuestImageInstance):
         return time.monotonic() - t0
 
     # -- networking beyond the SSH forward ------------------------------------------------------
+    def new_nic_number(self) -> int:
+        """The number of the next NIC hot-plugged into this VM (1, 2, ...): its netdev's and device's ids."""
+        with self._lock:
+            self._nics += 1
+            return self._nics
+
     def forward_port(self, guest_port: int) -> tuple[str, int]:
         """(127.0.0.1, port here) that reaches `guest_port` in the guest: a hostfwd rule added to the
         running user-mode network (kept until teardown, reused on later calls), forwarded here over

@@ -87,7 +87,7 @@ class Segment:
 
 class Member(Protocol):
     """What a segment asks of a VM: drivers/vm/instance.py's VmInstance, which imports this module. join
-    and leave hot-plug the NIC through the VM's QMP under its lock."""
+    and leave hot-plug the NIC through the VM's QMP, each NIC under a number the VM hands out."""
 
     name: str
     hostname: str
@@ -96,8 +96,8 @@ class Member(Protocol):
     segment_nic: dict[str, str] | None
     s: dict[str, Any]
     qmp: Any
-    _lock: Any
-    _nics: int
+
+    def new_nic_number(self) -> int: ...
 
     def exec(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
              env: Any = None) -> Any: ...
@@ -150,9 +150,8 @@ def join(inst: Member, seg: Segment) -> str:
         leave(inst)
     iface = seg.allocate(inst.name)
     _, nic_model = qemu.DEVICE_MODELS[inst.s["devices"]]
-    with inst._lock:
-        inst._nics += 1
-        netdev, dev = f"vbseg{inst._nics}", f"vbseg{inst._nics}-nic"
+    n = inst.new_nic_number()
+    netdev, dev = f"vbseg{n}", f"vbseg{n}-nic"
     host = seg.hosts[inst.name]
     mac = f"52:54:00:d5:{seg.index % 256:02x}:{host:02x}"
     inst.qmp.execute("netdev_add", {"type": "socket", "id": netdev, "mcast": seg.name, "localaddr": "127.0.0.1"})
