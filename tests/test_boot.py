@@ -36,7 +36,7 @@ class FakeDriver(Driver):
     calls = 0
     lock = threading.Lock()
 
-    def check(self):
+    def check(self, env=None):
         return []
 
     def provision(self, env, count=1, role="main"):

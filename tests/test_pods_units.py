@@ -128,3 +128,48 @@ def test_nfs_share_checked_before_the_run(tmp_path):
     assert problem.what.startswith("option nfs_share: 'nfs.example.org/export' is not an NFS share")
     assert "SERVER:/EXPORT" in problem.fix
     assert d.check_env(EnvSpec("p", "pods", Shape("native"), {"nfs_share": "10.0.0.5:/export"})) == []
+
+
+def _pods_env(backend):
+    from virtbench.model import EnvSpec, Shape
+
+    return EnvSpec("pods", "pods", Shape("native"), {"backend": backend})
+
+
+def test_a_cluster_s_pods_have_their_own_traits_not_kube_play_s():
+    """traits_for(env): kube play's pods run here (this kernel, a port of podman's bridge, a start per
+    repetition); pods on a real cluster are its nodes', so none of that limits or costs them."""
+    from virtbench.drivers import traits_for, traits_of
+    from virtbench.drivers.base import Traits
+
+    play, cluster = traits_for(_pods_env("kube-play")), traits_for(_pods_env("kubernetes"))
+    assert play == traits_of("pods") and play.bridge_port and play.shares_kernel
+    assert not (cluster.bridge_port or cluster.shares_kernel or cluster.machine_cores)
+    assert cluster.repetition_overhead_s == Traits().repetition_overhead_s < play.repetition_overhead_s
+
+
+def test_web_capacity_check_applies_the_bridge_and_memory_limits_to_kube_play_only(monkeypatch):
+    from virtbench.workloads import get, web
+
+    monkeypatch.setattr(web, "_mem_available_mb", lambda: 1000.0)  # this machine: 1 GB free
+    wl = get("web")
+    params = {p.name: p.default for p in wl.params}
+    params.update(replicas=web.BRIDGE_PORTS, balancer="nginx", replica_memory_mb=64)
+    play = " ".join(wl.check_capacity(params, _pods_env("kube-play")))
+    assert "network bridge" in play and "this machine has available" in play
+    cluster = [p for p in wl.check_capacity(params, _pods_env("kubernetes")) if "is not installed" not in p]
+    assert cluster == []
+
+
+def test_check_of_a_cluster_environment_does_not_ask_for_podman(tmp_path, monkeypatch):
+    from virtbench.drivers import make
+    from virtbench.drivers.base import DriverContext
+    from virtbench.drivers.container import driver as container
+
+    asked = []
+    monkeypatch.setattr(container.ContainerDriver, "check", lambda self, env=None: asked.append(env) or [])
+    driver = make("pods", DriverContext("test-pods-check", tmp_path))
+    assert driver.check(_pods_env("kubernetes")) == [] and asked == []
+    driver.check(_pods_env("kube-play"))
+    driver.check()  # doctor: the default environment, kube play
+    assert len(asked) == 2

@@ -6,6 +6,7 @@ import importlib
 
 from .base import set_traits_lookup
 from .base import Driver, DriverContext, Instance, Traits
+from ..model import EnvSpec
 
 REGISTRY: dict[str, str] = {
     "host": "virtbench.drivers.host.driver:HostDriver",
@@ -33,6 +34,11 @@ def traits_of(name: str) -> Traits:
     return driver_class(name).traits if name in REGISTRY else Traits()
 
 
+def traits_for(env: EnvSpec) -> Traits:
+    """What the instances of environment `env` are, its options included (Traits() for an unknown driver)."""
+    return driver_class(env.driver).traits_for(env) if env.driver in REGISTRY else Traits()
+
+
 set_traits_lookup(traits_of)
 
 
@@ -41,4 +47,4 @@ def make(name: str, context: DriverContext) -> Driver:
 
 
 __all__ = ["Driver", "DriverContext", "Instance", "REGISTRY", "names", "driver_class", "make", "traits_of",
-           "Traits"]
+           "traits_for", "Traits"]

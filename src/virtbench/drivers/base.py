@@ -226,6 +226,12 @@ class Driver(ABC):
     name: ClassVar[str]
     description: ClassVar[str] = ""
     traits: ClassVar[Traits] = Traits()  # what its instances are (Instance.traits)
+
+    @classmethod
+    def traits_for(cls, env: EnvSpec) -> Traits:
+        """What the instances of `env` are: the driver's traits, unless its options make them another
+        kind (pods on a real cluster are not kube play's)."""
+        return cls.traits
     options: ClassVar[dict[str, OptionSpec]] = {}
     needs_image: ClassVar[bool] = False
     supports_shapes: ClassVar[bool] = True  # False: the driver cannot limit vCPUs/memory
@@ -241,8 +247,9 @@ class Driver(ABC):
         self.stale_removed: list[str] = context.machines.removed
 
     @abstractmethod
-    def check(self) -> list[Problem]:
-        """Can this driver work on this machine? Empty list means yes."""
+    def check(self, env: EnvSpec | None = None) -> list[Problem]:
+        """Can this driver run `env` from this machine (None: its default environment, as doctor
+        asks)? Empty list means yes. check_env then checks the environment's own options."""
 
     @abstractmethod
     def provision(self, env: EnvSpec, count: int = 1, role: str = "main") -> list[Instance]:

@@ -273,9 +273,10 @@ class BootRunner:
             self.context = session.context
             self.driver = session.driver(g.driver)
             session.sweep()  # this machine (machines/ledger.py)
-            problems = self.driver.check()
+            env = env_for(g, g.cells()[0]["params"], self.driver)
+            problems = self.driver.check(env)
             if not problems:  # e.g. a cloud's credentials, endpoint, image ids: before any start
-                problems = self.driver.check_env(env_for(g, g.cells()[0]["params"], self.driver))
+                problems = self.driver.check_env(env)
             if problems:
                 raise UserError("the {} driver cannot run here:\n  ".format(g.driver)
                                 + "\n  ".join(f"{p.what} (fix: {p.fix})" for p in problems))

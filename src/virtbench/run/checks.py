@@ -83,7 +83,7 @@ def _run_checks(session: Session, driver: Driver, env: EnvSpec, count: int, only
                 log: Callable[[str], None], out: dict[str, Any]) -> dict[str, Any]:
     driver_name = env.driver
     workdir = session.workdir
-    problems = driver.check()
+    problems = driver.check(env)
     if problems:
         raise UserError(f"the {driver_name} driver cannot run here: "
                         + "; ".join(f"{p.what} (fix: {p.fix})" for p in problems))

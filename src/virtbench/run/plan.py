@@ -196,6 +196,7 @@ def make(matrix: Matrix, only: set[tuple[str, str]] | None = None, store=None) -
     policy = matrix.policy
     names = [e.name for e in matrix.environments]
     driver = {e.name: e.driver for e in matrix.environments}
+    spec = {e.name: e for e in matrix.environments}
     low_reps = verdict_minimum(policy.min_repetitions, policy.max_repetitions)
     high_reps = max(policy.max_repetitions, low_reps)
     warm = AUTO_WARMUP if policy.warmup == "auto" else (int(policy.warmup), int(policy.warmup))
@@ -226,7 +227,7 @@ def make(matrix: Matrix, only: set[tuple[str, str]] | None = None, store=None) -
                 ceiling += (policy.timeout or wl.timeout(cell["params"])) * (high_reps + warm[1])
                 continue
             # a measured wall time already holds the driver's start of the command; a model does not
-            per += est.seconds + (drivers.traits_of(driver[e]).repetition_overhead_s if est.source == "model" else 0)
+            per += est.seconds + (drivers.traits_for(spec[e]).repetition_overhead_s if est.source == "model" else 0)
         first, m = earliest_stop(matrix, cell, low_reps, high_reps)
         floor = max(floor, (first, m))
         if spread is not None and m:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from .. import drivers
 from . import estimates
+from ..model import EnvSpec
 
 
 @dataclass
@@ -117,10 +118,11 @@ def hms(seconds: float | None) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-def attempt_seconds(cell: dict, driver: str, history: estimates.History | None) -> float | None:
-    """One attempt's estimated wall time on `driver`, as the plan counts it: a measured wall time
-    already holds the driver's start of the command; a model gets the driver's per-repetition overhead."""
-    est = estimates.per_repetition(cell, driver, history)
+def attempt_seconds(cell: dict, env: EnvSpec, history: estimates.History | None) -> float | None:
+    """One attempt's estimated wall time in `env`, as the plan counts it: a measured wall time
+    already holds the driver's start of the command; a model gets the environment's per-repetition
+    overhead (its traits, options included: a cluster's pods are not kube play's)."""
+    est = estimates.per_repetition(cell, env.driver, history)
     if est.seconds is None:
         return None
-    return est.seconds + (drivers.traits_of(driver).repetition_overhead_s if est.source == "model" else 0.0)
+    return est.seconds + (drivers.traits_for(env).repetition_overhead_s if est.source == "model" else 0.0)

@@ -169,7 +169,7 @@ class Runner(Rounds):
         for env in self.matrix.environments:
             if env.driver not in made:
                 made[env.driver] = session.driver(env.driver)
-                problems += [f"{env.name}: {p.what} (fix: {p.fix})" for p in made[env.driver].check()]
+                problems += [f"{env.name}: {p.what} (fix: {p.fix})" for p in made[env.driver].check(env)]
             problems += [f"{env.name}: {p.what} (fix: {p.fix})" for p in made[env.driver].check_env(env)]
             states[env.name] = _EnvState(env, made[env.driver])
         session.sweep()  # this machine; the others when first used (machines/ledger.py)
@@ -259,7 +259,7 @@ class Runner(Rounds):
 
         policy = self.matrix.policy
         all_envs = [e.name for e in self.matrix.environments]
-        driver = {e.name: e.driver for e in self.matrix.environments}
+        specs = {e.name: e for e in self.matrix.environments}
         history = estimates.History(self.store, {c["workload"] for c in self.matrix.cells})
         warm = plan_mod.AUTO_WARMUP[0] if policy.warmup == "auto" else int(policy.warmup)
         out = Outlook()
@@ -272,7 +272,7 @@ class Runner(Rounds):
                     continue
                 rounds = min(policy.max_repetitions - start, max(first - start, policy.min_repetitions - tally.ok))
                 out.expect(cell["key"], env, 0 if tally.warmed_up else warm, rounds,
-                           attempt_seconds(cell, driver[env], history))
+                           attempt_seconds(cell, specs[env], history))
         return out
 
     def _warm_up(self, state: _EnvState, wl: workloads.Workload, cell: dict, tally: Tally, timeout: float,

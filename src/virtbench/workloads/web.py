@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import fanout, kernel_identity
-from ..drivers import traits_of
+from ..drivers import traits_for, traits_of
 from ..drivers.base import Instance, PortForwarding, ServiceBalancing
 from ..errors import MissingTool, WorkloadFailed
 from ..model import EnvSpec, Sample
@@ -246,7 +246,8 @@ class Web(Workload):
         """Before the run starts: the tools on the host, and a shape's memory limit per instance
         against the host's available memory."""
         problems = []
-        on_host = traits_of(env.driver).host_process  # nginx runs here, not from the guest image
+        kind = traits_for(env)  # with its options: pods on a cluster are not kube play's
+        on_host = kind.host_process  # nginx runs here, not from the guest image
         for tool, package in (("wrk", "wrk"), *((("nginx", "nginx-light"),) if on_host else ())):
             try:
                 nginx.which(tool)
@@ -258,10 +259,12 @@ class Web(Workload):
         per = max(params["replica_memory_mb"], env.shape.memory_mb or default_mb)
         count = self._instances_count(params)
         avail = _mem_available_mb()
-        if traits_of(env.driver).bridge_port and count > BRIDGE_PORTS - 1:
+        if kind.bridge_port and count > BRIDGE_PORTS - 1:
             problems.append(f"{count} containers on one network bridge: Linux gives a bridge at most "
                             f"{BRIDGE_PORTS} ports (use at most {BRIDGE_PORTS - 2} replicas)")
-        if count * per > avail:
+        # only instances on a machine's cores draw on its memory (a cluster's pods, ssh hosts: their own)
+        here = kind.host_process or kind.shares_kernel or kind.machine_cores
+        if here and count * per > avail:
             what = f"shape {env.shape.name}: {env.shape.memory_mb} MB" if env.shape.memory_mb else \
                 (f"{per} MB (a VM's default)" if default_mb else f"{per} MB")
             parts = f"{params['replicas']} replicas" + (" + balancer" if params["balancer"] == "nginx" else "")

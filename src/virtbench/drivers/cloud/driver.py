@@ -135,7 +135,7 @@ class CloudDriver(Driver):
         return b
 
     # -- the driver interface ------------------------------------------------------------------
-    def check(self) -> list[Problem]:
+    def check(self, env: EnvSpec | None = None) -> list[Problem]:
         problems = []
         try:
             importlib.import_module("boto3")

@@ -285,7 +285,7 @@ class ContainerDriver(Driver):
         machine = self._machine(env.options)
         return cpuset.problems(env.options.get("cpuset") or "", self.name, machine.allowed_cpus(), machine.place)
 
-    def check(self) -> list[Problem]:
+    def check(self, env: EnvSpec | None = None) -> list[Problem]:
         try:
             cmd = pick_engine("auto")
         except MissingTool as exc:

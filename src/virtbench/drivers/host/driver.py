@@ -68,7 +68,7 @@ class HostDriver(Driver):
     def check_env(self, env: EnvSpec) -> list[Problem]:
         return cpuset.problems(env.options.get("cpuset") or "", self.name)
 
-    def check(self) -> list[Problem]:
+    def check(self, env: EnvSpec | None = None) -> list[Problem]:
         problems = []
         if not (kernels.native_bin_dir() / "vb-system").exists():
             problems.append(Problem(f"native kernels not built in {kernels.native_bin_dir()}",

@@ -304,9 +304,18 @@ class PodsDriver(Driver):
             self._clusters[key] = Cluster(opts["context"], opts["namespace"])
         return self._clusters[key]
 
+    @classmethod
+    def traits_for(cls, env: EnvSpec) -> Traits:
+        """kube play's pods run here (this kernel, a port of podman's bridge, its start per repetition);
+        a cluster's pods are its nodes' (ClusterPod's traits)."""
+        backend = (env.options or {}).get("backend", cls.options["backend"].default)
+        return ClusterPod.traits if backend == "kubernetes" else cls.traits
+
     # -- checks -----------------------------------------------------------------------------------
-    def check(self) -> list[Problem]:
-        return container.ContainerDriver(self.context).check()  # kube-play, the default, needs the same
+    def check(self, env: EnvSpec | None = None) -> list[Problem]:
+        if env is not None and self._opts(env)["backend"] == "kubernetes":
+            return []  # the cluster's own check is check_env's: nothing of podman here is needed
+        return container.ContainerDriver(self.context).check()  # kube play runs on podman here
 
     def check_env(self, env: EnvSpec) -> list[Problem]:
         opts = self._opts(env)

@@ -101,7 +101,7 @@ class SshDriver(Driver):
         self._lock = threading.Lock()
         self._busy: dict[str, int] = {}  # host name -> instances on it now
 
-    def check(self) -> list[Problem]:
+    def check(self, env: EnvSpec | None = None) -> list[Problem]:
         import shutil
 
         return [] if shutil.which("ssh") else [Problem("the ssh client is not installed",

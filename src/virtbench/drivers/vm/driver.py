@@ -240,7 +240,7 @@ class VmDriver(Driver):
             return str(exc), {}
 
     # -- Driver interface -----------------------------------------------------------------------
-    def check(self) -> list[Problem]:
+    def check(self, env: EnvSpec | None = None) -> list[Problem]:
         problems = []
         for tool, pkg in ((qemu.QEMU, "qemu-system-x86"), ("qemu-img", "qemu-utils"), ("ssh", "openssh-client"),
                           ("ssh-keygen", "openssh-client"), ("mke2fs", "e2fsprogs")):
