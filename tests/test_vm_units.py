@@ -69,9 +69,9 @@ def test_format_size():
 
 def test_auto_disks_are_cached_by_their_free_space():
     # free_space (the VM's local storage) names its own base disk; the default keeps the old name
-    assert disk._disk_name(None) == disk._disk_name(None, disk.AUTO_FREE) == "disk-auto.raw"
-    assert disk._disk_name(None, 2 << 30) == f"disk-auto-free{2 << 30}.raw"
-    assert disk._disk_name(1 << 30, 2 << 30) == f"disk-{1 << 30}.raw"  # padded disks ignore it
+    assert disk.disk_name(None) == disk.disk_name(None, disk.AUTO_FREE) == "disk-auto.raw"
+    assert disk.disk_name(None, 2 << 30) == f"disk-auto-free{2 << 30}.raw"
+    assert disk.disk_name(1 << 30, 2 << 30) == f"disk-{1 << 30}.raw"  # padded disks ignore it
     assert vmdrv.VmDriver.options["free_space"].default == "512M"
 
 # -- initramfs --------------------------------------------------------------------------------------

@@ -5,8 +5,7 @@ Split out of ``analysis.py`` (issue 23): analysis builds the rows, this step cor
 each family (table) and fills in ``significant`` (a Benjamini-Hochberg discovery: the printed CI
 excludes 1), ``p_adjusted``, ``p_threshold``, ``comparisons`` and the verdict fields
 (:func:`verdict_fields`: ``verdict``, one of faster / slower / equivalent / inconclusive,
-``detectable``, ``margin``, ``verdict_reason``). ``analysis`` re-exports ``FDR`` and the helpers, so
-``analysis._verdicts`` keeps working.
+``detectable``, ``margin``, ``verdict_reason``), all by :func:`apply_verdicts`.
 """
 
 from __future__ import annotations

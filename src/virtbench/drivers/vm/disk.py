@@ -119,7 +119,7 @@ def artifacts_dir(image_hash: str) -> Path:
 
 
 @contextlib.contextmanager
-def _lock(path: Path):
+def file_lock(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -239,7 +239,7 @@ def ensure_boot(info, log=None) -> BootFiles:
     if got:
         return got
     _require_tools()
-    with _lock(d.parent / f"{d.name}.lock"):
+    with file_lock(d.parent / f"{d.name}.lock"):
         got = _load_boot(d)
         if got:
             return got
@@ -303,7 +303,7 @@ def auto_total(boot: BootFiles, free: int) -> int:
     return int(-(-(boot.used_bytes * 1.04 + free) // ALIGN) * ALIGN)
 
 
-def _disk_name(size: int | None, free: int = AUTO_FREE) -> str:
+def disk_name(size: int | None, free: int = AUTO_FREE) -> str:
     if size is None:
         return "disk-auto.raw" if free == AUTO_FREE else f"disk-auto-free{free}.raw"
     return f"disk-{size}.raw"
@@ -315,7 +315,7 @@ def ensure_base(info, size: int | None, log=None, free: int | None = None) -> Ba
     free = AUTO_FREE if free is None else free
     boot = ensure_boot(info, log)
     d = boot.dir
-    out = d / _disk_name(size, free)
+    out = d / disk_name(size, free)
     meta = out.with_suffix(".json")
     if out.exists() and meta.exists():
         return BaseDisk(out, **json.loads(meta.read_text()))
@@ -325,7 +325,7 @@ def ensure_base(info, size: int | None, log=None, free: int | None = None) -> Ba
                         f"({format_size(smallest)})", f"use an image size of at least {format_size(smallest)}")
     _require_tools()
     log = log or (lambda msg: None)
-    with _lock(d / f"{out.name}.lock"):
+    with file_lock(d / f"{out.name}.lock"):
         if out.exists() and meta.exists():
             return BaseDisk(out, **json.loads(meta.read_text()))
         _remove_partials(d)
@@ -467,7 +467,7 @@ def prune(keep_images: set[str]) -> list[str]:
     keep = {f"{h}-{guest.glue_hash()}" for h in keep_images}
     for d in base.iterdir():
         if d.is_dir() and d.name not in keep:
-            with _lock(base / f"{d.name}.lock"):  # not while another process builds it
+            with file_lock(base / f"{d.name}.lock"):  # not while another process builds it
                 shutil.rmtree(d, ignore_errors=True)
             (base / f"{d.name}.lock").unlink(missing_ok=True)
             removed.append(str(d))

@@ -363,7 +363,7 @@ class VmDriver(Driver):
             self._live.add(inst)
         return inst
 
-    def _forget(self, inst: VmInstance) -> None:
+    def forget(self, inst: VmInstance) -> None:
         with self._lock:
             self._live.discard(inst)
             if self._live:

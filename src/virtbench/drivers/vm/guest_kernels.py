@@ -48,7 +48,7 @@ def boot_files(cloud: disk.BootFiles, flavour: str, log=None) -> disk.BootFiles:
     got = _load(d, cloud)
     if got:
         return got
-    with disk._lock(cloud.dir / f"kernel-{kver}.lock"):
+    with disk.file_lock(cloud.dir / f"kernel-{kver}.lock"):
         got = _load(d, cloud)
         if got:
             return got

@@ -66,7 +66,7 @@ class VmMaker(Protocol):
 
     def keypair(self) -> KeyPair: ...
 
-    def _forget(self, inst: VmInstance) -> None: ...
+    def forget(self, inst: VmInstance) -> None: ...
 
 
 class VmInstance(GuestImageInstance):
@@ -471,4 +471,4 @@ class VmInstance(GuestImageInstance):
         if self.mdir != self.dir:  # its directory on another machine
             self.machine.run(["rm", "-rf", str(self.mdir)], timeout=120)
         shutil.rmtree(self.dir, ignore_errors=True)
-        self.driver._forget(self)
+        self.driver.forget(self)

@@ -118,7 +118,7 @@ class Site:
         tarball = self._blob(info.tarball, "rootfs.tar")
         glue = self._blob(_glue_tar(boot), "vm-glue.tar")
         d = self.root / "base" / boot.dir.name
-        name = disk._disk_name(None, free)
+        name = disk.disk_name(None, free)
         total = disk.auto_total(boot, free)
         res = m.run(["sh", "-c", _BUILD, "vb", str(d), str(tarball), str(glue), name, str(total // 1024)],
                     timeout=disk.BUILD_TIMEOUT)
