@@ -155,6 +155,24 @@ def test_no_import_against_the_layers():
     assert not bad, "imports against the layering:\n" + "\n".join(bad)
 
 
+def test_string_registries_resolve():
+    """The registries name what they load lazily as "module:attribute" strings (drivers, workloads,
+    conditions, report sections, machine kinds): each must name something that exists, or a move or
+    a rename breaks them only when that entry is first used."""
+    import importlib
+
+    bad = []
+    for path in sorted((SRC / "virtbench").rglob("*.py")):
+        for found in re.finditer(r'"(virtbench(?:\.\w+)+):(\w+)"', path.read_text()):
+            module, attr = found.groups()
+            try:
+                if not hasattr(importlib.import_module(module), attr):
+                    bad.append(f"{path.relative_to(ROOT)}: {module} has no {attr}")
+            except ImportError as exc:
+                bad.append(f"{path.relative_to(ROOT)}: {module}: {exc}")
+    assert not bad, "registry entries that name nothing:\n" + "\n".join(bad)
+
+
 def test_the_docs_show_these_layers():
     """docs/architecture.md's layer diagram has a row per entry of LAYERS, in this order, that starts
     with its title and names its modules (packages as `vm/`, `vm/lifecycle`)."""
