@@ -36,7 +36,7 @@ TMP_PREFIX = "virtbench-cond-"
 # Kills the processes whose environment or command line holds one of the strings read on stdin
 # (never from arguments: this script's own command line must not match). Command lines count
 # because some daemons (sshd) overwrite their environment with their process title.
-_KILL_MATCHING = r"""
+KILL_MATCHING = r"""
 pats=$(cat)
 find() { printf '%s\n' "$pats" | grep -lzF -f - /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null |
   sed 's|^/proc/||; s|/.*$||' | sort -u | grep -vx "$$"; }
@@ -159,7 +159,7 @@ class Machine(ABC):
 
     def kill_matching(self, patterns: Sequence[str]) -> None:
         """Kill every process whose environment or command line contains one of `patterns`."""
-        self.run(["sh", "-c", _KILL_MATCHING], stdin="\n".join(patterns).encode(), timeout=20)
+        self.run(["sh", "-c", KILL_MATCHING], stdin="\n".join(patterns).encode(), timeout=20)
 
     def spawn_tethered(self, argv: Sequence[str], log: str, env: Mapping[str, str] | None = None) -> Process:
         """spawn(), and where the process is a child of this one, make it die with this process

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ..errors import MissingTool, UserError
 from ..model import ExecResult
-from .base import KILL_GROUP as _KILL, SPAWN as _SPAWN, _KILL_MATCHING, Machine, MachineUnreachable, Process
+from .base import KILL_GROUP as _KILL, SPAWN as _SPAWN, KILL_MATCHING, Machine, MachineUnreachable, Process
 from .inventory import HostSpec
 
 CONNECT_TIMEOUT = 10
@@ -41,7 +41,7 @@ PERSIST = 600  # seconds the master outlives its last use if virtbench dies with
 # Runs every command with builtins only (each exec costs the remote ~1 ms): change directory, export
 # the caller's variables and a token naming this command, then exec it, under coreutils `timeout`
 # when it has one. On Ctrl-C (or a local timeout) the processes carrying the token are killed there
-# (_KILL_MATCHING), so nothing of an interrupted command goes on running on the remote machine.
+# (KILL_MATCHING), so nothing of an interrupted command goes on running on the remote machine.
 _WRAPPER = ('d=$1; t=$2; export VIRTBENCH_EXEC="$3"; n=$4; shift 4; '
             'while [ "$n" -gt 0 ]; do export "$1"; shift; n=$((n - 1)); done; '
             'if [ -n "$d" ]; then cd "$d" || exit 126; fi; '
@@ -194,11 +194,15 @@ class SshMachine(Machine):
                     self.spec.destination], timeout=10)
         return res.ok
 
+    def _exit_master(self, timeout: float) -> None:
+        """Tell the master connection to end (its socket goes with it)."""
+        _run([_ssh_binary(), "-o", f"ControlPath={self._control_path()}", "-O", "exit", self.spec.destination],
+             timeout=timeout)
+
     def close(self) -> None:
         with self._lock:
             if self._master:
-                _run([_ssh_binary(), "-o", f"ControlPath={self._control_path()}", "-O", "exit",
-                      self.spec.destination], timeout=10)
+                self._exit_master(10)
             self._master = False
             self._closed = True
             if self._own_dir:
@@ -302,7 +306,7 @@ class SshMachine(Machine):
     def kill_matching(self, patterns: list[str]) -> None:
         """Kill every process there whose environment or command line contains one of `patterns`:
         what one command, or one instance, started, daemons included."""
-        self._call(shlex.join(["sh", "-c", _KILL_MATCHING]), stdin="\n".join(patterns).encode(), timeout=20)
+        self._call(shlex.join(["sh", "-c", KILL_MATCHING]), stdin="\n".join(patterns).encode(), timeout=20)
 
     def kill_group(self, pgid: int, grace: float = 2.0) -> None:
         self._call(shlex.join(["sh", "-c", _KILL, "vb", str(pgid), str(max(1, int(grace * 10)))]),
@@ -368,7 +372,6 @@ def remote_command(argv: Sequence[str], token: str, *, timeout: float | None = N
 
 
 SSH_ERROR = 255  # ssh's own exit status when it could not run the command
-GUEST_KEX = "curve25519-sha256,curve25519-sha256@libssh.org"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -404,56 +407,6 @@ def pinned_argv(destination: str, key_file: Path, known_hosts: Path, connect_tim
 def answers(destination: str, key_file: Path, known_hosts: Path, timeout: float = 10) -> ExecResult:
     """Whether such a host runs `true` over ssh now (its result, with ssh's complaint when not)."""
     return _run([*pinned_argv(destination, key_file, known_hosts), "true"], timeout=timeout)
-
-
-class GuestMachine(SshMachine):
-    """A VM guest, reached by this same code: root with the run's key on a port forwarded to this
-    machine's 127.0.0.1, its host key pinned (made with the image), the user's ssh configuration
-    left out (it must not apply to 127.0.0.1), and a kex that costs little under TCG (the
-    post-quantum default costs ~0.2 s more per connection there)."""
-
-    kind = "guest"
-
-    def __init__(self, name: str, key: KeyPair, host_key_pub: str, port: int = 0):
-        super().__init__(HostSpec(name, "127.0.0.1", port or None, "root", str(key.private),
-                                  host_key=" ".join(host_key_pub.split()[:2])))
-
-    @property
-    def reached_via(self) -> str | None:
-        return None
-
-    def set_port(self, port: int) -> None:
-        """The forwarded port changed (QEMU started again on another one)."""
-        with self._lock:
-            self.spec = dataclasses.replace(self.spec, port=port)
-            self._options = None
-
-    def _first_options(self) -> list[str]:
-        return ["-F", "/dev/null", "-o", "ConnectTimeout=20", "-o", "ServerAliveInterval=10",
-                "-o", "ServerAliveCountMax=6", "-o", f"KexAlgorithms={GUEST_KEX}", "-o", "UpdateHostKeys=no",
-                "-o", "CheckHostIP=no", "-o", "LogLevel=ERROR"]
-
-    def open(self, timeout: float = 30.0) -> str | None:
-        """Bring the master connection up within `timeout`: None when it is up, else why not (the
-        caller retries while the guest boots)."""
-        self._connect_wait = timeout
-        try:
-            self.connect()
-            return None
-        except MachineUnreachable as exc:
-            return exc.reason
-
-    def is_open(self) -> bool:
-        # The master removes its socket when it ends (the guest's connection closed).
-        return self._master and os.path.exists(self._control_path())
-
-    def disconnect(self) -> None:
-        """End the master connection (the guest reboots); open() makes a new one."""
-        with self._lock:
-            if self._master and os.path.exists(self._control_path()):
-                _run([_ssh_binary(), "-o", f"ControlPath={self._control_path()}", "-O", "exit",
-                      self.spec.destination], timeout=5)
-            self._master = False
 
 
 def _run(argv: list[str], timeout: float, stdin: bytes | None = None) -> ExecResult:

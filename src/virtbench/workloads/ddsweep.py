@@ -56,7 +56,7 @@ def parse_phases(raw: str) -> dict[str, tuple[int, int, float]]:
     return out
 
 
-class _DdBase(Workload):
+class DdBase(Workload):
     """Write-then-read of one file per cell with dd; subclasses fix the sizes and the mode."""
 
     size_param: str
@@ -108,7 +108,7 @@ class _DdBase(Workload):
         return out
 
 
-class DdSweep(_DdBase):
+class DdSweep(DdBase):
     name = "dd"
     description = "dd write/read with direct I/O, 64 MiB blocks, one file size per cell (study 004)"
     size_param, size_unit, mode = "file_size_mb", 1 << 20, "direct"

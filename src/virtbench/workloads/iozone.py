@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Param
-from .ddsweep import _DdBase
+from .ddsweep import DdBase
 
 
-class IozoneLike(_DdBase):
+class IozoneLike(DdBase):
     name = "iozone-like"
     description = "iozone-style write (fsync included) and read throughput against file size, 64 KiB records"
     size_param, size_unit, mode = "file_size_kb", 1 << 10, "buffered"

@@ -2,7 +2,7 @@
 
 Direct kernel boot of the image's Debian cloud kernel with virtbench's minimal initramfs (or the
 image's own), root on a disk made from the same root filesystem (`drivers/vm/disk.py`), commands over SSH
-with a per-run key through a port QEMU forwards on 127.0.0.1 (`machines/ssh.py:GuestMachine`).
+with a per-run key through a port QEMU forwards on 127.0.0.1 (`drivers/vm/guest_machine.py`).
 
 Where: option `machine` names an inventory host; by default this machine. Everything that runs
 there goes through that machine's executor (`drivers/vm/site.py`: boot files shipped, base disk built

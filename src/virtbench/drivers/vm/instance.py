@@ -1,5 +1,5 @@
 """One VM: its disk, its QEMU (on the VM's machine, through that machine's executor), and the machine
-inside it: the guest over SSH (machines/ssh.py:GuestMachine, the same OpenSSH code as remote hosts).
+inside it: the guest over SSH (drivers/vm/guest_machine.py: the same OpenSSH code as remote hosts).
 
 Lifecycle marks, each from an event:
   requested  before the instance disk is made and QEMU spawned
@@ -28,7 +28,8 @@ from ...image import ImageInfo
 from ..base import GuestImageInstance
 from ...errors import UserError
 from ...model import EnvSpec, ExecResult
-from ...machines.ssh import SSH_ERROR, GuestMachine, KeyPair
+from ...machines.ssh import SSH_ERROR, KeyPair
+from .guest_machine import GuestMachine
 from . import disk, guest, qemu, segment
 from .qemu import DEVICE_MODELS, NIC_DEVICES
 from .segment import Segment
