@@ -157,10 +157,9 @@ def nfs(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
                     "storage_mechanism": "nfs-ganesha on a server link; the host's kernel NFSv4.1 client"}
 
 
-def _nfs_pod(inst: Instance, applied: Applied) -> tuple[str, dict]:
+def _nfs_pod(inst: SharedNfsMount, applied: Applied) -> tuple[str, dict]:
     """The pod's own mount of the environment's nfs_share (drivers/pods/driver.py), a directory per pod."""
-    meta = pod_nfs_choice(getattr(inst, "backend_name", ""), getattr(inst, "nfs_share", ""),
-                          getattr(inst, "nfs_refusal", None), applied.routed)
+    meta = pod_nfs_choice(inst.backend_name, inst.nfs_share, inst.nfs_refusal, applied.routed)
     d = inst.nfs_dir()
     res = inst.exec(["mkdir", "-p", d], timeout=120)
     if not res.ok:

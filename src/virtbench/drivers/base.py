@@ -101,6 +101,7 @@ class Instance(ABC):
     host_mount_dir: str | None = None  # a directory of its machine it sees (bind-mounted), if any
     engine: Any = None  # the container engine it runs under (container, kube-play pods), if any
     monitor_scope: str | None = None  # vb-monitor's scope inside it, when not its traits' (pods)
+    driver: Any = None  # the driver that made it, where it offers something over several (ClusterNetworking)
 
     def __init__(self, name: str, env: EnvSpec, role: str = "main", index: int = 0):
         self.name = name
@@ -370,6 +371,14 @@ class GuestRelay(Protocol):
 
 
 @runtime_checkable
+class ClusterNetworking(Protocol):
+    """A driver whose instances cannot reach each other by themselves (VMs on user-mode networking)
+    joins them on a private segment: an address per instance."""
+
+    def connect_cluster(self, instances: Sequence[Instance]) -> dict[str, Any]: ...
+
+
+@runtime_checkable
 class PortForwarding(Protocol):
     """A port inside it reached from this machine at another (address, port): a VM's hostfwd, a
     pod's NodePort Service."""
@@ -387,7 +396,15 @@ class ServiceBalancing(Protocol):
 
 @runtime_checkable
 class SharedNfsMount(Protocol):
-    """Mounts the environment's NFS share itself (pods: a PersistentVolume); storage=nfs uses it."""
+    """Mounts the environment's NFS share itself (pods: a PersistentVolume); storage=nfs uses it:
+    which backend mounts it, why it cannot (None: it can), and the instance's own directory on it."""
+
+    backend_name: str
 
     @property
     def nfs_share(self) -> str: ...
+
+    @property
+    def nfs_refusal(self) -> str | None: ...
+
+    def nfs_dir(self) -> str: ...

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..drivers.base import Instance
+from ..drivers.base import ClusterNetworking, Instance
 from ..errors import MissingTool, UserError, WorkloadFailed
 from ..machines.ssh import make_keypair
 from ..model import ExecResult
@@ -355,12 +355,11 @@ def _build(instances: list[Instance]) -> Cluster:
 
 def connect(instances: list[Instance]) -> dict[str, Any] | None:
     """Drivers whose instances cannot reach each other by themselves (VMs on user-mode networking)
-    offer `connect_cluster(instances)`: a private segment with an address per instance."""
-    driver = getattr(instances[0], "driver", None)
-    connect = getattr(driver, "connect_cluster", None)
-    if connect is None or any(getattr(i, "driver", None) is not driver for i in instances):
+    offer `connect_cluster(instances)` (ClusterNetworking): a private segment with an address per instance."""
+    driver = instances[0].driver
+    if not isinstance(driver, ClusterNetworking) or any(i.driver is not driver for i in instances):
         return None
-    return connect(instances)
+    return driver.connect_cluster(instances)
 
 
 def _vcpus(inst: Instance) -> int:
