@@ -77,6 +77,18 @@ def test_an_explicit_runtime_that_fails_is_the_error_never_another_runtime(guest
         engine.probe("podman", guest_image.tag, "/nonexistent/runsc")
 
 
+def test_gvisor_kvm_platform_only_where_kvm_runs_guests(guest_image):
+    from virtbench.drivers.vm.site import accelerator_of
+
+    if accelerator_of(local())["accel"] == "kvm":  # the vm driver's probe boot says KVM works here
+        eng = engine.probe("podman", guest_image.tag, "runsc", platform="kvm", network="none")
+        assert eng.options == {"platform": "kvm", "network": "none"}
+    else:  # no container is tried: a runsc sandbox on broken nested KVM hangs in start-up
+        with pytest.raises(UserError, match="kvm platform needs KVM that runs guests") as got:
+            engine.probe("podman", guest_image.tag, "runsc", platform="kvm", network="none")
+        assert 'platform = "ptrace"' in got.value.hint
+
+
 @pytest.fixture(scope="module")
 def runsc_engine(guest_image):
     assert shutil.which("runsc"), "runsc is not installed: setup.sh installs it (apt-get install runsc)"
