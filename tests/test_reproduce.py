@@ -555,6 +555,8 @@ def test_a_cluster_is_described_as_what_it_is():
 
 def test_a_stored_run_keeps_the_experiments_of_the_study_files_it_recorded():
     """A study file changed after a run started: its resume and scorecard use the tiers it recorded."""
+    import hashlib
+
     steps = rp.plan(3600, TCG, studies=["002"], history={})
     spec = rp.spec_for(steps, 3600, TCG, ["002"], None, "")
     assert [f["id"] for f in spec["study_files"]] == ["002"] and spec["study_files"][0]["builtin"]
@@ -565,6 +567,7 @@ def test_a_stored_run_keeps_the_experiments_of_the_study_files_it_recorded():
     recorded = text.replace('label = "1 GiB file (the suite\'s 1/2)', 'label = "as recorded: 1 GiB file (the suite\'s 1/2)')
     assert recorded != text
     spec["study_files"][0]["text"] = recorded
+    spec["study_files"][0]["sha256"] = hashlib.sha256(recorded.encode()).hexdigest()
     link = next(e for e in rp.experiments_of(spec) if e.id == "002-link")
     assert any(t.label.startswith("as recorded: ") for t in link.tiers)
     assert rp.experiments_of({**spec, "study_files": []}) == rp.EXPERIMENTS  # a run stored before files were

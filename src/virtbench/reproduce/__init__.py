@@ -176,9 +176,12 @@ def experiments_of(spec: dict[str, Any]) -> tuple[Experiment, ...]:
     """The experiments a stored reproduce run was planned with: those of the study files it recorded
     (so a resumed run keeps the tiers its plan's indexes point at, whatever the files say now), and
     the built-in ones for a run stored before files were recorded."""
-    if not spec.get("study_files"):
+    current = {s.id: s.sha256 for s in studyfile.builtin()}
+    changed = [f for f in spec.get("study_files") or []
+               if not (f["builtin"] and current.get(f["id"]) == f["sha256"])]
+    if not changed:  # the built-in files as they are now: the experiments planned with
         return EXPERIMENTS
-    recorded = in_priority(chosen.from_spec(spec))
+    recorded = in_priority(chosen.from_spec({**spec, "study_files": changed}))
     ids = {e.id for e in recorded}
     return recorded + tuple(e for e in EXPERIMENTS if e.id not in ids)
 
