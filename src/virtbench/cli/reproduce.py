@@ -150,6 +150,8 @@ def reproduce(studies, budget, kubeconfig, testbed, inventory, hosts, cloud, pod
         spec = spec_for(steps, budget_s, facts, chosen, kubeconfig, pods_image, inventory=inventory, hosts=hosts,
                         cloud=cloud, own=own)
         err.print(_plan_table(spec["plan"], spec["left_out"]))
+        for f in spec["study_files"]:  # what the scorecard will be scored with (pre-registration)
+            err.print(f"study {f['id']}: {f['path']} sha256 {f['sha256']}", highlight=False)
         total = sum(p["estimate_s"] or 0 for p in spec["plan"])
         err.print(f"estimated {total / 60:.1f} min of a {budget_s / 60:.0f} min budget; accelerator "
                   f"{facts['accelerator']}, load {facts['load_1m']:.2f} on {facts['cores']} cores", highlight=False)
