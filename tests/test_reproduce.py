@@ -355,6 +355,9 @@ def test_reproduce_runs_resumes_and_reports_scorecard_first(tmp_path, monkeypatc
     assert all(f["sha256"][:16] in score_table.note for f in data["study_files"]) and len(data["study_files"]) == 5
     revised = [r for r, k in zip(score_table.rows, score_table.keys) if k["claim"] == "004-web-pods-peak"]
     assert "(finding revised 2026-11-27: published_at = 32 added" in revised[0][2]
+    # each finding in the study's own words, beside where it says them
+    quoted = [r for r, k in zip(score_table.rows, score_table.keys) if k["claim"] == "004-nfs-write"][0]
+    assert quoted[5].startswith("section 4.4") and "\u201c" in quoted[5] and "Pod" in quoted[5]
     assert [p.id for p in doc.parts[1:]] == [done["tiny-a"]["child"], done["tiny-b"]["child"]]
     text = markdown.render(doc)
     assert text.index("Scorecard") < text.index(done["tiny-a"]["child"])

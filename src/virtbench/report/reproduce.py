@@ -25,11 +25,13 @@ def part(store: Store, run_id: str) -> tuple[Part, list[str]]:
                 if v["verdict"] != "not measured" else v["reason"])
         verdict = VERDICT_MARK[v["verdict"]] + "".join(
             f" (finding revised {r['date']}: {r['change']}; why: {r['why']})" for r in v.get("revised") or [])
-        rows.append([v["finding"], v["study"], verdict, said, v["tolerance"], v["cite"]])
+        words = (f": \u201c{v['quote']}\u201d" if v.get("quote") else "") + (
+            f" ({v['quote_en']})" if v.get("quote_en") and v.get("quote_en") != v.get("quote") else "")
+        rows.append([v["finding"], v["study"], verdict, said, v["tolerance"], v["cite"] + words])
         keys.append({"claim": v["id"], "verdict": v["verdict"]})
     score = Table("Scorecard: each published finding of the studies, checked against this run's measurements",
                   ["finding", "study", "verdict", "measured (interval, at its level: 95 % or more) / why not measured", "holds if",
-                   "where the study says it"], rows, keys=keys,
+                   "where and how the study says it"], rows, keys=keys,
                   note="Findings and tolerances are the study files' as this run recorded them ("
                        + ("; ".join(f"{f['path']} sha256 {f['sha256'][:16]}" for f in data.get("study_files") or [])
                           or "studies/NNN.toml") + "). A finding revised after results were seen says so beside "
