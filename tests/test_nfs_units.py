@@ -6,13 +6,13 @@ from virtbench.conditions import network, storage
 from virtbench.drivers.vm import instance, qemu
 
 
-def _netdev(m: qemu.Machine) -> str:
+def _netdev(m: qemu.QemuConfig) -> str:
     argv = m.argv("/q.sock", "/c.sock")
     return argv[argv.index("-netdev") + 1]
 
 
 def test_guestfwd_rules_go_on_the_user_netdev_escaped():
-    m = qemu.Machine("v", "tcg", "pc", 1, 256, "/k", "/i", "", "/d.raw", ssh_port=2222,
+    m = qemu.QemuConfig("v", "tcg", "pc", 1, 256, "/k", "/i", "", "/d.raw", ssh_port=2222,
                      guestfwd=["tcp:10.0.2.100:2049-cmd:socat - TCP:h:1,nodelay"])
     net = _netdev(m)
     assert net.startswith("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:2222-:22,")
@@ -21,7 +21,7 @@ def test_guestfwd_rules_go_on_the_user_netdev_escaped():
 
 
 def test_no_guestfwd_by_default():
-    m = qemu.Machine("v", "tcg", "pc", 1, 256, "/k", "/i", "", "/d.raw", ssh_port=2222)
+    m = qemu.QemuConfig("v", "tcg", "pc", 1, 256, "/k", "/i", "", "/d.raw", ssh_port=2222)
     assert "guestfwd" not in _netdev(m)
 
 

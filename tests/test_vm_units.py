@@ -176,7 +176,7 @@ def test_guest_scripts_are_valid_shell():
 def _machine(**kw):
     base = dict(name="t", accel="tcg", machine="pc", vcpus=2, memory_mb=512, kernel="/k", initrd="/i",
                 append="console=ttyS0", disk="/d/a,b.raw", ssh_port=2222)
-    return qemu.Machine(**{**base, **kw})
+    return qemu.QemuConfig(**{**base, **kw})
 
 
 def test_qemu_argv_paravirt():

@@ -146,11 +146,11 @@ class VmInstance(GuestImageInstance):
         cuts at '.', both of which environment names such as vm:c1.medium bring)."""
         return re.sub(r"[^A-Za-z0-9-]", "-", self.name)[:63].strip("-") or "vbguest"
 
-    def qemu_config(self) -> qemu.Machine:
+    def qemu_config(self) -> qemu.QemuConfig:
         disk_model, nic_model = DEVICE_MODELS[self.s["devices"]]
         boot = self.bootfiles
         shape = self.env.shape
-        return qemu.Machine(
+        return qemu.QemuConfig(
             name=self.name, accel=self.s["accel"], machine=self.s["machine_type"],
             vcpus=shape.vcpus or self._host_cores(), memory_mb=shape.memory_mb or DEFAULT_MEMORY_MB,
             kernel=str(boot.kernel), initrd=str(boot.initrd if self.s["initrd"] == "minimal" else boot.debian_initrd),

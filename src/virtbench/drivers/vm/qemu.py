@@ -187,7 +187,7 @@ class Console:
 # -- command line -------------------------------------------------------------------------------
 
 @dataclass
-class Machine:
+class QemuConfig:
     """Everything that decides a QEMU command line."""
 
     name: str
