@@ -70,7 +70,10 @@ groups = [{ of = "num", values = [0.99] }, { of = "den", values = [1.0] }]
 '''
 
 
-def test_a_users_study_is_planned_run_and_scored_with_its_hash(tmp_path, guest_image):
+def test_a_users_study_is_planned_run_and_scored_with_its_hash(tmp_path, guest_image, monkeypatch):
+    from virtbench.reproduce import times
+
+    monkeypatch.setattr(times, "history_path", lambda: tmp_path / "times.json")  # not the user's record
     (tmp_path / "suites").mkdir()
     (tmp_path / "suites" / "mine.toml").write_text(SUITE)
     study = tmp_path / "study.toml"
