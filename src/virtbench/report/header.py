@@ -74,8 +74,8 @@ def methods(rows: list[dict]) -> str:
             "interval: equivalent when it lies wholly within the equivalence margin"
             + (f" (here ±{', '.join(f'{m * 100:g}' for m in margins)} %)" if margins else "")
             + ", i.e. two one-sided tests at half the interval's error rate each; otherwise faster or slower when it "
-            "excludes 1; otherwise inconclusive, with the smallest difference the run could have seen (the "
-            "interval's farther bound: max(1/low, high) - 1).")
+            "excludes 1; otherwise inconclusive, with the smallest difference the run could have seen, read "
+            "from the interval's farther bound as max(1/low, high) - 1.")
     if small:
         text += (f" {small} comparison(s) are 'inconclusive (n too small)': their repetitions cannot reach the "
                  f"table's level; run more repetitions ({ratio_methods.smallest_p_text(rows)}; "
