@@ -220,8 +220,8 @@ def test_accel_choice_from_probe_record():
     assert got["accel"] == "tcg" and "hung" in got["kvm_problem"]
     assert probe._for({"accel": "tcg", "tried": tried}, "kvm")["accel"] is None
     ok_kvm = [{"accel": "kvm", "cpu": "host", "ok": True, "detail": "ok"}]
-    assert probe._for({"accel": "kvm", "tried": ok_kvm}, "auto") == {"accel": "kvm", "cpu": "host",
-                                                                       "kvm_problem": "", "tried": ok_kvm}
+    assert probe._for({"accel": "kvm", "tried": ok_kvm, "at": 1.5e9}, "auto") == {
+        "accel": "kvm", "cpu": "host", "kvm_problem": "", "tried": ok_kvm, "probed_at": 1.5e9}
     assert probe._for({"accel": "kvm", "tried": ok_kvm}, "tcg")["accel"] == "tcg"
 
 
