@@ -24,19 +24,26 @@ from virtbench.drivers.pods.testbed import up_down as cluster, configs, pki
 from virtbench.drivers.pods.testbed.configs import Layout
 
 ROOT = Path(__file__).resolve().parents[1]
-LAY = Layout()
+NAME = "vbk8stest"  # the tests' own cluster: a test session never touches a user's (the default vbk8s)
+LAY = Layout(NAME)
+N1, N2 = LAY.node_name(1), LAY.node_name(2)
+CLI = [sys.executable, "-m", "virtbench.cli"]
 
 
 @pytest.fixture(scope="module")
 def k8s(guest_image):
-    """The testbed cluster, 2 nodes, for this module; removed at its end. One per machine: a second
-    session waits for the first."""
+    """The tests' testbed cluster, 2 nodes, for this module; removed at its end. One per machine: a
+    second session waits for the first; a user's cluster (another name) holds the machine's fixed
+    ports, so the module does not run beside it."""
     lock = open("/run/virtbench-k8s-testbed.lock", "w")
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
-        cluster.down()  # whatever a killed session left
+        cluster.down(NAME)  # whatever a killed session left
+        if others := [n for n in cluster.clusters_here() if n != NAME]:
+            pytest.skip(f"testbed cluster {', '.join(others)} is up on this machine ({cluster.whose(Layout(others[0]))}): "
+                        "one cluster per machine, and it is not the tests' to remove")
         t0 = time.monotonic()
-        lay = cluster.up(2, log=lambda line: print(line, file=sys.stderr))
+        lay = cluster.up(2, name=NAME, log=lambda line: print(line, file=sys.stderr))
         print(f"k8s testbed up in {time.monotonic() - t0:.0f} s", file=sys.stderr)
         old = os.environ.get("KUBECONFIG")
         os.environ["KUBECONFIG"] = str(lay.kubeconfig)
@@ -47,7 +54,7 @@ def k8s(guest_image):
                 os.environ.pop("KUBECONFIG", None)
             else:
                 os.environ["KUBECONFIG"] = old
-            cluster.down()
+            cluster.down(NAME, force=True)
     finally:
         lock.close()
 
@@ -86,7 +93,7 @@ def test_up_gives_two_ready_nodes_an_api_on_loopback_and_private_keys(k8s):
 
     d = describe(k8s.kubeconfig)
     assert d["server_version"] == "v1.34.4"
-    assert sorted(n["name"] for n in d["nodes"]) == ["vbk8s-n1", "vbk8s-n2"]
+    assert sorted(n["name"] for n in d["nodes"]) == [N1, N2]
     assert all(n["ready"] for n in d["nodes"])
     assert {n["address"] for n in d["nodes"]} == {"10.232.0.1", "10.232.0.2"}
     listening = subprocess.run(["ss", "-Htln"], capture_output=True, text=True).stdout.split("\n")
@@ -108,7 +115,7 @@ def test_hosts_and_doctor_report_the_cluster_of_the_kubeconfig(k8s):
     assert hosts.returncode == 0, hosts.stderr
     rows = json.loads(hosts.stdout)
     assert [(r["name"], r["ready"], r["server_version"]) for r in rows] == \
-        [("vbk8s-n1", True, "v1.34.4"), ("vbk8s-n2", True, "v1.34.4")]
+        [(N1, True, "v1.34.4"), (N2, True, "v1.34.4")]
     bare = subprocess.run([sys.executable, "-m", "virtbench.cli", "hosts"], capture_output=True, text=True,
                           timeout=120, env=env)
     assert bare.returncode == 2 and "--kubernetes" in bare.stderr and str(k8s.kubeconfig) in bare.stderr
@@ -116,7 +123,7 @@ def test_hosts_and_doctor_report_the_cluster_of_the_kubeconfig(k8s):
                             text=True, timeout=300, env=env)
     (check,) = [c for c in json.loads(doctor.stdout) if c["name"] == "kubernetes cluster"]
     assert check["ok"] and "v1.34.4" in check["detail"] and str(k8s.kubeconfig) in check["detail"]
-    assert "vbk8s-n1 (Ready), vbk8s-n2 (Ready)" in check["detail"]
+    assert f"{N1} (Ready), {N2} (Ready)" in check["detail"]
 
 
 def test_pod_exec_through_the_api_server(k8s, guest_image, tmp_path):
@@ -145,7 +152,7 @@ def test_pod_exec_through_the_api_server(k8s, guest_image, tmp_path):
         assert not proc.alive()
         meta = inst.metadata()
         assert meta["backend"] == "kubernetes" and meta["server_version"] == "v1.34.4"
-        assert meta["cluster_nodes"] == ["vbk8s-n1", "vbk8s-n2"] and meta["node"] in meta["cluster_nodes"]
+        assert meta["cluster_nodes"] == [N1, N2] and meta["node"] in meta["cluster_nodes"]
         assert {"created", "scheduled", "initialized", "containers_ready", "ready"} <= set(meta["pod_phases"])
         assert meta["pod_phase_resolution_s"] == 1.0
         assert "Scheduled" in {e["reason"] for e in meta["pod_events"]}
@@ -166,7 +173,7 @@ def test_claims_of_the_testbeds_storage_class_serve_pods_on_both_nodes(k8s, gues
     assert json.loads(k8s.registry_file.read_text())["storage_class"] == configs.STORAGE_CLASS
     insts = d.provision(env, 2, "main")
     try:
-        assert {i.metadata()["node"] for i in insts} <= {"vbk8s-n1", "vbk8s-n2"}
+        assert {i.metadata()["node"] for i in insts} <= {N1, N2}
         a, b = insts
         assert a.scratch_dir().startswith("/vb-pvc/")
         assert a.exec(["sh", "-c", f"echo hello > {a.scratch_dir()}/f"]).ok
@@ -290,8 +297,8 @@ def test_bar_web_suite_on_two_nodes(k8s, tmp_path):
     for s in samples:
         meta = s["metadata"]
         assert meta["backend"] == "kubernetes" and meta["server_version"] == "v1.34.4"
-        assert meta["cluster_nodes"] == ["vbk8s-n1", "vbk8s-n2"]
-        assert set(meta["pod_nodes"]) <= {"vbk8s-n1", "vbk8s-n2"} and meta["node"] in meta["pod_nodes"]
+        assert meta["cluster_nodes"] == [N1, N2]
+        assert set(meta["pod_nodes"]) <= {N1, N2} and meta["node"] in meta["pod_nodes"]
         assert meta["container_runtime"].startswith("containerd://")
     service = [s for s in samples if s["params"]["balancer"] == "service" and s["metric"] == "requests_per_second"]
     assert {s["metadata"]["service"]["endpoints"] for s in service} == {1, 2}
@@ -342,7 +349,7 @@ params = { kernel = "cg", class = "S", ranks = 2, instances = 2 }
     assert meta["verified"] is True and meta["backend"] == "kubernetes" and sample["value"] > 0
     assert [p["ranks"] for p in meta["placement"]] == [[0], [1]]
     nodes = {i["metadata"]["node"] for i in json.loads(export.stdout)["instances"]}
-    assert nodes == {"vbk8s-n1", "vbk8s-n2"}  # the scheduler spread them: traffic crossed the veth
+    assert nodes == {N1, N2}  # the scheduler spread them: traffic crossed the veth
     assert _virtbench_pods(k8s) == []
 
 
@@ -412,7 +419,8 @@ params = { test = ["dhrystone", "pipe", "syscall", "context", "whetstone", "exec
     finally:
         if run.poll() is None:
             run.kill()
-        healed = subprocess.run([*cli, "testbed", "k8s", "heal"], capture_output=True, text=True, timeout=600)
+        healed = subprocess.run([*cli, "testbed", "k8s", "heal", "--name", NAME], capture_output=True, text=True,
+                                timeout=600)
     assert killed is not None, "the run's pod never became Ready"
     assert run.returncode == 3, err[-2000:]  # some cells failed, the others have results
     data = json.loads(out)
@@ -446,9 +454,143 @@ params = { test = ["dhrystone", "pipe", "syscall", "context", "whetstone", "exec
     _gone_within(120)
 
 
-def test_down_removes_everything_and_is_idempotent(k8s):
-    cluster.down()
+def test_gvisor_pods_have_gvisors_kernel_and_run_the_system_tests_and_the_web_sweep(k8s, guest_image, tmp_path):
+    """Issue 31 item 4: the testbed offers RuntimeClass gvisor (runsc under containerd's runc shim). A
+    pod of it runs on gVisor's kernel (uname 4.4.0); a run of runc and gVisor pods, system tests and
+    the web sweep, exits 0 and every gVisor sample says what ran it."""
+    d = _driver(tmp_path, guest_image)
+    assert d.check_env(_env(runtime_class="gvisor")) == []
+    (problem,) = d.check_env(_env(runtime_class="nosuch"))
+    assert "no RuntimeClass nosuch" in problem.what and "kubectl get runtimeclass" in problem.fix
+    (inst,) = d.provision(_env(runtime_class="gvisor"), 1, "main")
+    try:
+        assert inst.exec(["uname", "-r"]).stdout.strip() == "4.4.0"
+        meta = inst.metadata()
+        assert (meta["runtime_class"], meta["runtime"], meta["runtime_options"], meta["runtime_label"]) == \
+            ("gvisor", "runsc", {"platform": "ptrace", "network": "host"}, "gVisor runsc, ptrace, network host")
+        assert meta["runtime_version"] == subprocess.run(["runsc", "--version"], capture_output=True,
+                                                         text=True).stdout.split()[2]
+    finally:
+        inst.teardown()
+    suite = tmp_path / "g.toml"
+    suite.write_text("""
+[suite]
+name = "k8s-gvisor-small"
+baseline = "pods"
+warmup = 0
+[environments.pods]
+driver = "pods"
+shape = "native"
+backend = "kubernetes"
+[environments.gvisor]
+driver = "pods"
+shape = "native"
+backend = "kubernetes"
+runtime_class = "gvisor"
+[[workloads]]
+name = "system"
+params = { test = ["syscall"], copies = "1", duration = 0.3 }
+[[workloads]]
+name = "web"
+params = { replicas = [1, 2], workers = 1, balancer = "service", file_size = 600, connections = 20, duration = 1.0 }
+""")
+    db = str(tmp_path / "r.sqlite")
+    res = subprocess.run([*CLI, "run", str(suite), "--repeat", "1", "--json", "--db", db], capture_output=True,
+                         text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    export = subprocess.run([*CLI, "export", json.loads(res.stdout)["run_id"], "--format", "json", "--db", db],
+                            capture_output=True, text=True, timeout=300)
+    samples = json.loads(export.stdout)["samples"]
+    gv = [s for s in samples if s["environment"] == "gvisor"]
+    assert {s["workload"] for s in gv} == {"system", "web"}
+    assert {s["params"].get("replicas") for s in gv if s["workload"] == "web"} == {1, 2}
+    assert all(s["metadata"]["runtime_class"] == "gvisor" and s["metadata"]["runtime"] == "runsc" for s in gv)
+    assert all(s["metadata"]["runtime_class"] is None and s["metadata"]["runtime"] == "runc"
+               for s in samples if s["environment"] == "pods")
+    assert _virtbench_pods(k8s) == []
+
+
+def _wait_for(what: str, probe, seconds: float, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + seconds
+    while not probe():
+        assert proc.poll() is None, f"the run ended before {what}: {proc.communicate()[1][-2000:]}"
+        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
+        time.sleep(0.2)
+
+
+def test_down_refuses_under_a_live_run_then_force_stops_only_the_clusters_processes(k8s, tmp_path):
+    """Issue 32's bar, the module's last test (it removes the cluster). With the testbed up and a run
+    using it, `down` exits non-zero naming the run, and the run finishes with exit 0. Then, a second
+    run going, `down --force` removes the cluster: a process that only names the kubeconfig in its
+    arguments survives, and the run's pods cells fail with the reason (exit 3), as when an SSH host
+    goes away. Everything is gone afterwards, and `down` again finds nothing."""
+    suite = tmp_path / "s.toml"
+    suite.write_text("""
+[suite]
+name = "k8s-owner"
+baseline = "host"
+[environments.host]
+driver = "host"
+[environments.pods]
+driver = "pods"
+shape = "native"
+backend = "kubernetes"
+[[workloads]]
+name = "system"
+params = { test = ["syscall", "pipe"], copies = "1", duration = 0.3 }
+""")
+    db = str(tmp_path / "r.sqlite")
+    run = subprocess.Popen([*CLI, "run", str(suite), "--repeat", "2", "--json", "--db", db],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for("the run registers with the cluster", lambda: cluster.live_runs(k8s), 120, run)
+        (rec,) = cluster.live_runs(k8s)
+        refused = subprocess.run([*CLI, "testbed", "k8s", "down", "--name", NAME], capture_output=True, text=True,
+                                 timeout=120)
+        status = subprocess.run([*CLI, "testbed", "k8s", "status", "--name", NAME], capture_output=True, text=True,
+                                timeout=120)
+        out, err = run.communicate(timeout=900)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert refused.returncode != 0
+    assert f"in use by run {rec['run_id']}" in refused.stderr and "--force" in refused.stderr, refused.stderr
+    assert f"in use by run {rec['run_id']}" in status.stdout and "made by " in status.stdout, status.stdout
+    assert run.returncode == 0, err[-2000:]
+    assert json.loads(out)["run_id"] == rec["run_id"]
+    assert cluster.live_runs(k8s) == []  # the record went with the run
+
+    # up on the taken name says whose the cluster is
+    again = subprocess.run([*CLI, "testbed", "k8s", "up", "--name", NAME], capture_output=True, text=True, timeout=120)
+    assert again.returncode != 0 and "is up already (made by " in again.stderr, again.stderr
+
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "--kubeconfig", str(k8s.kubeconfig)])
+    db = str(tmp_path / "r2.sqlite")  # its own: _pods_results counts this run's results only
+    run = subprocess.Popen([*CLI, "run", str(suite), "--repeat", "6", "--json", "--db", db],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for("results of the pods", lambda: _pods_results(db) >= 2, 600, run)
+        forced = subprocess.run([*CLI, "testbed", "k8s", "down", "--name", NAME, "--force"], capture_output=True,
+                                text=True, timeout=300)
+        out, err = run.communicate(timeout=900)
+        assert decoy.poll() is None, "down --force killed a process that only names the kubeconfig"
+    finally:
+        for p in (run, decoy):
+            if p.poll() is None:
+                p.kill()
+    assert forced.returncode == 0, forced.stderr
+    assert run.returncode == 3, err[-3000:]
+    assert "internal error" not in err, err[-3000:]
+    res = subprocess.run([*CLI, "export", json.loads(out)["run_id"], "--format", "json", "--db", db],
+                         capture_output=True, text=True, timeout=300)
+    attempts = json.loads(res.stdout)["attempts"]
+    reasons = {a["reason"] for a in attempts if a["environment"] == "pods" and a["status"] == "failed"}
+    # the exec the API server could no longer serve, then the provisioning's one line about the server
+    assert reasons and all("connection refused" in r.lower() for r in reasons), reasons
+    assert any("https://127.0.0.1:6443" in r and "does not answer" in r for r in reasons), reasons
+    assert {a["cell_key"] for a in attempts if a["environment"] == "host" and a["status"] == "ok"}  # host went on
+
     assert cluster.leftovers(LAY) == []
     assert [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
-            if n.startswith(("vbk8s", "cni-"))] == []
-    assert cluster.down() == []
+            if n.startswith((NAME, "cni-"))] == []
+    assert cluster.down(NAME) == []

@@ -8,6 +8,8 @@ import ipaddress
 import json
 import os
 import shutil
+import subprocess
+import time
 
 import pytest
 import yaml
@@ -108,3 +110,156 @@ def test_an_api_server_that_does_not_answer_is_one_line(tmp_path, monkeypatch):
         Cluster().probe()
     assert exc.value.message == f"the API server https://127.0.0.1:1 (kubeconfig {kc}) does not answer: connection refused"
     assert "\n" not in exc.value.message
+
+
+def test_gvisor_is_a_second_runtime_of_containerd_through_the_runc_shim(tmp_path):
+    import tomllib
+
+    lay = Layout("tb", 2)
+    wrapper = lay.node_dir(2) / "runsc-ptrace"
+    cri = tomllib.loads(configs.containerd_toml(lay, 2, wrapper))["plugins"]["io.containerd.grpc.v1.cri"]
+    runsc = cri["containerd"]["runtimes"][configs.GVISOR_HANDLER]
+    assert runsc["runtime_type"] == "io.containerd.runc.v2"
+    assert runsc["options"] == {"BinaryName": str(wrapper), "Root": f"{lay.node_dir(2)}/runsc-root"}
+    assert cri["containerd"]["default_runtime_name"] == "runc"
+    assert configs.GVISOR_HANDLER not in configs.containerd_toml(lay, 2)  # no runsc here: runc only
+    script = tmp_path / "w"
+    script.write_text(configs.runsc_wrapper("/bin/echo"))
+    script.chmod(0o700)
+    out = subprocess.run([str(script), "--root", "/r", "delete", "a b"], capture_output=True, text=True).stdout
+    assert out == "--platform=ptrace --network=host --root /r delete a b\n"  # the shim's arguments kept whole
+    assert configs.runtime_class() == {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                                       "metadata": {"name": "gvisor"}, "handler": "runsc"}
+
+
+def test_a_testbeds_kubeconfig_names_its_state_directory(tmp_path):
+    state = tmp_path / "mine"
+    state.mkdir()
+    (state / "kubeconfig").write_text("x")
+    assert configs.testbed_of_kubeconfig(state / "kubeconfig") is None  # no registry record: not a testbed's
+    (state / "registry.json").write_text(json.dumps({"testbed": "mine"}))
+    assert configs.testbed_of_kubeconfig(state / "kubeconfig") == state
+    (tmp_path / "link").symlink_to(state / "kubeconfig")
+    assert configs.testbed_of_kubeconfig(tmp_path / "link") == state
+    assert configs.testbed_of_kubeconfig(tmp_path / "nothing") is None
+
+
+def test_the_clusters_processes_are_those_up_started_not_those_naming_its_files(tmp_path):
+    """down's rule: recorded pid and start time, and descendants; a `kubectl --kubeconfig STATE/...`
+    or a pid recorded for a process that has ended (and maybe been reused) is not the cluster's."""
+    from virtbench.drivers.pods.testbed import up_down as cluster
+
+    lay = Layout("tb", 1, tmp_path)
+    lay.state.mkdir()
+    ours = cluster._spawn(lay, "comp", ["sh", "-c", "sleep 60 & wait"])
+    decoy = subprocess.Popen(["sleep", "60"])  # a process of the user's
+    naming = subprocess.Popen(["sh", "-c", "sleep 60", "kubectl", "--kubeconfig", str(lay.kubeconfig)])
+    (lay.state / "pids" / "stale.pid").write_text(f"{decoy.pid} 1")  # right pid, wrong start time
+    try:
+        deadline = time.monotonic() + 10
+        while len(found := cluster.own_processes(lay)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the component's child
+        assert ours in found and len(found) == 2
+        assert decoy.pid not in found and naming.pid not in found
+    finally:
+        os.killpg(ours, 9)
+        for p in (decoy, naming):
+            p.kill()
+            p.wait()
+
+
+def test_down_refuses_while_a_live_run_uses_the_cluster_and_names_it(tmp_path):
+    from virtbench.drivers.pods.testbed import up_down as cluster
+    from virtbench.machines import testbed_owner
+
+    lay = Layout("tb", 1, tmp_path)
+    lay.state.mkdir()
+    testbed_owner.write_owner(lay.state)
+    with testbed_owner.used_in([lay.state], "run-42"):
+        with pytest.raises(UserError) as exc:
+            cluster.down("tb", root=tmp_path)
+        assert "in use by run run-42 (user " in exc.value.message and "made by " in exc.value.message
+        assert "--name tb --force" in exc.value.hint
+    assert cluster.live_runs(lay) == []
+    with pytest.raises(UserError, match="1-10 lowercase"):
+        cluster.down("Bad-Name", root=tmp_path)
+
+
+FAKE_RUNSC = """#!/bin/sh
+echo "$@" >> "$(dirname "$0")/calls"
+case " $* " in
+  *" state "*) n=$(cat "$(dirname "$0")/n" 2>/dev/null || echo 0); echo $((n + 1)) > "$(dirname "$0")/n"
+               [ "$n" -lt 2 ] && printf '{\\n  "status": "created"\\n}\\n' || printf '{\\n  "status": "running"\\n}\\n' ;;
+  *" wait "*) echo '{"id":"c1","exitStatus":137}' ;;
+esac
+"""
+
+
+def test_the_runsc_wrapper_gives_the_shim_a_process_that_ends_with_the_pods_container(tmp_path):
+    """What containerd's runc shim sees of a pod's second container under gVisor: the pid in the pid
+    file is a process of its own (not the sandbox's), which ends when runsc says the container ended,
+    with its status; the shim, a subreaper, reaps it (this test is one too)."""
+    import ctypes
+
+    fake = tmp_path / "runsc"
+    fake.write_text(FAKE_RUNSC)
+    fake.chmod(0o700)
+    wrapper = tmp_path / "wrapper"
+    wrapper.write_text(configs.runsc_wrapper(str(fake)))
+    wrapper.chmod(0o700)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps({"annotations": {"io.kubernetes.cri.container-type": "container"}},
+                                                   separators=(",", ":")))
+    pidfile = tmp_path / "init.pid"
+    pidfile.write_text("4242")  # what runsc writes: the sandbox's pid
+    assert ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER, as the shim
+    try:
+        res = subprocess.run([str(wrapper), "--root", "/r", "--log", "/l", "create", "--bundle", str(bundle),
+                              "--pid-file", str(pidfile), "c1"], capture_output=True, text=True, timeout=30)
+        assert res.returncode == 0, res.stderr
+        waiter = int(pidfile.read_text())  # a bare number: the shim parses it with Atoi
+        assert pidfile.read_text() == str(waiter)
+        assert waiter != 4242
+        _, status = os.waitpid(waiter, 0)
+        assert os.waitstatus_to_exitcode(status) == 137  # the container's status, as runsc wait gave it
+    finally:
+        ctypes.CDLL(None).prctl(36, 0, 0, 0, 0)
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls[0] == "--platform=ptrace --network=host --root /r --log /l create --bundle " \
+        f"{bundle} --pid-file {pidfile} c1"
+    assert calls[1:] == ["--platform=ptrace --network=host --root /r state c1"] * 3 + \
+        ["--platform=ptrace --network=host --root /r wait c1"]
+    # the pod's sandbox (pause) container keeps runsc's pid: its process is the sandbox
+    (bundle / "config.json").write_text(json.dumps({"annotations": {"io.kubernetes.cri.container-type": "sandbox"}}))
+    pidfile.write_text("4242")
+    assert subprocess.run([str(wrapper), "--root", "/r", "create", "--bundle", str(bundle), "--pid-file",
+                           str(pidfile), "s1"], timeout=30).returncode == 0
+    assert pidfile.read_text() == "4242"
+
+
+def test_the_runsc_wrapper_lets_a_kill_of_a_stopped_container_succeed_and_deletes_one_never_started(tmp_path):
+    """runc's kill of a stopped container succeeds, runsc's fails: containerd would never finish
+    stopping the pod. A container runsc cannot signal because it never started is deleted."""
+    fake = tmp_path / "runsc"
+    fake.write_text("""#!/bin/sh
+echo "$@" >> "$(dirname "$0")/calls"
+case " $* " in
+  *" kill "*) echo 'sandbox is not running' >&2; exit 128 ;;
+  *" state "*) printf '{\\n  "status": "%s"\\n}\\n' "$(cat "$(dirname "$0")/status")" ;;
+esac
+""")
+    fake.chmod(0o700)
+    wrapper = tmp_path / "wrapper"
+    wrapper.write_text(configs.runsc_wrapper(str(fake)))
+    wrapper.chmod(0o700)
+    kill = [str(wrapper), "--root", "/r", "--log", "/l", "kill", "--all", "c1", "9"]
+    flags = "--platform=ptrace --network=host"
+    for status, rc, then in (("stopped", 0, None), ("running", 1, None),
+                             ("created", 0, f"{flags} --root /r delete --force c1")):
+        (tmp_path / "status").write_text(status)
+        (tmp_path / "calls").unlink(missing_ok=True)
+        assert subprocess.run(kill, timeout=30).returncode == rc, status
+        calls = (tmp_path / "calls").read_text().splitlines()
+        assert calls[:2] == [f"{flags} --root /r --log /l kill --all c1 9", f"{flags} --root /r state c1"]
+        assert calls[2:] == ([then] if then else [])

@@ -150,6 +150,10 @@ def test_runtime_and_layer_of_other_clusters():
     assert kubefacts.runtime({"container_runtime": "containerd://1.7.2"}) == "containerd 1.7.2"
     assert kubefacts.runtime({"container_runtime": "containerd://1.6.20", "cluster_testbed": "vbk8s"}) == \
         "containerd 1.6.20/runc"
+    assert kubefacts.runtime({"container_runtime": "containerd://1.6.20", "cluster_testbed": "vbk8s",
+                              "runtime_class": "gvisor", "runtime": "runsc",
+                              "runtime_label": "gVisor runsc, ptrace, network host"}) == \
+        "containerd 1.6.20/gVisor runsc, ptrace, network host"
     assert kubefacts.runtime({}) == "runtime not recorded"
     assert kubefacts.layer({"backend": "kubernetes", "server_version": "v1.30.1",
                             "container_runtime": "cri-o://1.30.0"}) == \

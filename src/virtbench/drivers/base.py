@@ -270,6 +270,12 @@ class Driver(ABC):
         return []
 
     @classmethod
+    def testbeds_used(cls, env: EnvSpec) -> list[Path]:
+        """State directories of this machine's testbeds that env's instances would run on (a run
+        registers there while it runs, so `down` will not remove them under it)."""
+        return []
+
+    @classmethod
     def option_problems(cls, options: Mapping[str, Any]) -> list[tuple[str, str, tuple | None]]:
         """(option, problem, valid choices) for option values that are wrong together or in form, beyond
         each option's own choices: the suite loader reports them at their file, line and key."""

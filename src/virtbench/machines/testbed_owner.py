@@ -1,7 +1,8 @@
 """Whose a testbed is and which runs use it: `owner.json` in its state directory (who ran `up`,
 when), and a record under `runs/` for each run whose inventory names it, kept while the run's
 process lives (boot id, pid and its start time name the process), so `down` does not pull hosts
-from under a live run. testbed.py makes and removes the testbeds."""
+from under a live run. testbed.py makes and removes the SSH testbeds; the Kubernetes testbed
+(drivers/pods/testbed/) keeps the same records in its own state directory (the `*_in` functions)."""
 
 from __future__ import annotations
 
@@ -29,10 +30,21 @@ def state_dir(prefix: str = "vbtb") -> Path:
 
 def owner(prefix: str) -> dict | None:
     """{user, uid, host, created, pid} of whoever ran `up`, or None (no record)."""
+    return owner_in(state_dir(prefix))
+
+
+def owner_in(state: Path) -> dict | None:
+    """The owner record in a testbed's state directory (this module's or another testbed kind's)."""
     try:
-        return json.loads((state_dir(prefix) / "owner.json").read_text())
+        return json.loads((state / "owner.json").read_text())
     except (OSError, ValueError):
         return None
+
+
+def write_owner(state: Path) -> None:
+    """Record in `state` that this user, here and now, made the testbed."""
+    (state / "owner.json").write_text(json.dumps({"user": user(), "uid": os.getuid(), "host": socket.gethostname(),
+                                                  "created": time.time(), "pid": os.getpid()}))
 
 
 def owner_text(rec: dict | None) -> str:
@@ -61,8 +73,17 @@ def _boot_id() -> str:
 def live_runs(prefix: str) -> list[dict]:
     """The runs registered as using testbed `prefix` whose process still runs (same boot, pid and
     start time); records of runs that died without cleaning up are ignored."""
+    return live_runs_in(state_dir(prefix))
+
+
+def runs_text(runs: list[dict]) -> str:
+    return ", ".join(f"{r['run_id']} (user {r.get('user', '?')}, pid {r.get('pid')})" for r in runs)
+
+
+def live_runs_in(state: Path) -> list[dict]:
+    """live_runs of the testbed whose state directory is `state`."""
     out = []
-    for f in sorted((state_dir(prefix) / "runs").glob("*.json")):
+    for f in sorted((state / "runs").glob("*.json")):
         try:
             rec = json.loads(f.read_text())
         except (OSError, ValueError):
@@ -76,15 +97,22 @@ def live_runs(prefix: str) -> list[dict]:
 def used_by(prefixes: list[str], run_id: str, db: str = "") -> Iterator[None]:
     """While the block runs, run `run_id` is registered with each testbed of `prefixes` that is up
     here (a testbed on another machine, or one this user cannot write to, is left alone)."""
+    with used_in([state_dir(p) for p in prefixes if re.fullmatch(r"[a-z][a-z0-9]{0,9}", p)], run_id, db):
+        yield
+
+
+@contextmanager
+def used_in(states: list[Path], run_id: str, db: str = "") -> Iterator[None]:
+    """used_by for testbeds named by their state directories (any kind: SSH hosts, a Kubernetes cluster)."""
     made = []
     rec = {"run_id": run_id, "user": user(), "pid": os.getpid(), "start_time": _start_time(os.getpid()),
            "boot_id": _boot_id(), "host": socket.gethostname(), "db": db, "since": time.time()}
-    for prefix in prefixes:
-        if not re.fullmatch(r"[a-z][a-z0-9]{0,9}", prefix) or not state_dir(prefix).is_dir():
+    for state in states:
+        if not state.is_dir():
             continue
         try:
-            (state_dir(prefix) / "runs").mkdir(exist_ok=True)
-            path = state_dir(prefix) / "runs" / f"{run_id}.json"
+            (state / "runs").mkdir(exist_ok=True)
+            path = state / "runs" / f"{run_id}.json"
             path.write_text(json.dumps(rec))
             made.append(path)
         except OSError:

@@ -32,12 +32,16 @@ def _plural(n: int, word: str) -> str:
 
 
 def runtime(facts: dict[str, Any]) -> str:
-    """'containerd/runc' (the testbed's, known from its configuration), else the node's own report
-    (nodeInfo.containerRuntimeVersion, 'containerd://1.7.2' -> 'containerd 1.7.2') when recorded."""
+    """'containerd/runc' (the testbed's, known from its configuration; its OCI runtime as recorded,
+    'containerd 1.6.20/runsc --platform=ptrace ...' for a gVisor RuntimeClass), else the node's own
+    report (nodeInfo.containerRuntimeVersion, 'containerd://1.7.2' -> 'containerd 1.7.2') when recorded."""
     recorded = str(facts.get("container_runtime") or "").replace("://", " ")
     if facts.get("cluster_testbed"):
-        return TESTBED_RUNTIME.replace("containerd", recorded, 1) if recorded.startswith("containerd") \
+        base = TESTBED_RUNTIME.replace("containerd", recorded, 1) if recorded.startswith("containerd") \
             else TESTBED_RUNTIME
+        if facts.get("runtime") and facts["runtime"] != "runc":
+            base = base.replace("/runc", f"/{facts.get('runtime_label') or facts['runtime']}", 1)
+        return base
     return recorded or "runtime not recorded"
 
 

@@ -72,7 +72,7 @@ def run_checks(driver_name: str, *, count: int = DEFAULT_COUNT, shape: str = "m1
     except KeyError:
         raise UserError(f"unknown shape '{shape}'", "valid shapes: " + ", ".join(shapes.names())) from None
     run_id = "check-" + time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-    with Session(run_id, inventory=inventory, note=log) as session:  # its end: the final drain, the pool, workdir
+    with Session(run_id, inventory=inventory, note=log, environments=[env]) as session:  # its end: the final drain, the pool, workdir
         driver = session.driver(driver_name)
         session.sweep()  # this machine (machines/ledger.py)
         out = {"driver": driver_name, "shape": shape, "count": count}

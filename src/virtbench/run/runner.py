@@ -150,7 +150,8 @@ class Runner(Rounds):
     # -- the loop ----------------------------------------------------------------------------
     def _execute(self, tallies: dict[tuple[str, str], Tally], next_round: dict[str, int] | None = None) -> None:
         states: dict[str, _EnvState] = {}
-        with Session(self.run_id, inventory=self.matrix.inventory, store=self.store, note=self.events.note) as session:
+        with Session(self.run_id, inventory=self.matrix.inventory, store=self.store, note=self.events.note,
+                     environments=self.matrix.environments) as session:
             self.session, self.machines = session, session.machines
             try:
                 with self.store.recording_status(self.run_id,

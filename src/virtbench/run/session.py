@@ -10,7 +10,8 @@ Instances are the command's own: it tears them down (with its conditions) before
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -18,14 +19,16 @@ from .. import drivers, machines, procs
 from ..drivers.base import Driver, DriverContext
 from ..errors import UserError
 from ..machines import owners
+from ..model import EnvSpec
 from ..store import Store
 
 
 class Session:
     def __init__(self, run_id: str, *, inventory: str | None = None, store: Store | None = None,
-                 note: Callable[[str], None] | None = None):
+                 note: Callable[[str], None] | None = None, environments: Sequence[EnvSpec] = ()):
         self.run_id = run_id
         self.inventory = inventory  # an inventory file: its hosts, and the local testbeds it names
+        self.environments = list(environments)  # and the testbeds these run on (a `testbed k8s` cluster)
         self.store = store  # where the leftovers the sweeps removed are recorded (`virtbench show`)
         self.note = note or (lambda message: None)
         self.workdir: Path | None = None
@@ -85,8 +88,9 @@ class Session:
                 owners.remove_local(self.workdir)
 
     def _testbeds_used(self) -> contextlib.AbstractContextManager:
-        """While it runs, the run is registered with the local testbeds its inventory names, so
-        `virtbench testbed down` will not remove them under it."""
+        """While it runs, the run is registered with the local testbeds its inventory names and those
+        its environments run on (a `testbed k8s` cluster: Driver.testbeds_used), so their `down` will
+        not remove them under it."""
         from ..machines import inventory as inventory_mod
         from ..machines import testbed_owner
 
@@ -97,4 +101,8 @@ class Session:
                 names = sorted({str(h.vars["virtbench_testbed"]) for h in hosts if h.vars.get("virtbench_testbed")})
             except (UserError, OSError):
                 pass  # the drivers report an unreadable inventory
-        return testbed_owner.used_by(names, self.run_id, str(self.store.url) if self.store else "")
+        states = [testbed_owner.state_dir(n) for n in names if re.fullmatch(r"[a-z][a-z0-9]{0,9}", n)]
+        for env in self.environments:
+            with contextlib.suppress(UserError, OSError):  # unknown driver, unreadable kubeconfig: said later
+                states += drivers.driver_class(env.driver).testbeds_used(env)
+        return testbed_owner.used_in(list(dict.fromkeys(states)), self.run_id, str(self.store.url) if self.store else "")

@@ -27,6 +27,7 @@ import shutil
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ... import image, procs
@@ -159,6 +160,9 @@ class ClusterPod(_PodMixin, GuestImageInstance):
                       "cluster_nodes": cluster.node_names(), "kubeconfig_server": cluster.server,
                       "container_runtime": cluster.node_runtime(spec.get("nodeName")),
                       "cluster_testbed": (cluster.testbed() or {}).get("testbed"),
+                      # which OCI runtime ran the pod: the RuntimeClass asked for and what it stands for
+                      "runtime_class": spec.get("runtimeClassName"),
+                      **cluster.runtime_facts(spec.get("runtimeClassName")),
                       "exec_via": "api-server exec (websocket v5.channel.k8s.io)"}
         self.events: list[dict[str, Any]] = []
         self._ports: dict[int, tuple[str, int]] = {}
@@ -199,7 +203,12 @@ class ClusterPod(_PodMixin, GuestImageInstance):
     def alive(self) -> bool:
         if self._torn_down:
             return False
-        pod = self.group.backend.pod(self.pod)
+        try:
+            pod = self.group.backend.pod(self.pod)
+        except Exception:
+            if self.group.backend.answers():
+                raise
+            return False  # a cluster that does not answer has no live pod for us: the cell fails with why
         return bool(pod) and (pod.get("status") or {}).get("phase") == "Running" \
             and not (pod.get("metadata") or {}).get("deletionTimestamp")
 
@@ -252,7 +261,13 @@ class ClusterPod(_PodMixin, GuestImageInstance):
                 "cpus": self.env.shape.vcpus, "memory_mb": self.env.shape.memory_mb}
 
     def _destroy(self) -> None:
-        self.driver.release(self)
+        try:
+            self.driver.release(self)
+        except Exception:
+            # A cluster that went away cannot be cleaned now: its objects stay there, for the sweep of
+            # the next run that uses it, and the teardown of the other instances goes on.
+            if self.group.backend.answers():
+                raise
 
 
 class PodsDriver(Driver):
@@ -272,6 +287,9 @@ class PodsDriver(Driver):
                                      "guest image)"),
         "pvc": OptionSpec(str, "", "size of a PersistentVolumeClaim for the pods' scratch directory (e.g. 2Gi)"),
         "storage_class": OptionSpec(str, "", "kubernetes: storage class of the claim (default: the cluster's)"),
+        "runtime_class": OptionSpec(str, "", "kubernetes: RuntimeClass of the pods (a `virtbench testbed k8s` "
+                                             "cluster offers gvisor: gVisor's runsc; default: the nodes' default "
+                                             "runtime, runc on the testbed)"),
         "nfs_share": OptionSpec(str, "", "an existing NFS export SERVER:/EXPORT mounted at /vb-nfs in every pod "
                                          "(a PersistentVolume + claim; kube-play: a podman NFS volume); "
                                          "storage = \"nfs\" writes there"),
@@ -328,7 +346,7 @@ class PodsDriver(Driver):
         if opts["backend"] != "kubernetes":
             return problems + [Problem(f"option {k} is for the kubernetes backend",
                                        "remove it or set backend = \"kubernetes\"")
-                               for k in ("context", "storage_class") if opts[k]]
+                               for k in ("context", "storage_class", "runtime_class") if opts[k]]
         if opts["machine"]:
             problems.append(Problem("option machine is for the kube-play backend", "remove it"))
         try:
@@ -343,11 +361,26 @@ class PodsDriver(Driver):
             if opts["storage_class"] and not cluster.has_storage_class(opts["storage_class"]):
                 problems.append(Problem(f"the cluster has no storage class {opts['storage_class']}",
                                         "kubectl get storageclass lists those it has"))
+            if opts["runtime_class"] and cluster.runtime_handler(opts["runtime_class"]) is None:
+                problems.append(Problem(f"option runtime_class: the cluster has no RuntimeClass {opts['runtime_class']}",
+                                        "kubectl get runtimeclass lists those it has (a `virtbench testbed k8s` "
+                                        "cluster offers gvisor where runsc is installed)"))
         except UserError as exc:
             problems.append(Problem(exc.message, exc.hint or ""))
         except Exception as exc:  # the API answered with an error
             problems.append(Problem(f"the cluster answered with an error: {exc}", "kubectl cluster-info says why"))
         return problems
+
+    @classmethod
+    def testbeds_used(cls, env: EnvSpec) -> list[Path]:
+        """A `virtbench testbed k8s` cluster, when the kubeconfig the kubernetes backend loads is its."""
+        if (env.options or {}).get("backend") != "kubernetes":
+            return []
+        from .testbed.configs import testbed_of_kubeconfig
+        from .kubernetes import kubeconfig_path
+
+        state = testbed_of_kubeconfig(kubeconfig_path())
+        return [state] if state else []
 
     # -- provisioning ------------------------------------------------------------------------------
     def _nfs(self, opts: dict[str, Any]) -> tuple[tuple[str, str] | None, str | None]:
@@ -400,6 +433,7 @@ class PodsDriver(Driver):
         opts = self._opts(env)
         info = self._image()
         if opts["backend"] == "kubernetes":
+            self._cluster(opts).require_answer()  # one line when the cluster went away since the last pods
             self._sweep(self._cluster(opts))
         ref = (opts["image"] or (self._cluster_image(self._cluster(opts), info) if opts["backend"] == "kubernetes"
                                  else info.tag)).replace("{hash}", info.hash)
@@ -412,6 +446,8 @@ class PodsDriver(Driver):
                                namespace=opts["namespace"] if opts["backend"] == "kubernetes" else "")
         if opts["backend"] == "kubernetes":
             manifests.spread_over_nodes(docs[-1])
+            if opts["runtime_class"]:
+                manifests.set_runtime_class(docs[-1], opts["runtime_class"])
         made: list[Instance] = []
         group = grown = None
         old: set[str] = set()

@@ -85,6 +85,7 @@ class Cluster:
         self.namespace = namespace
         self._nodes: dict[str, str | None] | None = None  # name -> container runtime
         self._version: str | None = None
+        self._handlers: dict[str, str | None] = {}  # RuntimeClass -> handler
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
         self.storage = client.StorageV1Api(self.api)
@@ -105,6 +106,23 @@ class Cluster:
             return self.version()
         except Exception as exc:
             raise explain_failure(exc, self.server, self.kubeconfig) from None
+
+    def require_answer(self) -> None:
+        """A UserError in one line unless the API server answers now (not the version remembered
+        from before): a cluster that went away mid-run."""
+        from kubernetes import client
+
+        try:
+            client.VersionApi(self.api).get_code(_request_timeout=PROBE_TIMEOUT)
+        except Exception as exc:
+            raise explain_failure(exc, self.server, self.kubeconfig) from None
+
+    def answers(self) -> bool:
+        try:
+            self.require_answer()
+            return True
+        except UserError:
+            return False
 
     def node_names(self) -> list[str]:
         """The cluster's nodes (recorded with every pod), Ready or not."""
@@ -127,6 +145,30 @@ class Cluster:
         with contextlib.suppress(OSError, ValueError):
             return json.loads(path.read_text())
         return None
+
+    def runtime_handler(self, runtime_class: str) -> str | None:
+        """The handler (containerd's runtime name) of a RuntimeClass, None when the cluster has none of that name."""
+        from kubernetes import client
+
+        if runtime_class not in self._handlers:
+            try:
+                self._handlers[runtime_class] = client.NodeV1Api(self.api).read_runtime_class(
+                    runtime_class, _request_timeout=PROBE_TIMEOUT).handler
+            except self.ApiException as exc:
+                if exc.status != 404:
+                    raise
+                self._handlers[runtime_class] = None
+        return self._handlers[runtime_class]
+
+    def runtime_facts(self, runtime_class: str | None) -> dict[str, Any]:
+        """What a sample records of the OCI runtime under a pod (`runtime`, `runtime_version`,
+        `runtime_options`): a testbed's own record of its runtimes, else the RuntimeClass's handler
+        (the node's default runtime when None: unknown from outside a cluster not ours)."""
+        runtimes = (self.testbed() or {}).get("runtimes") or {}
+        handler = (self.runtime_handler(runtime_class) if runtime_class else None) or \
+            ("runc" if runtimes and not runtime_class else None)
+        return {"runtime": handler, "runtime_path": None, "runtime_version": None, "runtime_options": None,
+                "runtime_label": handler, **runtimes.get(handler or "", {})}
 
     def sweep_stale(self, is_stale) -> list[str]:
         """Delete virtbench's objects whose creating process is gone (`is_stale(labels)`): a killed

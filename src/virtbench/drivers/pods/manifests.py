@@ -181,5 +181,10 @@ def group(name: str, replicas: int, image: str, labels: dict[str, str], *, vcpus
     return docs
 
 
+def set_runtime_class(deployment: dict[str, Any], runtime_class: str) -> None:
+    """The Deployment's pods run under RuntimeClass `runtime_class` (gVisor, say), not the node's default."""
+    deployment["spec"]["template"]["spec"]["runtimeClassName"] = runtime_class
+
+
 def to_yaml(docs: list[dict[str, Any]]) -> str:
     return yaml.safe_dump_all(docs, sort_keys=False)

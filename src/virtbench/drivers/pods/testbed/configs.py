@@ -12,6 +12,7 @@ relay on its own loopback (socat, run in the host's namespace per connection).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,16 @@ RELAYED_PORTS = (API_PORT, REGISTRY_PORT)
 PAUSE_REF = f"127.0.0.1:{REGISTRY_PORT}/virtbench/pause:3.10"
 API_SERVER = f"https://127.0.0.1:{API_PORT}"
 STORAGE_CLASS = "vbk8s-hostpath"
+# gVisor: containerd's runc shim runs runsc (through a wrapper that adds its flags) as handler
+# "runsc", offered to pods as RuntimeClass "gvisor". ptrace: these machines have no usable KVM.
+# network "host": the pod's own network namespace (CNI's) through the host kernel's stack. gVisor's
+# own stack ("sandbox") is refused by Debian 12's runsc on newer kernels: it takes a namespace with
+# /proc/sys/net/core/rmem_default for the root one ("cannot run with network enabled in root network
+# namespace"), and kernels since 5.x have that file in every namespace.
+RUNTIME_CLASS = "gvisor"
+GVISOR_HANDLER = "runsc"
+GVISOR_OPTIONS = {"platform": "ptrace", "network": "host"}  # as the container driver's runsc options
+GVISOR_FLAGS = tuple(f"--{k}={v}" for k, v in GVISOR_OPTIONS.items())
 HOSTPATH_PV_DIR = Path("/tmp/hostpath_pv")  # fixed by the upstream provisioner
 
 
@@ -97,7 +108,80 @@ class Layout:
         return f"{self.name}-n{i}-pods"
 
 
-def containerd_toml(lay: Layout, i: int) -> str:
+def testbed_of_kubeconfig(kubeconfig: Path) -> Path | None:
+    """The state directory of the testbed cluster whose kubeconfig this is (None: another cluster's)."""
+    with contextlib.suppress(OSError, ValueError):
+        state = kubeconfig.resolve().parent
+        if json.loads((state / "registry.json").read_text()).get("testbed") == state.name:
+            return state
+    return None
+
+
+def runtime_class() -> dict:
+    return {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": RUNTIME_CLASS},
+            "handler": GVISOR_HANDLER}
+
+
+def runsc_wrapper(runsc: str) -> str:
+    """What containerd's runc shim runs as its runtime binary: runsc with the testbed's flags (the shim
+    adds --root, --log and the subcommand), mending where runsc and the runc shim (written for runc)
+    disagree:
+    - `runsc start` of a pod's second container starts that container's gofer, which would inherit
+      the shim's pipe on start's output and hold it open: the shim reads it to the end, so the
+      container would never be reported started. start's output goes to /dev/null (its errors are
+      in the --log file the shim reads), and with it the container's stdout (runsc takes it at
+      start, the shim gives it at create): `kubectl logs` of a gVisor pod is empty here; commands
+      through exec have their output.
+    - runsc writes the sandbox's pid as every container's pid, and the shim takes the container's
+      exit for that process's (the sandbox lives as long as the pod): it would never see a second
+      container end. For such a container the pid file gets a waiter's pid instead: a shell
+      (re-parented to the shim, its subreaper) that waits with `runsc wait` and exits with the
+      container's status.
+    - `runc kill` of a container that has stopped succeeds; `runsc kill` fails ("sandbox is not
+      running"), and containerd then never finishes stopping the pod. A kill that fails on a stopped
+      (or gone) container succeeds here; one of a container that was created and never started
+      (runsc cannot signal it) deletes it.
+    """
+    run = f"{runsc} {' '.join(GVISOR_FLAGS)}"
+    return f"""#!/bin/sh
+# gVisor's runsc under containerd's runc shim (virtbench testbed); why: drivers/pods/testbed/configs.py runsc_wrapper
+RUNSC="{run}"
+root= bundle= pidfile= prev= id= last=
+for a in "$@"; do
+  case "$prev" in --root) root=$a ;; --bundle) bundle=$a ;; --pid-file) pidfile=$a ;; esac
+  prev=$a id=$last last=$a
+done
+status() {{ $RUNSC --root "$root" state "$1" 2>/dev/null | sed -n 's/.*"status": *"\\([a-z]*\\)".*/\\1/p'; }}
+case " $* " in
+  *" start "*) exec $RUNSC "$@" </dev/null >/dev/null 2>&1 ;;
+  *" kill "*)  # kill [--all] ID SIGNAL: the id is the last but one
+    $RUNSC "$@" && exit 0
+    case "$(status "$id")" in
+      running) exit 1 ;;
+      created) exec $RUNSC --root "$root" delete --force "$id" ;;
+      *) exit 0 ;;
+    esac ;;
+  *" create "*) ;;
+  *) exec $RUNSC "$@" ;;
+esac
+$RUNSC "$@" || exit $?
+id=$last
+grep -Eq '"io.kubernetes.cri.container-type": ?"container"' "$bundle/config.json" 2>/dev/null || exit 0
+(
+  exec </dev/null >/dev/null 2>&1
+  while [ "$(status "$id")" = created ]; do
+    sleep 0.05
+  done
+  code=$($RUNSC --root "$root" wait "$id" | sed -n 's/.*"exitStatus": *\\([0-9]*\\).*/\\1/p')
+  exit "${{code:-255}}"
+) &
+printf %s $! > "$pidfile"  # the shim reads a bare number
+"""
+
+
+def containerd_toml(lay: Layout, i: int, runsc_wrapper: Path | None = None) -> str:
+    """Node i's containerd; with `runsc_wrapper` (runsc_wrapper() written there) gVisor is its second
+    runtime, handler GVISOR_HANDLER."""
     d = lay.node_dir(i)
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
@@ -134,6 +218,7 @@ state = "{d}/containerd/state"
   # runc's state per node, not the machine-wide /run/containerd/runc
   Root = "{d}/runc"
 
+{_gvisor_runtime(cri, d, runsc_wrapper) if runsc_wrapper else ""}
 [{cri}.cni]
   bin_dir = "/usr/lib/cni"
   conf_dir = "{d}/cni"
@@ -141,6 +226,17 @@ state = "{d}/containerd/state"
 
 [{cri}.registry.mirrors."127.0.0.1:{REGISTRY_PORT}"]
   endpoint = ["http://127.0.0.1:{REGISTRY_PORT}"]
+"""
+
+
+def _gvisor_runtime(cri: str, d: Path, wrapper: Path) -> str:
+    # Debian's runsc has no containerd shim of its own: the runc shim speaks the same CLI to it
+    return f"""[{cri}.containerd.runtimes.{GVISOR_HANDLER}]
+  runtime_type = "io.containerd.runc.v2"
+
+[{cri}.containerd.runtimes.{GVISOR_HANDLER}.options]
+  BinaryName = "{wrapper}"
+  Root = "{d}/runsc-root"
 """
 
 

@@ -28,15 +28,19 @@ def describe(kubeconfig: str | Path | None = None, context: str | None = None, t
 
 
 def status(name: str = "vbk8s") -> dict[str, Any]:
+    from ....machines import testbed_owner
     from . import up_down as cluster
 
+    cluster.check_name(name)
     lay = Layout(name, 0)
+    whose = {"name": name, "owner": testbed_owner.owner_in(lay.state), "runs": cluster.live_runs(lay),
+             "others": [n for n in cluster.clusters_here(lay.root) if n != name]}
     if not lay.kubeconfig.is_file():
-        return {"up": False, "leftovers": cluster.leftovers(lay)}
+        return {"up": False, **whose, "leftovers": cluster.leftovers(lay)}
     try:
-        return {"up": True, "kubeconfig": str(lay.kubeconfig), **describe(lay.kubeconfig)}
+        return {"up": True, **whose, "kubeconfig": str(lay.kubeconfig), **describe(lay.kubeconfig)}
     except Exception as exc:  # the API server is not answering
-        return {"up": False, "kubeconfig": str(lay.kubeconfig), "error": str(exc).splitlines()[0],
+        return {"up": False, **whose, "kubeconfig": str(lay.kubeconfig), "error": str(exc).splitlines()[0],
                 "leftovers": cluster.leftovers(lay)}
 
 

@@ -1,8 +1,14 @@
 """Start and remove a testbed cluster: processes, network namespaces, links, iptables chains, mounts.
 
-Every process the testbed starts names the state directory in its command line (configs, data
-dirs, sockets), so `down` finds them by that alone: it works after a killed `up`, when no pid
-file was written. Pod processes are found as descendants of those (the containerd shims).
+`up` records every process it starts by pid and start time (`pids/`, written right after each
+start, so a killed `up` leaves them too) and whose the cluster is (`owner.json`); runs that use
+the cluster register under `runs/` (machines/testbed_owner.py). `down` refuses while a live run
+uses it, and stops only the recorded processes, the containerd shims their containerds recorded
+(`shim.pid` in each node's containerd state) and the descendants of both (the pods' processes):
+never a process that merely names the cluster's files (a user's `kubectl --kubeconfig ...`).
+
+The API server, etcd and the registry listen on fixed loopback ports and the nodes on fixed
+addresses, so one cluster runs on a machine at a time: `up` says whose the running one is.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import ssl
@@ -21,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ....errors import UserError
+from ....hostdirs import start_ticks
+from ....machines import testbed_owner
 from . import KUBERNETES_VERSION, build, configs, pki
 from .configs import Layout
 from .images import push_guest, push_pause, sh
@@ -33,7 +42,31 @@ CNI_DIR = Path("/usr/lib/cni")
 IPTABLES = ("iptables", "ip6tables")
 TABLES = ("filter", "nat", "mangle")
 OUR_CHAIN_PREFIXES = ("KUBE-", "VBK8S-")
+SHIM_SOCKETS = Path("/run/containerd/s")  # where Debian's containerd 1.6 puts every shim's socket, whatever its state dir
 HOST_NS_NAME = "hostns.net"  # a bind mount of this machine's network namespace, for the relays
+
+
+def check_name(name: str) -> None:
+    # Link names are at most 15 bytes: "<name>-cni" and "<name>-v<i>" must fit.
+    if not re.fullmatch(r"[a-z][a-z0-9]{0,9}", name):
+        raise UserError(f"testbed cluster name {name!r} is not 1-10 lowercase letters and digits, starting "
+                        "with a letter", "e.g. --name vbk8s (the default)")
+
+
+def clusters_here(root: Path = configs.ROOT) -> list[str]:
+    """The testbed clusters on this machine (their state directories), up or half-removed."""
+    return sorted(d.name for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
+
+
+def live_runs(lay: Layout) -> list[dict]:
+    return testbed_owner.live_runs_in(lay.state)
+
+
+def whose(lay: Layout) -> str:
+    """"made by alice at 2026-11-27 22:50, in use by run R (user bob, pid 42)": for up's and down's refusals."""
+    runs = live_runs(lay)
+    return f"made {testbed_owner.owner_text(testbed_owner.owner_in(lay.state))}" + \
+        (f", in use by run {testbed_owner.runs_text(runs)}" if runs else "")
 
 
 def preflight() -> None:
@@ -63,12 +96,23 @@ def _spawn(lay: Layout, name: str, argv: list[str], netns: str | None = None,
                                 start_new_session=True, env={**os.environ, **(env or {})})
     pids = lay.state / "pids"
     pids.mkdir(exist_ok=True)
-    (pids / f"{name}.pid").write_text(str(proc.pid))
+    # pid and start time: down stops this process, never another that got its pid later
+    (pids / f"{name}.pid").write_text(f"{proc.pid} {start_ticks(proc.pid) or ''}")
     # how it was started, in start order: `heal` starts a dead one again the same way
     (pids / f"{name}.cmd").write_text(json.dumps({"argv": argv, "env": env or {}}))
     with open(pids / "order", "a") as f:
         f.write(name + "\n")
     return proc.pid
+
+
+def _recorded(pidfile: Path) -> int | None:
+    """The process a pid file of `_spawn` names, if it still runs (same pid and start time)."""
+    try:
+        pid, _, ticks = pidfile.read_text().strip().partition(" ")
+        pid_ = int(pid)
+    except (OSError, ValueError):
+        return None
+    return pid_ if _alive(pid_) and start_ticks(pid_) == ticks else None
 
 
 def _alive(pid: int) -> bool:
@@ -95,7 +139,7 @@ def _wait(what: str, probe: Callable[[], bool], timeout: float, lay: Layout, pro
                 return time.monotonic() - t0
         for name in procs:
             pidfile = lay.state / "pids" / f"{name}.pid"
-            if pidfile.is_file() and not _alive(int(pidfile.read_text())):
+            if pidfile.is_file() and not _recorded(pidfile):
                 raise UserError(f"{name} exited while waiting for {what}:\n{_log_tail(lay, name)}",
                                 f"its log: {name}.log in the logs directory named above")
         if time.monotonic() - t0 > timeout:
@@ -104,24 +148,35 @@ def _wait(what: str, probe: Callable[[], bool], timeout: float, lay: Layout, pro
         time.sleep(0.3)
 
 
-def _ours(lay: Layout) -> list[int]:
-    """Processes that name the state directory, and all their descendants (the pods' processes)."""
-    mark = str(lay.state) + "/"
+def _is_shim_of(pid: int, lay: Layout) -> bool:
+    """A containerd shim of one of the cluster's containerds: containerd starts each in its task's
+    bundle directory, under that containerd's state directory (the shim is re-parented, not
+    containerd's child, and records its pid nowhere)."""
+    try:
+        if not os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("containerd-shim"):
+            return False
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd").removesuffix(" (deleted)"))
+    except OSError:
+        return False
+    return cwd.is_relative_to(lay.state) and "containerd" in cwd.relative_to(lay.state).parts[1:2]
+
+
+def own_processes(lay: Layout) -> list[int]:
+    """The processes `up` started (recorded by pid and start time), their containerds' shims, and all
+    their descendants (the pods' processes, the relays' connections)."""
+    found = {pid for f in (lay.state / "pids").glob("*.pid") if (pid := _recorded(f))}
     parents: dict[int, int] = {}
-    found: set[int] = set()
-    me = os.getpid()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        pid = int(entry)
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                parents[pid] = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if mark.encode() in f.read() and pid != me:
-                    found.add(pid)
+            with open(f"/proc/{entry}/stat") as f:
+                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
+        if _is_shim_of(int(entry), lay):
+            found.add(int(entry))
+    found.discard(os.getpid())
     grew = True
     while grew:
         more = {p for p, pp in parents.items() if pp in found and p not in found}
@@ -246,15 +301,31 @@ def _write_file(path: Path, text: str) -> None:
 
 
 def up(nodes: int = 2, name: str = "vbk8s", log: Callable[[str], None] = print, push_image: bool = True) -> Layout:
+    check_name(name)
     preflight()
     lay = Layout(name, nodes)
     if lay.state.exists() or leftovers(lay):
-        raise UserError(f"testbed cluster {name} is up already, or a killed `up` left parts of it "
-                        f"({lay.state})", "remove it first with: virtbench testbed k8s down")
+        rec = testbed_owner.owner_in(lay.state)
+        mine = rec is None or rec.get("user") == testbed_owner.user()
+        raise UserError(f"testbed cluster {name} is up already ({whose(lay)}), or a killed `up` left parts of it "
+                        f"({lay.state})", f"use it: export KUBECONFIG={lay.kubeconfig}; " +
+                        (f"or remove it first: virtbench testbed k8s down --name {name}" if mine else
+                         "it is not yours: ask its owner before removing it"))
+    for other in clusters_here(lay.root):
+        o = Layout(other, 0, lay.root)
+        raise UserError(f"testbed cluster {other} is up on this machine ({whose(o)}); its ports (API server "
+                        f"{configs.API_PORT}, etcd {configs.ETCD_PORT}, registry {configs.REGISTRY_PORT}) and node "
+                        f"addresses are fixed, so one testbed cluster runs on a machine at a time",
+                        f"use it: export KUBECONFIG={o.kubeconfig}; or, when it is no longer needed: "
+                        f"virtbench testbed k8s down --name {other}")
     bindir = build.ensure(log)
+    runsc = shutil.which("runsc")
+    if not runsc:
+        log(f"no runsc (gVisor) here: RuntimeClass {configs.RUNTIME_CLASS} is not offered (apt-get install runsc)")
     t0 = time.monotonic()
     lay.state.mkdir(parents=True)
     os.chmod(lay.state, 0o700)
+    testbed_owner.write_owner(lay.state)
     (lay.state / "nodes").write_text(str(nodes))
     bin_ = lambda n: str(bindir / n)  # noqa: E731
     try:
@@ -276,7 +347,12 @@ def up(nodes: int = 2, name: str = "vbk8s", log: Callable[[str], None] = print, 
             nd, ns = lay.node_dir(i), lay.netns(i)
             if ns:
                 _start_relays(lay, i)
-            _write_file(nd / "containerd.toml", configs.containerd_toml(lay, i))
+            wrapper = None
+            if runsc:
+                wrapper = nd / "runsc-ptrace"
+                _write_file(wrapper, configs.runsc_wrapper(runsc))
+                os.chmod(wrapper, 0o700)
+            _write_file(nd / "containerd.toml", configs.containerd_toml(lay, i, wrapper))
             _write_file(nd / "cni" / "10-pods.conflist", configs.cni_conflist(lay, i))
             _write_file(nd / "kubelet.yaml", configs.kubelet_yaml(lay, i))
             _write_file(nd / "kube-proxy.yaml", configs.kube_proxy_yaml(lay, i, nd / "kube-proxy.kubeconfig"))
@@ -289,9 +365,12 @@ def up(nodes: int = 2, name: str = "vbk8s", log: Callable[[str], None] = print, 
                      [p for i in range(1, nodes + 1) for p in (f"containerd-n{i}", f"kubelet-n{i}")])
         log(f"{nodes} node(s) Ready ({took:.0f} s)")
         _create_storage_class(lay)
+        if runsc:
+            _create_runtime_class(lay)
         reg = {"registry": f"127.0.0.1:{configs.REGISTRY_PORT}", "guest_repository":
                f"127.0.0.1:{configs.REGISTRY_PORT}/virtbench/guest", "testbed": lay.name,
-               "storage_class": configs.STORAGE_CLASS}
+               "storage_class": configs.STORAGE_CLASS, "runtimes": _runtimes(runsc),
+               "runtime_classes": {configs.RUNTIME_CLASS: configs.GVISOR_HANDLER} if runsc else {}}
         lay.registry_file.write_text(json.dumps(reg, indent=2) + "\n")
         if push_image:
             from .... import image
@@ -308,7 +387,7 @@ def up(nodes: int = 2, name: str = "vbk8s", log: Callable[[str], None] = print, 
             shutil.copytree(lay.state / "logs", kept, dirs_exist_ok=True)
         log(f"up failed: removing what it started; the components' logs are kept in {kept}")
         with contextlib.suppress(Exception):
-            down(name)
+            down(name, force=True)
         raise
     (lay.state / "up.json").write_text(json.dumps({"seconds": round(time.monotonic() - t0, 1),
                                                    "version": KUBERNETES_VERSION, "nodes": nodes}))
@@ -317,23 +396,21 @@ def up(nodes: int = 2, name: str = "vbk8s", log: Callable[[str], None] = print, 
 
 def kubelet_pid(lay: Layout, i: int) -> int | None:
     """Node i's kubelet, if it runs (fault tests kill it)."""
-    pidfile = lay.state / "pids" / f"kubelet-n{i}.pid"
-    pid = int(pidfile.read_text()) if pidfile.is_file() else None
-    return pid if pid and _alive(pid) else None
+    return _recorded(lay.state / "pids" / f"kubelet-n{i}.pid")
 
 
 def heal(name: str = "vbk8s", log: Callable[[str], None] = print) -> list[str]:
     """Start again, the way `up` started them and in the same order, the cluster's processes that
     are not running (a kubelet killed, say), then wait until every node is Ready. Returns their names."""
+    check_name(name)
     lay = Layout(name, 0)
     if not (lay.state / "up.json").is_file():
-        raise UserError(f"testbed cluster {name} is not up", "start it with: virtbench testbed k8s up")
+        raise UserError(f"testbed cluster {name} is not up", f"start it with: virtbench testbed k8s up --name {name}")
     lay = Layout(name, int((lay.state / "nodes").read_text()))
     pids = lay.state / "pids"
     restarted = []
     for name in dict.fromkeys((pids / "order").read_text().split()):
-        pidfile = pids / f"{name}.pid"
-        if pidfile.is_file() and _alive(int(pidfile.read_text())):
+        if _recorded(pids / f"{name}.pid"):
             continue
         cmd = json.loads((pids / f"{name}.cmd").read_text())
         log(f"starting {name} again")
@@ -357,6 +434,38 @@ def _create_storage_class(lay: Layout) -> None:
     api = config.new_client_from_config(str(lay.kubeconfig))
     try:
         client.StorageV1Api(api).create_storage_class(configs.storage_class())
+    finally:
+        api.close()
+
+
+def _version_of(argv: list[str]) -> str | None:
+    """'1.1.5+ds1' of `runc --version`'s 'runc version 1.1.5+ds1' (first line, last word)."""
+    res = sh(argv, check=False, timeout=30)
+    first = (res.stdout or "").strip().splitlines()[:1]
+    return first[0].split()[-1] if res.returncode == 0 and first else None
+
+
+def _runtimes(runsc: str | None) -> dict[str, dict]:
+    """The nodes' OCI runtimes by containerd handler, as samples record them (the container driver's
+    fields: runtime, its path, version, options and label)."""
+    from ...container.ociruntime import label
+
+    def one(runtime: str, path: str | None, options: dict[str, str]) -> dict:
+        return {"runtime": runtime, "runtime_path": path, "runtime_version": _version_of([path or runtime, "--version"]),
+                "runtime_options": options, "runtime_label": label(runtime, options)}
+
+    out = {"runc": one("runc", shutil.which("runc"), {})}
+    if runsc:
+        out[configs.GVISOR_HANDLER] = one("runsc", runsc, dict(configs.GVISOR_OPTIONS))
+    return out
+
+
+def _create_runtime_class(lay: Layout) -> None:
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(str(lay.kubeconfig))
+    try:
+        client.NodeV1Api(api).create_runtime_class(configs.runtime_class())
     finally:
         api.close()
 
@@ -393,10 +502,29 @@ def _netns_list() -> list[str]:
     return [line.split()[0] for line in res.stdout.splitlines() if line.strip()]
 
 
-def _links(prefix: str) -> list[str]:
+def _links(lay: Layout) -> list[str]:
+    """The cluster's links: its bridge, its pods' CNI bridge, its nodes' veths (not another name's)."""
     res = sh(["ip", "-o", "link", "show"], check=False)
     names = [line.split(":")[1].strip().split("@")[0] for line in res.stdout.splitlines() if ":" in line]
-    return [n for n in names if n.startswith(prefix)]
+    mine = re.compile(rf"{re.escape(lay.name)}(0|-cni|-v\d+)")
+    return [n for n in names if mine.fullmatch(n)]
+
+
+def _shim_sockets(lay: Layout) -> list[Path]:
+    """The sockets of the cluster's shims, as each task's bundle records them ("unix:///run/containerd/s/<hash>")."""
+    out = []
+    for f in lay.state.glob("n*/containerd/state/io.containerd.runtime.v2.task/*/*/address"):
+        with contextlib.suppress(OSError):
+            addr = f.read_text().strip().removeprefix("unix://")
+            if Path(addr).parent == SHIM_SOCKETS:
+                out.append(Path(addr))
+    return out
+
+
+def _others(lay: Layout) -> list[str]:
+    """Other testbed clusters on this machine: while one is there, the machine-wide parts (kube-proxy's
+    chains, containerd's cni-* namespaces, the host-path volumes) are its, not ours to remove."""
+    return [n for n in clusters_here(lay.root) if n != lay.name]
 
 
 def _our_chains(tool: str, table: str) -> list[str]:
@@ -429,38 +557,56 @@ def _cni_netns() -> list[str]:
 
 def leftovers(lay: Layout) -> list[str]:
     """What of the testbed is still there (empty after a clean down)."""
-    left = [f"process {p}" for p in _ours(lay)]
+    left = [f"process {p}" for p in own_processes(lay)]
     left += [f"mount {m}" for m in _mounts_under(lay.state)]
     left += [f"netns {n}" for n in _netns_list() if n.startswith(f"{lay.name}-n")]
-    left += [f"link {n}" for n in _links(lay.name)]
+    left += [f"link {n}" for n in _links(lay)]
     if lay.state.exists():
         left.append(f"directory {lay.state}")
+    if _others(lay):
+        return list(dict.fromkeys(left))  # the machine-wide chains are the other cluster's
     for tool in IPTABLES:
         for table in TABLES:
             left += [f"{tool} {table} chain {c}" for c in _our_chains(tool, table) if c.startswith("VBK8S-")]
     return list(dict.fromkeys(left))
 
 
-def down(name: str = "vbk8s", log: Callable[[str], None] = print) -> list[str]:
-    """Remove everything of testbed `name`; safe to repeat, and after a killed up."""
-    lay = Layout(name, 0)
+def down(name: str = "vbk8s", log: Callable[[str], None] = print, force: bool = False,
+         root: Path = configs.ROOT) -> list[str]:
+    """Remove everything of testbed `name`; safe to repeat, and after a killed up. Refuses while a
+    live run uses it, unless `force`."""
+    check_name(name)
+    lay = Layout(name, 0, root)
+    if (runs := live_runs(lay)) and not force:
+        raise UserError(f"testbed cluster {name} is in use by run {testbed_owner.runs_text(runs)}; removing it "
+                        f"would fail that run's pods ({whose(lay)})",
+                        f"wait until the run ends, or remove it anyway: virtbench testbed k8s down --name {name} --force")
     removed: list[str] = []
-    # The kubelets first (or they restart what goes next), then everything else that names the state.
-    kubelets = [p for p in _ours(lay) if b"kubelet" in Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0]]
+    # The kubelets first (or they restart what goes next), then the rest of what up started.
+    kubelets = [p for f in (lay.state / "pids").glob("kubelet-n*.pid") if (p := _recorded(f))]
     _kill_all(kubelets)
-    pids = _ours(lay)
+    pids = own_processes(lay)
     _kill_all(pids)
     removed += [f"{len(set(pids) | set(kubelets))} processes"] if pids or kubelets else []
+    others = _others(lay)
+    if others:
+        log(f"testbed cluster {', '.join(others)} is up on this machine too: its kube-proxy chains, pod "
+            f"namespaces and volumes are left alone")
     built = build.built_dir()
     proxy = built / "kube-proxy" if built else None
-    if proxy and proxy.is_file() and any(_our_chains("iptables", t) for t in TABLES):
+    if not others and proxy and proxy.is_file() and any(_our_chains("iptables", t) for t in TABLES):
         sh([str(proxy), "--cleanup"], check=False, timeout=60)  # kube-proxy's own rules, its own way
-    for tool in IPTABLES:
+    for tool in IPTABLES if not others else ():
         for table in TABLES:
             removed += _remove_chains(tool, table)
-    for ns in _cni_netns():
+    for ns in _cni_netns() if not others else ():
         sh(["ip", "netns", "delete", ns], check=False)
         removed.append(f"netns {ns}")
+    for sock in _shim_sockets(lay):  # a killed shim leaves its socket
+        sock.unlink(missing_ok=True)
+    for d in (SHIM_SOCKETS, SHIM_SOCKETS.parent):  # containerd's fixed /run/containerd/s, when empty
+        with contextlib.suppress(OSError):
+            d.rmdir()
     for m in _mounts_under(lay.state):
         if sh(["umount", m], check=False).returncode != 0:
             sh(["umount", "-l", m], check=False)
@@ -468,13 +614,13 @@ def down(name: str = "vbk8s", log: Callable[[str], None] = print) -> list[str]:
     for ns in [n for n in _netns_list() if n.startswith(f"{lay.name}-n")]:
         sh(["ip", "netns", "delete", ns], check=False)
         removed.append(f"netns {ns}")
-    for link in _links(lay.name):
+    for link in _links(lay):
         sh(["ip", "link", "delete", link], check=False)
         removed.append(f"link {link}")
     cni_results = Path("/var/lib/cni/results")
     for f in cni_results.glob(f"{lay.name}-n*-pods-*") if cni_results.is_dir() else []:
         f.unlink(missing_ok=True)
-    for d in configs.HOSTPATH_PV_DIR.glob("*") if configs.HOSTPATH_PV_DIR.is_dir() else []:
+    for d in configs.HOSTPATH_PV_DIR.glob("*") if configs.HOSTPATH_PV_DIR.is_dir() and not others else []:
         shutil.rmtree(d, ignore_errors=True)  # volumes of claims the cluster had no time to delete
         removed.append(f"volume directory {d}")
     with contextlib.suppress(OSError):
