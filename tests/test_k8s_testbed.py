@@ -61,9 +61,9 @@ def k8s(guest_image):
 
 def _driver(tmp_path, image, run_id="k8stest"):
     from virtbench.drivers.base import DriverContext
-    from virtbench.drivers.pods.driver import PodsDriver
+    from virtbench.drivers.pods.kubernetes_driver import KubernetesDriver
 
-    return PodsDriver(DriverContext(run_id, tmp_path, image))
+    return KubernetesDriver(DriverContext(run_id, tmp_path, image))
 
 
 def _env(name="pods", shape=None, **opts):
@@ -271,7 +271,7 @@ def test_a_killed_runs_objects_are_swept_by_the_next_run(k8s, guest_image, tmp_p
     dead = subprocess.Popen(["true"])
     dead.wait()
     d = _driver(tmp_path, guest_image, run_id="killedrun")
-    labels = {**d._labels(_env(), "main"), "virtbench.pid": str(dead.pid), "virtbench.pidstart": "1"}
+    labels = {**d.labels(_env(), "main"), "virtbench.pid": str(dead.pid), "virtbench.pidstart": "1"}
     docs = manifests.group("vb-killed-left", 1, "127.0.0.1:5000/virtbench/pause:3.10", labels)
     Cluster().create(docs)
     d2 = _driver(tmp_path, guest_image, run_id="nextrun")

@@ -157,7 +157,7 @@ def test_web_entitlement_is_the_instances_machine():
 
 
 def test_every_driver_declares_its_traits():
-    for name in drivers.names():
+    for name in drivers.names() + drivers.implementations():  # pods and its two drivers
         assert isinstance(drivers.traits_of(name), Traits)
     assert drivers.traits_of("host").host_process and drivers.traits_of("host").monitor_scope is None
     assert drivers.traits_of("container").engine_container and not drivers.traits_of("vm").shares_kernel

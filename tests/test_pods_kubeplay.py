@@ -14,7 +14,7 @@ import pytest
 
 from virtbench import procs
 from virtbench.drivers.base import DriverContext
-from virtbench.drivers.pods.driver import PodsDriver
+from virtbench.drivers.pods.kubeplay_driver import KubePlayDriver
 from virtbench.errors import UserError
 from virtbench.machines import ledger, local
 from virtbench.model import EnvSpec, Shape
@@ -37,7 +37,7 @@ def ours(label, kind="pod"):
 
 @pytest.fixture
 def driver(guest_image, tmp_path):
-    d = PodsDriver(DriverContext(f"t{uuid.uuid4().hex[:10]}", tmp_path, guest_image))
+    d = KubePlayDriver(DriverContext(f"t{uuid.uuid4().hex[:10]}", tmp_path, guest_image))
     yield d
     run = f"virtbench.run={d.context.run_id}"
     for pod in ours(run):  # whatever a failing test left behind
@@ -175,9 +175,9 @@ _KILLED = """
 import sys, pathlib, time
 from virtbench import image
 from virtbench.drivers.base import DriverContext
-from virtbench.drivers.pods.driver import PodsDriver
+from virtbench.drivers.pods.kubeplay_driver import KubePlayDriver
 from virtbench.model import EnvSpec, Shape
-d = PodsDriver(DriverContext(sys.argv[1], pathlib.Path(sys.argv[2]), image.require()))
+d = KubePlayDriver(DriverContext(sys.argv[1], pathlib.Path(sys.argv[2]), image.require()))
 d.provision(EnvSpec("pods", "pods", Shape("native"), {"pvc": "16Mi"}), 2, "main")
 print("up", flush=True)
 time.sleep(600)
@@ -195,7 +195,7 @@ def test_killed_runs_pods_are_cleaned_up(guest_image, tmp_path):
         proc.wait()
     label = f"virtbench.run={run_id}"
     assert len(ours(label)) == 2 and len(ours(label, "volume")) == 1
-    removed = ledger.sweep(local(), PodsDriver.leftovers)  # what the next run's pool does here
+    removed = ledger.sweep(local(), KubePlayDriver.leftovers)  # what the next run's pool does here
     assert len([r for r in removed if f"(run {run_id})" in r]) == 3, removed
     assert ours(label) == [] and ours(label, "volume") == []
 

@@ -10,7 +10,7 @@ import pytest
 
 from virtbench import procs
 from virtbench.drivers.base import DriverContext
-from virtbench.drivers.pods.driver import PodsDriver
+from virtbench.drivers.pods.kubeplay_driver import KubePlayDriver
 from virtbench.machines import Pool, inventory
 from virtbench.model import EnvSpec, Shape
 
@@ -26,12 +26,12 @@ _KILLED = """
 import sys, pathlib, time
 from virtbench import image
 from virtbench.drivers.base import DriverContext
-from virtbench.drivers.pods.driver import PodsDriver
+from virtbench.drivers.pods.kubeplay_driver import KubePlayDriver
 from virtbench.machines import Pool, inventory
 from virtbench.model import EnvSpec, Shape
 run_id, workdir, inv, host = sys.argv[1:5]
 pool = Pool(inventory.load(inv))
-d = PodsDriver(DriverContext(run_id, pathlib.Path(workdir), image.require(), pool))
+d = KubePlayDriver(DriverContext(run_id, pathlib.Path(workdir), image.require(), pool))
 opts = {"machine": host, "runtime": "runc", "cgroup_manager": "cgroupfs", "pvc": "16Mi"}
 d.provision(EnvSpec("rpods", "pods", Shape("native"), opts), 2, "main")
 print("up", flush=True)
@@ -62,7 +62,7 @@ def test_a_killed_runs_remote_kube_play_pods_are_swept_by_the_next_run(testbed2,
     try:
         m = pool.get(HOST)  # no driver enlisted yet: nothing swept, the leftovers are there
         assert len(_ours(m, label)) == 2 and len(_ours(m, label, "volume")) == 1
-        d = PodsDriver(DriverContext(f"t{uuid.uuid4().hex[:10]}", tmp_path, guest_image, pool))
+        d = KubePlayDriver(DriverContext(f"t{uuid.uuid4().hex[:10]}", tmp_path, guest_image, pool))
         (inst,) = d.provision(EnvSpec("rpods2", "pods", Shape("native"), OPTIONS), 1, "main")
         try:
             assert inst.machine.name == HOST and inst.exec(["true"]).ok

@@ -106,23 +106,26 @@ def test_timestamp_formats():
 
 def test_kubernetes_environment_checked_before_the_run(monkeypatch, tmp_path):
     from virtbench.drivers.base import DriverContext
-    from virtbench.drivers.pods.driver import PodsDriver
+    from virtbench.drivers.pods.kubeplay_driver import KubePlayDriver
+    from virtbench.drivers.pods.kubernetes_driver import KubernetesDriver
     from virtbench.model import EnvSpec, Shape
 
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
-    d = PodsDriver(DriverContext("u", tmp_path))
+    d = KubernetesDriver(DriverContext("u", tmp_path))
     what = " | ".join(p.what for p in d.check_env(EnvSpec("k", "pods", Shape("native"), {"backend": "kubernetes"})))
     assert f"cannot load the kubeconfig {tmp_path / 'missing'}" in what
+    assert d.check() == []  # nothing of podman here is needed for a cluster
     play = EnvSpec("p", "pods", Shape("native"), {"storage_class": "fast"})
-    assert [p.what for p in d.check_env(play)] == ["option storage_class is for the kubernetes backend"]
+    assert [p.what for p in KubePlayDriver(DriverContext("u", tmp_path)).check_env(play)] == [
+        "option storage_class is for the kubernetes backend"]
 
 
 def test_nfs_share_checked_before_the_run(tmp_path):
     from virtbench.drivers.base import DriverContext
-    from virtbench.drivers.pods.driver import PodsDriver
+    from virtbench.drivers.pods.kubeplay_driver import KubePlayDriver
     from virtbench.model import EnvSpec, Shape
 
-    d = PodsDriver(DriverContext("u", tmp_path))
+    d = KubePlayDriver(DriverContext("u", tmp_path))
     bad = EnvSpec("p", "pods", Shape("native"), {"nfs_share": "nfs.example.org/export"})
     (problem,) = d.check_env(bad)
     assert problem.what.startswith("option nfs_share: 'nfs.example.org/export' is not an NFS share")
@@ -168,8 +171,34 @@ def test_check_of_a_cluster_environment_does_not_ask_for_podman(tmp_path, monkey
 
     asked = []
     monkeypatch.setattr(container.ContainerDriver, "check", lambda self, env=None: asked.append(env) or [])
-    driver = make("pods", DriverContext("test-pods-check", tmp_path))
-    assert driver.check(_pods_env("kubernetes")) == [] and asked == []
-    driver.check(_pods_env("kube-play"))
-    driver.check()  # doctor: the default environment, kube play
+    cluster = _pods_env("kubernetes")
+    assert make("pods", DriverContext("test-pods-check", tmp_path), cluster.options).check(cluster) == [] and asked == []
+    play = make("pods", DriverContext("test-pods-check", tmp_path))  # the default backend: kube play
+    play.check(_pods_env("kube-play"))
+    play.check()  # doctor: the default environment, kube play
     assert len(asked) == 2
+
+
+def test_pods_with_a_backend_is_one_of_two_drivers_and_stays_pods_in_what_is_stored(tmp_path):
+    """driver = "pods" is the kind suites, stored runs and studies name; its option backend picks the
+    kube-play or the Kubernetes driver (drivers.ALIASES), and the loaded environment stays "pods"."""
+    from virtbench import drivers, suite
+    from virtbench.drivers.pods.kubeplay_driver import KubePlayDriver
+    from virtbench.drivers.pods.kubernetes_driver import KubernetesDriver
+    from virtbench.errors import UserError
+
+    assert "pods" in drivers.names() and not {"kube-play", "kubernetes"} & set(drivers.names())
+    assert {"kube-play", "kubernetes"} <= set(drivers.implementations())
+    assert drivers.class_for(_pods_env("kube-play")) is KubePlayDriver
+    assert drivers.class_for(_pods_env("kubernetes")) is KubernetesDriver
+    assert drivers.driver_class("pods") is KubePlayDriver  # no backend: kube play, as before
+    f = tmp_path / "s.toml"
+    f.write_text('[suite]\nname = "s"\n\n[environments.k]\ndriver = "pods"\nbackend = "kubernetes"\n'
+                 '\n[environments.bad]\ndriver = "pods"\nbackend = "kind"\n\n[[workloads]]\nname = "system"\n')
+    with pytest.raises(UserError) as err:
+        suite.load(f)
+    assert "s.toml:10: key 'environments.bad.backend': invalid value 'kind'" in err.value.message
+    assert err.value.hint == "valid choices: kube-play, kubernetes"
+    f.write_text(f.read_text().replace('backend = "kind"', 'backend = "kube-play"'))
+    envs = {e.name: e for e in suite.load(f).environments}
+    assert envs["k"].driver == envs["bad"].driver == "pods" and envs["k"].options["backend"] == "kubernetes"

@@ -283,15 +283,21 @@ def _environment(where: _Where, name: str, spec: Any, custom: dict[str, Shape]) 
     if not isinstance(spec, dict):
         raise where.error(at, "must be a table with at least driver = \"...\"")
     driver = spec.get("driver")
-    if driver not in drivers.REGISTRY:
+    if driver not in drivers.names():
         raise where.error(at + ("driver",), f"unknown driver {driver!r}", drivers.names())
-    options_spec = drivers.driver_class(driver).options
+    if driver in drivers.ALIASES:  # pods: its option backend picks the driver
+        key, choices, default = drivers.ALIASES[driver]
+        value = spec.get(key, default)
+        if not isinstance(value, str) or value not in choices:
+            raise where.error(at + (key,), f"invalid value {spec.get(key)!r}", sorted(choices))
+    cls = drivers.driver_class(driver, spec)
+    options_spec = cls.options
     before = len(where.errors)
     _check_keys(where, spec, at, ("driver", "shape", *options_spec))
     shape = None
     with where.collect():  # recorded: the options below are checked too
         shape = _shape(where, at + ("shape",), spec.get("shape", "native"), custom)
-        if shape.name != "native" and not drivers.driver_class(driver).supports_shapes:
+        if shape.name != "native" and not cls.supports_shapes:
             raise where.error(at + ("shape",), f"the {driver} driver cannot limit resources; remove the shape",
                               ["native"])
     options = {}
@@ -300,7 +306,7 @@ def _environment(where: _Where, name: str, spec: Any, custom: dict[str, Shape]) 
         if opt.choices and value not in opt.choices:
             where.errors.append(where.error(at + (key,), f"invalid value {value!r}", opt.choices))
         options[key] = value
-    for key, problem, choices in drivers.driver_class(driver).option_problems(options):
+    for key, problem, choices in cls.option_problems(options):
         where.errors.append(where.error(at + (key,), problem, choices))
     return EnvSpec(name, driver, shape, options) if len(where.errors) == before and shape else None
 
@@ -318,7 +324,7 @@ def join_host_lists(names: list[str], defined: Iterable[str]) -> list[str]:
     out: list[str] = []
     for name in names:
         driver = name.partition("@")[0].partition(":")[0]
-        if out and "@" in out[-1] and name not in defined and driver not in drivers.REGISTRY:
+        if out and "@" in out[-1] and name not in defined and driver not in drivers.names():
             out[-1] += "," + name
         else:
             out.append(name)
@@ -339,7 +345,7 @@ def _pick_env(where: _Where, name: str, defined: dict[str, EnvSpec], custom: dic
         return defined[name]
     head, _, where_at = name.partition("@")
     driver, _, shape_name = head.partition(":")
-    if driver in drivers.REGISTRY:
+    if driver in drivers.names():
         options_spec = drivers.driver_class(driver).options
         options = {k: o.default for k, o in options_spec.items()}
         if where_at:

@@ -37,7 +37,7 @@ def checks() -> list[dict[str, Any]]:
     out.append(_db_check())
     with tempfile.TemporaryDirectory(prefix="virtbench-doctor-") as tmp:
         ctx = DriverContext("doctor", Path(tmp))
-        for name in drivers.names():
+        for name in drivers.implementations():  # pods' two drivers each
             try:
                 problems = drivers.make(name, ctx).check()
             except Exception as exc:  # a broken driver must not hide the others

@@ -78,16 +78,16 @@ class Traits:
     repetition_overhead_s: float = 0.5
 
 
-def _no_registry(name: str) -> Traits:
+def _no_registry(env: EnvSpec) -> Traits:
     return Traits()
 
 
 # The driver registry installs its lookup here when it is imported (drivers/__init__.py): this module
 # is below the drivers and does not import them.
-_traits_lookup: Callable[[str], Traits] = _no_registry
+_traits_lookup: Callable[[EnvSpec], Traits] = _no_registry
 
 
-def set_traits_lookup(lookup: Callable[[str], Traits]) -> None:
+def set_traits_lookup(lookup: Callable[[EnvSpec], Traits]) -> None:
     global _traits_lookup
     _traits_lookup = lookup
 
@@ -118,8 +118,8 @@ class Instance(ABC):
 
     @property
     def traits(self) -> Traits:
-        """What the instance is: its driver's traits unless the instance knows better."""
-        return _traits_lookup(self.env.driver)
+        """What the instance is: its environment's driver's traits unless the instance knows better."""
+        return _traits_lookup(self.env)
 
     def cpus_available(self) -> int:
         """CPUs the instance can really use: its shape's vCPUs; else, on its machine's kernel, that

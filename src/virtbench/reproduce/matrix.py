@@ -94,7 +94,7 @@ def _has_backends(driver: str) -> bool:
     """A driver that can run its instances on a Kubernetes cluster declares a `backend` option."""
     from .. import drivers
 
-    return driver in drivers.REGISTRY and "backend" in drivers.driver_class(driver).options
+    return driver in drivers.names() and "backend" in drivers.driver_class(driver).options
 
 
 def _kubernetes(env: EnvSpec, image_ref: str) -> EnvSpec:

@@ -89,7 +89,7 @@ def _list(text: str | list | None) -> list[str]:
 
 def grid_from_args(driver: str, concurrency: str | None, image_size: str | None, image_mode: str | None,
                    shape: str | None, repeat: int | None, options: dict[str, str]) -> Grid:
-    if driver not in drivers.REGISTRY:
+    if driver not in drivers.names():
         raise UserError(f"unknown driver '{driver}'", "valid drivers: " + ", ".join(drivers.names()))
     g = Grid(driver)
     if concurrency:
@@ -171,7 +171,7 @@ def load_suite(path: str | Path) -> Grid:
         raise UserError(f"{path}: unknown key(s) in [boot]: {', '.join(sorted(unknown))}",
                         "valid keys: " + ", ".join(sorted(allowed)))
     g = Grid(str(b.get("driver", "vm")), name=str(b.get("name", path.stem)))
-    if g.driver not in drivers.REGISTRY:
+    if g.driver not in drivers.names():
         raise UserError(f"{path}: unknown driver {g.driver!r}", "valid drivers: " + ", ".join(drivers.names()))
     if "concurrency" in b:
         g.concurrency = _ints(",".join(map(str, b["concurrency"])) if isinstance(b["concurrency"], list)
@@ -196,7 +196,7 @@ def scaled_sizes(g: Grid, published: list, scale: float) -> tuple[list[str], dic
     """Published sizes (GB) x scale, as sizes in MiB; sizes below the smallest image are raised to it."""
     from ..drivers.vm import disk
 
-    smallest = drivers.driver_class(g.driver).smallest_image()
+    smallest = drivers.driver_class(g.driver, g.options).smallest_image()
     sizes, notes = [], {}
     for gb in published:
         want = int(float(gb) * scale * (1 << 30))
@@ -223,7 +223,7 @@ class BootEvents:
 
 
 def env_for(g: Grid, params: dict, driver) -> EnvSpec:
-    opts = {k: o.default for k, o in drivers.driver_class(g.driver).options.items()}
+    opts = {k: o.default for k, o in drivers.driver_class(g.driver, g.options).options.items()}
     opts.update(g.options)
     if "image_mode" in opts:
         opts["image_mode"] = params["image_mode"]
@@ -271,7 +271,7 @@ class BootRunner:
         g = self.grid
         try:
             self.context = session.context
-            self.driver = session.driver(g.driver)
+            self.driver = session.driver(g.driver, g.options)
             session.sweep()  # this machine (machines/ledger.py)
             env = env_for(g, g.cells()[0]["params"], self.driver)
             problems = self.driver.check(env)

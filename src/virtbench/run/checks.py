@@ -62,9 +62,14 @@ def run_checks(driver_name: str, *, count: int = DEFAULT_COUNT, shape: str = "m1
     """Run the lifecycle checks; returns {driver, accelerator?, checks: [...]}. With an inventory,
     option `machine` names the host the instances start on."""
     log = log or (lambda msg: None)
-    if driver_name not in drivers.REGISTRY:
+    if driver_name not in drivers.names():
         raise UserError(f"unknown driver '{driver_name}'", "valid drivers: " + ", ".join(drivers.names()))
-    cls = drivers.driver_class(driver_name)
+    try:
+        cls = drivers.driver_class(driver_name, options)
+    except KeyError:  # pods with a backend it has not
+        key, choices, _ = drivers.ALIASES[driver_name]
+        raise UserError(f"invalid {key} {(options or {}).get(key)!r} for the {driver_name} driver",
+                        "valid: " + ", ".join(sorted(choices))) from None
     opts = {k: o.default for k, o in cls.options.items()}
     opts.update(options or {})
     try:
@@ -73,7 +78,7 @@ def run_checks(driver_name: str, *, count: int = DEFAULT_COUNT, shape: str = "m1
         raise UserError(f"unknown shape '{shape}'", "valid shapes: " + ", ".join(shapes.names())) from None
     run_id = "check-" + time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
     with Session(run_id, inventory=inventory, note=log, environments=[env]) as session:  # its end: the final drain, the pool, workdir
-        driver = session.driver(driver_name)
+        driver = session.driver(driver_name, opts)
         session.sweep()  # this machine (machines/ledger.py)
         out = {"driver": driver_name, "shape": shape, "count": count}
         return _run_checks(session, driver, env, count, only, log, out)

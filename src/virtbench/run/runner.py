@@ -168,11 +168,12 @@ class Runner(Rounds):
     def _prepare_envs(self, session: Session) -> dict[str, _EnvState]:
         states, problems, made = {}, [], {}
         for env in self.matrix.environments:
-            if env.driver not in made:
-                made[env.driver] = session.driver(env.driver)
-                problems += [f"{env.name}: {p.what} (fix: {p.fix})" for p in made[env.driver].check(env)]
-            problems += [f"{env.name}: {p.what} (fix: {p.fix})" for p in made[env.driver].check_env(env)]
-            states[env.name] = _EnvState(env, made[env.driver])
+            name = drivers.resolve(env.driver, env.options)  # pods: kube-play or kubernetes
+            if name not in made:
+                made[name] = session.driver(env.driver, env.options)
+                problems += [f"{env.name}: {p.what} (fix: {p.fix})" for p in made[name].check(env)]
+            problems += [f"{env.name}: {p.what} (fix: {p.fix})" for p in made[name].check_env(env)]
+            states[env.name] = _EnvState(env, made[name])
         session.sweep()  # this machine; the others when first used (machines/ledger.py)
         if problems:
             raise UserError("cannot run these environments:\n  " + "\n  ".join(problems),

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from .. import drivers, machines, procs
 from ..drivers.base import Driver, DriverContext
@@ -53,8 +54,10 @@ class Session:
                  tb: TracebackType | None) -> None:
         self._end()
 
-    def driver(self, name: str) -> Driver:
-        """The session's driver `name`, made on first use (the guest image found then if it needs it)."""
+    def driver(self, kind: str, options: Mapping[str, Any] | None = None) -> Driver:
+        """The session's driver of kind `kind` with `options` (pods: its backend picks the driver), made
+        on first use (the guest image found then if it needs it)."""
+        name = drivers.resolve(kind, options)
         if name not in self._drivers:
             if drivers.driver_class(name).needs_image and self.context.image is None:
                 from .. import image
@@ -104,5 +107,5 @@ class Session:
         states = [testbed_owner.state_dir(n) for n in names if re.fullmatch(r"[a-z][a-z0-9]{0,9}", n)]
         for env in self.environments:
             with contextlib.suppress(UserError, OSError):  # unknown driver, unreadable kubeconfig: said later
-                states += drivers.driver_class(env.driver).testbeds_used(env)
+                states += drivers.class_for(env).testbeds_used(env)
         return testbed_owner.used_in(list(dict.fromkeys(states)), self.run_id, str(self.store.url) if self.store else "")

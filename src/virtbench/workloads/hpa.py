@@ -135,7 +135,7 @@ class HPA(Workload):
         if env.shape.disk_gb and share > env.shape.disk_gb * 1024**3:
             problems.append(f"each instance's share of the dataset ({mpijob.human(share)}) does not fit the "
                             f"shape's {env.shape.disk_gb} GB disk")
-        space = drivers.driver_class(env.driver).scratch_space(env) if env.driver in drivers.REGISTRY else None
+        space = drivers.class_for(env).scratch_space(env) if env.driver in drivers.names() else None
         if space is not None:
             need = share * params["instances"] if space.shared else share
             if need > space.free:

@@ -16,7 +16,7 @@ from typing import Any
 from . import mpicluster as cluster
 from .. import sizes
 from ..errors import ConditionUnavailable
-from ..drivers import REGISTRY, driver_class, traits_of
+from ..drivers import class_for, names, traits_for
 from ..drivers.base import Instance
 from ..errors import WorkloadFailed
 from ..model import EnvSpec
@@ -109,7 +109,7 @@ def capacity_problems(params: dict[str, Any], env: EnvSpec, need_per_instance: f
             gives = f"the shape {shape.name}" if shape.memory_mb else f"a {env.driver} without a memory shape"
             problems.append(f"{what} needs about {human(need_per_instance)} per instance ({per} rank(s)), but "
                             f"{gives} gives {memory_mb} MB")
-        if avail is not None and not traits_of(env.driver).host_process and inst * memory_mb * MB > avail:
+        if avail is not None and not traits_for(env).host_process and inst * memory_mb * MB > avail:
             problems.append(f"{inst} instances x {memory_mb} MB ({named}) do not fit in this machine's "
                             f"{human(avail)} available memory")
     if shape.vcpus and per * threads > cluster.OVERSUBSCRIBE_LIMIT * shape.vcpus:
@@ -121,7 +121,7 @@ def capacity_problems(params: dict[str, Any], env: EnvSpec, need_per_instance: f
 def instance_memory_mb(env: EnvSpec) -> int | None:
     """Memory of one instance without a memory shape: its driver's default (a VM's; None: its
     machine's, shared)."""
-    return driver_class(env.driver).default_memory_mb if env.driver in REGISTRY else None
+    return class_for(env).default_memory_mb if env.driver in names() else None
 
 
 def get_cluster(instances: dict[str, list[Instance]], params: dict[str, Any]) -> cluster.Cluster:

@@ -1,8 +1,8 @@
-"""Kubernetes pods as environments (the `pods` driver, drivers/pods/driver.py).
-
-One manifest generator (`manifests.py`) feeds two backends: a real cluster through the official
-`kubernetes` client (`cluster.py`) and `podman kube play` on a machine without one (`kubeplay.py`),
-so the manifests that kube-play runs here are the ones a cluster would get. `phases.py` reads pod
+"""Kubernetes pods as environments: two drivers that a suite names as driver = "pods" with option
+`backend` (drivers/__init__.py's ALIASES): `kube-play` (kubeplay_driver.py: `podman kube play` on a
+machine without a cluster, through kubeplay.py) and `kubernetes` (kubernetes_driver.py: a real cluster
+through the official client, kubernetes.py), sharing common.py. One manifest generator
+(`manifests.py`) feeds both, so the manifests that kube play runs here are the ones a cluster would get. `phases.py` reads pod
 start phases from either backend's objects (pure, tested on recorded objects).
 """
 
