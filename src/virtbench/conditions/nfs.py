@@ -158,7 +158,7 @@ def nfs(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
 
 
 def _nfs_pod(inst: SharedNfsMount, applied: Applied) -> tuple[str, dict]:
-    """The pod's own mount of the environment's nfs_share (drivers/pods/driver.py), a directory per pod."""
+    """The pod's own mount of the environment's nfs_share (drivers/pods/common.py), a directory per pod."""
     meta = pod_nfs_choice(inst.backend_name, inst.nfs_share, inst.nfs_refusal, applied.routed)
     d = inst.nfs_dir()
     res = inst.exec(["mkdir", "-p", d], timeout=120)

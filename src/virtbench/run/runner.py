@@ -392,7 +392,7 @@ class Runner(Rounds):
                 if inst.machine.name not in seen:
                     seen[inst.machine.name] = inst.machine
         out: dict[str, Any] = {"machines": list(seen)}
-        # pods on a cluster ran on its nodes; their Machine is the one that drives them (drivers/pods/driver.py)
+        # pods on a cluster ran on its nodes; their Machine is the one that drives them (drivers/pods/kubernetes_driver.py)
         nodes = sorted({n for pool in instances.values() for inst in pool if (n := inst.node)})
         if nodes:
             out["pod_nodes"] = nodes

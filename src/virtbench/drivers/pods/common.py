@@ -64,7 +64,7 @@ class PodRecord:
                 self.mark(phase, self.pod_phases[pod_phase])
 
 
-class PodsDriver(Driver):
+class PodsDriverBase(Driver):
     """The pods drivers' common part; each says how its groups start and how one pod goes."""
 
     needs_image = True

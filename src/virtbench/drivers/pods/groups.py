@@ -1,7 +1,7 @@
 """The pods driver's groups: one Deployment (kube-play: one `podman kube play`) with its claims,
 volumes and Services, how a group is removed, and which groups killed runs left on a cluster.
 
-Split from drivers/pods/driver.py, which provisions the groups' pods and releases them one by one.
+The drivers (kubeplay_driver.py, kubernetes_driver.py) provision the groups' pods; common.py releases them one by one.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from ...errors import UserError
 from ...machines import ledger
 from ...model import EnvSpec
 from . import manifests
-from .common import PodRecord, PodsDriver, scratch_path
+from .common import PodRecord, PodsDriverBase, scratch_path
 from .groups import Group
 from .kubeplay import KubePlay, container_name
 from .kubeplay import leftovers as kubeplay_leftovers
@@ -63,7 +63,7 @@ class PlayPod(PodRecord, container.ContainerInstance):
         self.driver.release(self)
 
 
-class KubePlayDriver(PodsDriver):
+class KubePlayDriver(PodsDriverBase):
     name = "kube-play"
     # kube play's pods run here: this kernel, a port of podman's bridge, their start per repetition
     traits = Traits(repetition_overhead_s=1.0, shares_kernel=True, bridge_port=True, monitor_scope="cgroup")

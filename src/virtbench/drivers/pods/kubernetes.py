@@ -1,5 +1,5 @@
 """The kubernetes backend: the official `kubernetes` client with the user's kubeconfig and context
-creates, watches and deletes; commands in pods run through `kubectl exec` (see drivers/pods/driver.py).
+creates, watches and deletes; commands in pods run through `kubectl exec` (see drivers/pods/kubernetes_driver.py).
 
 Objects go in as plain dicts (the generator's), and pods come back as the API's camelCase JSON
 (`sanitize_for_serialization`), so phases.py reads recorded and live pods alike.

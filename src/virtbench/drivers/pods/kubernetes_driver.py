@@ -20,7 +20,7 @@ from ...errors import UserError
 from ...machines import ledger
 from ...model import EnvSpec, ExecResult
 from . import CONTAINER, manifests
-from .common import READY_TIMEOUT, PodRecord, PodsDriver, lock, scratch_path
+from .common import READY_TIMEOUT, PodRecord, PodsDriverBase, lock, scratch_path
 from .groups import Group, leftover_cluster_objects
 from .machine import KubePodMachine
 from .phases import RESOLUTION, from_pod_object
@@ -166,7 +166,7 @@ class ClusterPod(PodRecord, GuestImageInstance):
                 raise
 
 
-class KubernetesDriver(PodsDriver):
+class KubernetesDriver(PodsDriverBase):
     name = "kubernetes"
     # On a cluster's nodes: neither this machine's kernel (the load generator's CPUs are not the pods')
     # nor a port of a bridge here, nor kube play's start per repetition.

@@ -1,4 +1,4 @@
-"""Pod start-up by the pods' own account (drivers/pods/driver.py stores `pod_phases` and `pod_events` with
+"""Pod start-up by the pods' own account (drivers/pods/*_driver.py store `pod_phases` and `pod_events` with
 their resolution): on a Kubernetes cluster the times its conditions became True (PodScheduled,
 Initialized, ContainersReady, Ready), the container's start and the scheduler's and kubelet's events;
 under podman kube play the sandbox's and the container's times.
