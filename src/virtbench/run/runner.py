@@ -179,7 +179,7 @@ class Runner(Rounds):
             raise UserError("cannot run these environments:\n  " + "\n  ".join(problems),
                             "fix the problems above, or leave those environments out with --envs")
         for env in self.matrix.environments:  # what each will create, before anything is (cost guard)
-            for line in made[env.driver].plan(env, self._peak_instances(env.name)):
+            for line in states[env.name].driver.plan(env, self._peak_instances(env.name)):
                 self.events.note(line)
         return states
 
