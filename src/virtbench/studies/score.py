@@ -11,8 +11,10 @@ whole interval misses it, and is NOT_MEASURED when the interval reaches both sid
 repetitions needed"): a point estimate on one side of a band its own interval crosses decides
 nothing. Every interval a verdict is read from is at 95 % or more: fewer repetitions than its method
 needs for that (repetitions_for_level) is NOT_MEASURED, "too few repetitions for a 95 % interval (n =
-...)", with the level they could give; each verdict carries its interval's actual level. Only the
-study's own printed numbers (`reproduce --published`, score(points=True)) decide as points.
+...)", with the level they could give; each verdict carries its interval's actual level. Two rules
+read no interval yet: a peak and the network penalty are decided from the groups' medians, and their
+verdicts say so ("medians only: no interval") and carry no level. The study's own printed numbers
+(`reproduce --published`, score(points=True)) always decide as points.
 
 One rule for every claim about where a quantity is largest or smallest (a peak over a count, a
 "best" count a ratio is taken against): the study's own location of that extreme (`published_at` in
@@ -253,6 +255,8 @@ def _method(num: Group, den: Group) -> str:
 UNDECIDED = None  # the interval reaches both sides of the tolerance
 TOLERANCES = ("above", "below", "within", "at_most", "at_least")
 LEVEL = 0.95  # every interval a verdict is read from is at least at this level
+# What a verdict read from medians says of itself (peak, penalty: no interval method for them yet).
+MEDIANS_ONLY = " (medians only: no interval)"
 
 
 @dataclass(frozen=True)
@@ -473,7 +477,7 @@ def _rule_peak(c: Finding, ev: Evidence, tcg: bool):
     short = short_of(best, xs, c.args.get("published_at"), key, "peak")
     if short:
         raise _RangeTooShort(short, text, envs)
-    return xs[0] < best < xs[-1], text, best, None, envs, None  # medians only: no interval
+    return xs[0] < best < xs[-1], text + MEDIANS_ONLY, best, None, envs, None
 
 
 def _rule_penalty(c: Finding, ev: Evidence, tcg: bool):
@@ -494,7 +498,7 @@ def _rule_penalty(c: Finding, ev: Evidence, tcg: bool):
         out[name] = (med[(False, 2)] / med[(True, 2)]) / (med[(False, 1)] / med[(True, 1)])
     ok = out["fine"] > out["coarse"] and out["coarse"] <= a["coarse_max"]
     text = f"P(fine-grained) {_fmt(out['fine'])}, P(coarse-grained) {_fmt(out['coarse'])}"
-    return ok, text, out["fine"] / out["coarse"], None, sorted(envs), None  # medians only: no interval
+    return ok, text + MEDIANS_ONLY, out["fine"] / out["coarse"], None, sorted(envs), None
 
 
 RULES = {"ratio": _rule_ratio, "efficiency": _rule_efficiency, "order": _rule_order, "steps": _rule_steps, "slope": _rule_slope,
