@@ -2,11 +2,15 @@
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 import tarfile
 
 import pytest
 
-from virtbench import image
+from virtbench import image, procs
+from virtbench.drivers.container import engine as container
 from virtbench.errors import MissingTool, UserError
 
 
@@ -99,7 +103,7 @@ def test_find_needs_both_tarball_and_manifest(fake_env):
 
 def test_prune_keeps_the_two_newest_tarballs(fake_env):
     dirs = [_fake_image(f"{i:016x}", epoch) for i, epoch in enumerate([30.0, 10.0, 20.0])]
-    image._prune(keep=2, log=lambda line: None)
+    image.prune(keep=2, log=lambda line: None)
     assert (dirs[0] / "rootfs.tar").exists() and (dirs[2] / "rootfs.tar").exists()
     assert not (dirs[1] / "rootfs.tar").exists()
     assert (dirs[1] / "manifest.json").exists()  # the record of what it held stays
@@ -175,3 +179,75 @@ def test_real_image_holds_kernels_and_tools(guest_image):
     assert not wanted, f"missing from the image: {wanted}"
     assert manifest["packages"]["fio"] and manifest["packages"]["linux-image-cloud-amd64"]
     assert manifest["size_bytes"] == guest_image.tarball.stat().st_size
+
+
+def _tiny_image(h, epoch):
+    """An image directory whose tarball is a real (one-file) root podman can import."""
+    d = image.images_dir() / h
+    d.mkdir(parents=True)
+    marker = d.parent / f"{h}.txt"
+    marker.write_text(h)
+    with tarfile.open(d / "rootfs.tar", "w") as tar:
+        tar.add(marker, arcname="marker")
+    (d / "manifest.json").write_text(json.dumps({"hash": h, "built_at_epoch": epoch}))
+    return next(i for i in image.installed() if i.hash == h)
+
+
+def _podman_has(tag):
+    return procs.run(["podman", "image", "inspect", tag], timeout=60).ok
+
+
+HOLDER = """
+import sys, time
+from virtbench import image
+from virtbench.machines import owners
+info = next(i for i in image.installed() if i.hash == sys.argv[1])
+with owners.running("run-holding-it"):
+    assert image.hold(info)
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.podman
+def test_pruning_spares_an_image_a_live_process_uses(fake_env):
+    """A second process (another checkout's run) holds the oldest image while a build prunes: its
+    tarball and its podman copy stay, and the build says why; once that process is gone, both go."""
+    if not (shutil.which("podman") and procs.run(["podman", "info"], timeout=60).ok):
+        pytest.skip("podman is not installed or 'podman info' fails (apt-get install podman runc)")
+    salt = os.urandom(4).hex()  # tags of our own in the user's podman store
+    old, mid, new = (_tiny_image(f"{salt}{n:08x}", epoch) for n, epoch in ((1, 10.0), (2, 20.0), (3, 30.0)))
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, old.hash], stdout=subprocess.PIPE, text=True)
+    try:
+        container.ensure_image("podman", old)
+        assert holder.stdout.readline().strip() == "held"
+        lines = []
+        image.prune(keep=2, log=lines.append)
+        assert old.tarball.is_file()
+        assert lines == [f"kept old guest image tarball {old.hash} (older than the newest 2): "
+                         f"in use by run run-holding-it (pid {holder.pid})"]
+        container.ensure_image("podman", new)  # the import that used to drop the pruned images' copies
+        assert container.remove_pruned_images("podman") == []
+        assert _podman_has(old.tag), "an image a live run uses was removed from podman"
+
+        holder.kill()
+        holder.wait()
+        lines.clear()
+        image.prune(keep=2, log=lines.append)
+        assert lines == [f"removed old guest image tarball {old.hash} (manifest kept)"]
+        assert not old.tarball.exists() and mid.tarball.is_file() and new.tarball.is_file()
+        assert container.remove_pruned_images("podman") == [old.tag]
+        assert not _podman_has(old.tag) and _podman_has(new.tag)
+    finally:
+        holder.kill()
+        holder.wait()
+        for info in (old, mid, new):
+            procs.run(["podman", "rmi", info.tag], timeout=120)
+
+
+def test_a_pruned_image_cannot_be_held(fake_env):
+    info = _tiny_image("0" * 16, 10.0)
+    info.tarball.unlink()
+    assert not image.hold(info)
+    assert image.pruned(info.hash)
+    assert not image.pruned("f" * 16)  # never built in this data directory: not ours to judge

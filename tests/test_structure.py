@@ -26,9 +26,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("results and plans", ("analysis", "run.outcomes", "run.plan", "run.estimates", "run.progress", "suite", "stats.scaling", "render", "stats.ratio_methods", "stats.verdicts", "run.noise", "run",)),
     ("act on instances", ("workloads", "conditions", "workloads.mpicluster", "monitor", "sysinfo", "kernel_identity",)),
     ("make instances", ("drivers", "drivers.vm.checks", "drivers.vm.driver", "drivers.cloud.checks", "drivers.container.checks",)),
-    ("below the drivers", ("drivers.vm", "drivers.container.engine", "drivers.container.ociruntime", "drivers.cpuset", "drivers.checks_base", "drivers.base", "machines.nfsclient",)),
+    ("below the drivers", ("drivers.vm", "drivers.container.engine", "drivers.container.ociruntime", "drivers.cpuset", "drivers.checks_base", "drivers.base", "machines.nfsclient", "image",)),
     ("the seam", ("machines",)),
-    ("foundations", ("procs", "fanout", "hostdirs", "paths", "model", "errors", "sizes", "kernels", "image", "store", "stats", "stats.exact", "stats.bootstrap", "stats.interval_verdict", "shapes", "tomlpos", "studies.published", "run.cpugiven", "aptsources", "virtbench",)),
+    ("foundations", ("procs", "fanout", "hostdirs", "paths", "model", "errors", "sizes", "kernels", "store", "stats", "stats.exact", "stats.bootstrap", "stats.interval_verdict", "shapes", "tomlpos", "studies.published", "run.cpugiven", "aptsources", "virtbench",)),
 ]
 
 

@@ -3,11 +3,16 @@
 Built with mmdebstrap from Debian bookworm packages plus virtbench's native kernels (copied to
 /opt/virtbench/bin), fetched from the mirrors and through the proxies this machine's apt uses. Cached under data_dir()/images/<hash>/ by a hash of everything that goes in.
 Only the KEEP newest images keep their tarball; older ones keep just manifest.json (a record of
-what they held), so disk use stays bounded at about KEEP x 0.5 GB.
+what they held), so disk use stays bounded at about KEEP x 0.5 GB. An image a live process uses is
+never pruned: whoever takes an image (`require`, `hold`) leaves an owner record under
+<hash>/users/ (machines/owners.py: host, boot id, pid and its start time, run), and pruning keeps
+the tarball (and, in container/engine.py, the engine's copy) of every image with a live user, from
+any checkout of the same user: one data directory, many runs.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
@@ -26,6 +31,7 @@ from pathlib import Path
 from . import aptsources, kernels, paths, procs
 from .kernels import sha256_of
 from .errors import MissingTool, UserError
+from .machines import owners
 
 # Bump when the build recipe changes in a way the other inputs do not show.
 IMAGE_FORMAT_VERSION = 1
@@ -56,6 +62,8 @@ DPKG_OPTIONS = (
 GUEST_BIN_DIR = "/opt/virtbench/bin"
 GUEST_MANIFEST = "/opt/virtbench/manifest.txt"
 KEEP = 2
+_held: set[Path] = set()  # this process's user records
+USERS = "users"  # <hash>/users/<pid>-<start>.json: the owner record of each process that took the image
 BUILD_TIMEOUT = 3600.0
 TAG_PREFIX = "localhost/virtbench-guest"
 
@@ -157,10 +165,58 @@ def find() -> ImageInfo | None:
 
 
 def require() -> ImageInfo:
+    """The built image for the current inputs, held for this process (`hold`); UserError if none."""
     info = find()
-    if info is None:
+    if info is None or not hold(info):
         raise UserError("guest image not built for these kernels", hint="run: virtbench image build")
     return info
+
+
+def hold(info: ImageInfo) -> bool:
+    """Record that this process uses image `info`, so no build's pruning (here or in another checkout
+    of this user) removes its tarball or its engine copy while the process lives; False if it was
+    pruned before we got it. The record names the run this process works for now, if any."""
+    users = info.tarball.parent / USERS
+    with _prune_lock():
+        if not info.tarball.is_file():
+            return False
+        users.mkdir(exist_ok=True)
+        rec = owners.record()
+        path = users / f"{rec['pid']}-{rec['pidstart']}.json"
+        path.write_text(json.dumps(rec))
+        if not _held:
+            atexit.register(_release)
+        _held.add(path)
+    return True
+
+
+def _release() -> None:
+    """At exit: this process's records go (a killed process's are removed by `live_users`)."""
+    for path in _held:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def live_users(h: str) -> list[dict]:
+    """The owner records of the live processes that took image `h` (records of dead ones are removed)."""
+    out = []
+    for f in sorted((images_dir() / h / USERS).glob("*.json")):
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and not owners.owner_dead(rec, here=True):
+            out.append(rec)
+        elif isinstance(rec, dict):
+            with contextlib.suppress(OSError):
+                f.unlink()
+    return out
+
+
+def users_text(users: list[dict]) -> str:
+    """'run R (pid P)' for each user record, or 'pid P' for a process outside a run."""
+    return ", ".join(f"run {u['run_id']} (pid {u.get('pid')})" if u.get("run_id") else f"pid {u.get('pid')}"
+                     for u in users)
 
 
 def build(force: bool = False, log: Callable[[str], None] | None = None) -> ImageInfo:
@@ -177,13 +233,23 @@ def build(force: bool = False, log: Callable[[str], None] | None = None) -> Imag
         d.mkdir(parents=True, exist_ok=True)
         _remove_partials(d)
         info = _build_into(exe, inp, h, d, log)
-        _prune(keep=KEEP, log=log)
+        hold(info)  # the builder is about to use it
+        prune(keep=KEEP, log=log)
         return info
 
 
 @contextlib.contextmanager
 def _build_lock():
     with open(images_dir() / ".build.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+@contextlib.contextmanager
+def _prune_lock():
+    # Short, and apart from the build lock (held for a whole build): a process taking an image and a
+    # prune deciding what goes never interleave.
+    with open(images_dir() / ".prune.lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
 
@@ -293,9 +359,24 @@ def installed() -> list[ImageInfo]:
     return sorted(out, key=lambda i: i.manifest.get("built_at_epoch", 0), reverse=True)
 
 
-def _prune(keep: int, log: Callable[[str], None]) -> None:
-    for old in installed()[keep:]:
-        with contextlib.suppress(OSError):
-            old.tarball.unlink()
-            log(f"removed old guest image tarball {old.hash} (manifest kept)")
+def prune(keep: int = KEEP, log: Callable[[str], None] = lambda line: None) -> None:
+    """Remove the tarballs of all but the `keep` newest images, except those a live process uses
+    (said in `log`, with who uses them)."""
+    with _prune_lock():
+        for old in installed()[keep:]:
+            if users := live_users(old.hash):
+                log(f"kept old guest image tarball {old.hash} (older than the newest {keep}): "
+                    f"in use by {users_text(users)}")
+                continue
+            with contextlib.suppress(OSError):
+                old.tarball.unlink()
+                log(f"removed old guest image tarball {old.hash} (manifest kept)")
+
+
+def pruned(h: str) -> bool:
+    """True when image `h` was built in this data directory, its tarball has been pruned and no live
+    process uses it: its engine copies may go. An image this data directory never built (another
+    VIRTBENCH_DATA, another installation sharing the engine) is not ours to judge: False."""
+    d = images_dir() / h
+    return (d / "manifest.json").is_file() and not (d / "rootfs.tar").exists() and not live_users(h)
 

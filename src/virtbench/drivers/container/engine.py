@@ -338,7 +338,7 @@ def ensure_image(cmd: str, info: image.ImageInfo, machine: Machine | None = None
             if not res.ok:
                 raise UserError(f"{cmd} import of the guest image{machine.on} failed: {tail(res)}")
         if machine.is_local:  # a remote engine may hold images of other virtbench installations
-            _remove_old_images(cmd, keep={i.hash for i in image.installed()} | {info.hash})
+            remove_pruned_images(cmd)
         _imported.add((machine.name, cmd, info.tag))
 
 
@@ -354,13 +354,18 @@ def cli_for(machine: Machine, cmd: str) -> list[str]:
     return next((e.cli() for k, e in _engines.items() if k[0] == machine.name and e.cmd == cmd), [cmd])
 
 
-def _remove_old_images(cmd: str, keep: set[str]) -> None:
-    """Drop engine copies of guest images whose tarball was pruned; in-use ones stay (no force)."""
+def remove_pruned_images(cmd: str) -> list[str]:
+    """Drop this engine's copies of guest images (and their padded variants, `<hash>-pad<n>`) whose
+    tarball this data directory pruned (image.pruned: never one a live process uses, never one of
+    another data directory); one in a container stays too (no force). The references removed."""
     res = _run(local(), [cmd, "images", "--format", "{{.Repository}}:{{.Tag}}"], timeout=60)
+    removed = []
     for ref in res.stdout.split():
         repo, _, tag = ref.rpartition(":")
-        if repo == image.TAG_PREFIX and tag not in keep:
-            _run(local(), [cmd, "rmi", ref], timeout=120)
+        if repo == image.TAG_PREFIX and image.pruned(tag.partition("-pad")[0]):
+            if _run(local(), [cmd, "rmi", ref], timeout=120).ok:
+                removed.append(ref)
+    return removed
 
 
 def remove(machine: Machine, cli: list[str], cmd: str, name: str, tries: int = 4) -> None:
