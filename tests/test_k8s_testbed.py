@@ -126,6 +126,76 @@ def test_hosts_and_doctor_report_the_cluster_of_the_kubeconfig(k8s):
     assert f"{N1} (Ready), {N2} (Ready)" in check["detail"]
 
 
+def test_hosts_doctor_and_reproduce_find_the_testbed_cluster_up_whatever_its_name(k8s, tmp_path):
+    """No KUBECONFIG, and the cluster up is not the default vbk8s (`up --name`): hosts, doctor and
+    reproduce --testbed find it and say which cluster they used; --name picks one, and a name that
+    is not up is said so."""
+    from virtbench.reproduce import testbed as reproduce_testbed
+
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    hosts = subprocess.run([*CLI, "hosts", "--kubernetes", "--json"], capture_output=True, text=True, timeout=120,
+                           env=env)
+    assert hosts.returncode == 0, hosts.stderr
+    assert [r["name"] for r in json.loads(hosts.stdout)] == [N1, N2]
+    assert f"nodes of testbed cluster {NAME} (kubeconfig {k8s.kubeconfig})" in hosts.stderr
+    named = subprocess.run([*CLI, "hosts", "--kubernetes", "--name", NAME], capture_output=True, text=True,
+                           timeout=120, env=env)
+    assert named.returncode == 0 and N1 in named.stdout, named.stderr
+    other = subprocess.run([*CLI, "hosts", "--kubernetes", "--name", "vbnotup"], capture_output=True, text=True,
+                           timeout=120, env=env)
+    assert other.returncode != 0 and "testbed cluster vbnotup is not up" in other.stderr, other.stderr
+    assert "virtbench testbed k8s up --name vbnotup" in other.stderr
+    doctor = subprocess.run([*CLI, "doctor", "--json"], capture_output=True, text=True, timeout=300, env=env)
+    (check,) = [c for c in json.loads(doctor.stdout) if c["name"] == "kubernetes cluster"]
+    assert check["ok"] and check["detail"].startswith(f"testbed cluster {NAME}: "), check
+    assert str(k8s.kubeconfig) in check["detail"]
+    # reproduce --testbed (and the plan's child runs) take the cluster that is up
+    lines = []
+    with reproduce_testbed.cluster_for_run(lines.append) as kc:
+        assert kc == str(k8s.kubeconfig)
+    assert lines == [f"using testbed cluster {NAME}, which is up ({k8s.kubeconfig}); it stays up afterwards"]
+    assert reproduce_testbed.kubeconfig() == k8s.kubeconfig and reproduce_testbed.name_of(kc) == NAME
+    assert reproduce_testbed.running("vbnotup") is None
+    plan = subprocess.run([*CLI, "reproduce", "004", "--testbed", "--plan", "--budget", "10m",
+                           "--db", str(tmp_path / "p.sqlite")], capture_output=True, text=True, timeout=300, env=env)
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    assert f"up ({k8s.kubeconfig})" in plan.stderr, plan.stderr[-2000:]
+
+
+def test_a_reproduce_run_is_registered_with_the_cluster_between_its_child_runs(k8s, tmp_path, monkeypatch):
+    """A reproduce run on the cluster holds it for its whole life, not only while a child run does:
+    `down` tried as its second experiment starts (the first child's record gone) refuses, naming
+    the reproduce run; after the run, no record is left. Two tiny host experiments, really run."""
+    from virtbench import reproduce as rp
+    from virtbench.reproduce import times as rt
+    from virtbench.store import Store
+    from virtbench.studies.model import Experiment, Tier
+
+    def tiny(eid, test):
+        return Experiment(eid, "000", f"tiny {test}", "quick.toml", ("host",), "system", {"copies": ["1"]},
+                          tiers=(Tier(f"{test}, 1 repetition", 1, 5, params={"duration": 0.05},
+                                      select={"test": [test]}),))
+
+    seen = {}
+
+    class DownBetweenChildren(rp.Events):
+        def step(self, index, total, step, message):
+            if index == 1 and message.startswith("about"):
+                seen["runs"] = cluster.live_runs(k8s)
+                seen["down"] = subprocess.run([*CLI, "testbed", "k8s", "down", "--name", NAME], capture_output=True,
+                                              text=True, timeout=120)
+
+    monkeypatch.setattr(rp, "EXPERIMENTS", (tiny("tiny-a", "dhrystone"), tiny("tiny-b", "syscall")))
+    monkeypatch.setattr(rt, "history_path", lambda: tmp_path / "times.json")
+    rep = rp.Reproducer(Store(tmp_path / "r.sqlite"), events=DownBetweenChildren())
+    facts = {"accelerator": "tcg", "cluster": True, "nfs": False, "cores": 2, "probe_s": None}
+    run_id = rep.start(600, None, facts, kubeconfig=str(k8s.kubeconfig))
+    assert [r["run_id"] for r in seen["runs"]] == [run_id]  # the parent's own record, no child's
+    assert seen["down"].returncode != 0 and f"in use by run {run_id}" in seen["down"].stderr, seen["down"].stderr
+    assert rp.experiments_done(rep.store, run_id)["tiny-b"]["status"] == "ok"
+    assert cluster.live_runs(k8s) == []
+
+
 def test_pod_exec_through_the_api_server(k8s, guest_image, tmp_path):
     d = _driver(tmp_path, guest_image)
     assert d.check_env(_env()) == []

@@ -96,29 +96,23 @@ def runtime_checks() -> list[dict[str, Any]]:
 
 def cluster_check() -> dict[str, Any]:
     """The Kubernetes cluster the pods driver's kubernetes backend would use: KUBECONFIG's, else the
-    testbed's (`virtbench testbed k8s up`): server version, nodes and whether each is Ready."""
-    import os
+    testbed cluster up on this machine, whatever its name (`virtbench testbed k8s up [--name X]`):
+    which one, server version, nodes and whether each is Ready."""
+    from ..drivers.pods.testbed.status import describe, which_cluster
+    from ..drivers.pods.kubernetes import explain_failure
 
-    from ..drivers.pods.testbed.configs import Layout
-    from ..drivers.pods.testbed.status import describe
-    from ..drivers.pods.kubernetes import explain_failure, kubeconfig_path
-
-    testbed = Layout().kubeconfig
-    if os.environ.get("KUBECONFIG"):
-        kc = kubeconfig_path()
-    elif testbed.is_file():
-        kc = testbed
-    else:
-        return {"name": "kubernetes cluster", "ok": True, "detail": "none configured (no KUBECONFIG, no testbed)",
+    kc, what = which_cluster()
+    if kc is None:
+        return {"name": "kubernetes cluster", "ok": True, "detail": f"none configured ({what})",
                 "fix": "virtbench testbed k8s up starts one on this machine"}
     try:
         d = describe(kc)
     except Exception as exc:
         e = explain_failure(exc, "of the kubeconfig", kc)
-        return {"name": "kubernetes cluster", "ok": False, "detail": e.message, "fix": e.hint or ""}
+        return {"name": "kubernetes cluster", "ok": False, "detail": f"{what}: {e.message}", "fix": e.hint or ""}
     nodes = ", ".join(f"{n['name']} ({'Ready' if n['ready'] else 'NotReady'})" for n in d["nodes"]) or "no nodes"
     ok = bool(d["nodes"]) and all(n["ready"] for n in d["nodes"])
-    return {"name": "kubernetes cluster", "ok": ok, "detail": f"{d['server']} {d['server_version']} "
+    return {"name": "kubernetes cluster", "ok": ok, "detail": f"{what}: {d['server']} {d['server_version']} "
             f"(kubeconfig {kc}): {nodes}", "fix": "" if ok else "kubectl describe node NAME says why"}
 
 

@@ -22,17 +22,23 @@ from ..machines.testbed import NAME_RULE
 @click.option("--boot-probe", is_flag=True,
               help="boot a guest on each host (the vm driver's probe: KVM, else TCG) to say whether KVM really works")
 @click.option("--kubernetes", "k8s", is_flag=True,
-              help="list the nodes of the Kubernetes cluster (KUBECONFIG, else the testbed's) instead")
+              help="list the nodes of the Kubernetes cluster (KUBECONFIG's, else the testbed cluster up here) instead")
+@click.option("--name", "testbed_name", metavar="NAME",
+              help="with --kubernetes: the nodes of testbed cluster NAME (virtbench testbed k8s up --name NAME)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object per host, as a list")
-def hosts_cmd(inventory, pattern, boot_probe, k8s, as_json) -> None:
+def hosts_cmd(inventory, pattern, boot_probe, k8s, testbed_name, as_json) -> None:
     """Probe an inventory's hosts over SSH: reachable or why not, kernel, CPU, memory, /dev/kvm,
     podman, docker, Open MPI and python3; with --boot-probe, whether KVM really boots a guest
-    there. With --kubernetes, the cluster's nodes: server version, address, Ready. Exits 1 when a
-    host is unreachable (or a node not Ready)."""
+    there. With --kubernetes, the cluster's nodes: server version, address, Ready; which cluster
+    it is goes to stderr. Exits 1 when a host is unreachable (or a node not Ready)."""
+    if testbed_name and not k8s:
+        raise UserError("--name names a testbed cluster, whose nodes only --kubernetes lists",
+                        f"virtbench hosts --kubernetes --name {testbed_name}")
     if k8s:
         from ..drivers.pods.testbed.status import cluster_rows
 
-        rows = cluster_rows()
+        what, rows = cluster_rows(testbed_name)
+        err.print(f"nodes of {what}", highlight=False, soft_wrap=True)
         if as_json:
             emit_json(rows)
         for r in [] if as_json else rows:

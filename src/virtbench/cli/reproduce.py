@@ -86,7 +86,11 @@ def _check_line(label: str, found: str | None) -> None:
               help="a Kubernetes cluster's kubeconfig: the pods experiments run there (backend kubernetes)")
 @click.option("--testbed", is_flag=True,
               help="the pods experiments run on this machine's Kubernetes testbed cluster (`virtbench testbed "
-                   "k8s`): one that is up is used and left up, else one is started for the run and stopped after")
+                   "k8s`): one that is up (whatever its name) is used and left up, else one is started for the "
+                   "run and stopped after; the run is registered with it until it ends, so `testbed k8s down` waits")
+@click.option("--testbed-name", metavar="NAME",
+              help="with --testbed: testbed cluster NAME (`testbed k8s up --name NAME`) is the one used or started "
+                   "(default: the one up here, else vbk8s); implies --testbed")
 @click.option("--inventory", "-i", "inventory", type=click.Path(dir_okay=False),
               help="Ansible-style inventory (YAML or INI) of SSH hosts: the experiments whose instances are "
                    "separate machines in the study (NPB EP, SP-MZ and the eigensolver over 1 and 2 instances) "
@@ -109,7 +113,7 @@ def _check_line(label: str, found: str | None) -> None:
 @click.option("--resume", "resume_id", metavar="RUN_ID", help="continue an interrupted reproduce run, or run a completed one's failed experiments again")
 @click.option("--db", help=DB_HELP)
 @click.option("--json", "as_json", is_flag=True, help="print the scorecard and the plan as one JSON object")
-def reproduce(studies, budget, kubeconfig, testbed, inventory, hosts, cloud, pods_image, plan_only, published,
+def reproduce(studies, budget, kubeconfig, testbed, testbed_name, inventory, hosts, cloud, pods_image, plan_only, published,
               resume_id, db, as_json) -> None:
     """Run the five studies' experiments (or those of the STUDIES named: 000 ... 004), or those of
     study files you wrote (STUDY_FILE.toml: your own paper's experiments and findings, see the README),
@@ -131,20 +135,25 @@ def reproduce(studies, budget, kubeconfig, testbed, inventory, hosts, cloud, pod
     command = "virtbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     events = _PrintEvents(err)
     rep = Reproducer(store, events=events, command=command)
+    testbed = testbed or bool(testbed_name)
     if kubeconfig and testbed:
         raise UserError("--kubeconfig and --testbed both name a cluster", "give one of them")
     needs_cluster = testbed  # --resume: the stored plan decides; a run without pods does not start one
     if resume_id:
-        if studies or kubeconfig or inventory or cloud or plan_only:
+        if studies or kubeconfig or inventory or cloud or plan_only or testbed_name:
             raise UserError("--resume continues a stored reproduce run with its own plan; give no STUDIES, "
-                            "--kubeconfig, --inventory, --cloud or --plan")
+                            "--kubeconfig, --testbed-name, --inventory, --cloud or --plan")
+        # the cluster its plan names (the child runs' kubeconfig), not whichever is up now
+        testbed_name = reproduce_testbed.name_of(store.run(resume_id)["spec"].get("kubeconfig"))
     else:
         err.print("checking this machine:", highlight=False)
         inventory = inventory_path(inventory) if inventory else None
         cloud = cloud_options(cloud) if cloud else None
-        facts = machine_facts(kubeconfig, inventory, hosts, cloud, progress=_check_line, testbed=testbed)
+        facts = machine_facts(kubeconfig, inventory, hosts, cloud, progress=_check_line, testbed=testbed,
+                              testbed_name=testbed_name)
         if testbed:  # where `up` writes it, known before it runs: the plan's child runs name it
-            kubeconfig = str(reproduce_testbed.kubeconfig())
+            kubeconfig = str(reproduce_testbed.kubeconfig(testbed_name))
+            testbed_name = reproduce_testbed.name_of(kubeconfig)
         steps = plan(budget_s, facts, studies=chosen, store=store, own=own)
         needs_cluster = testbed and any(s.tier is not None and "cluster" in s.exp.needs for s in steps)
         spec = spec_for(steps, budget_s, facts, chosen, kubeconfig, pods_image, inventory=inventory, hosts=hosts,
@@ -165,7 +174,7 @@ def reproduce(studies, budget, kubeconfig, testbed, inventory, hosts, cloud, pod
             return
     ensure_kernels()
     try:
-        with reproduce_testbed.cluster_for_run(log_line) if needs_cluster else contextlib.nullcontext():
+        with reproduce_testbed.cluster_for_run(log_line, name=testbed_name) if needs_cluster else contextlib.nullcontext():
             run_id = rep.resume(resume_id) if resume_id else rep.start(budget_s, chosen, facts, kubeconfig=kubeconfig,
                                                                         pods_image=pods_image, inventory=inventory,
                                                                         hosts=hosts, cloud=cloud, own=own)

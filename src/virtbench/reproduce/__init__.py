@@ -38,6 +38,7 @@ from ..studies import chosen, studyfile
 from ..studies.model import Experiment, Study, Tier
 from .facts import cpu_probe, load_1m
 from .matrix import boot_grid, matrix_for
+from .testbed import registered
 from .times import Estimator, estimate, load_history, record_history, timing_key
 from ..store import Store
 
@@ -283,7 +284,8 @@ class Reproducer:
         # --testbed: the cluster this run started is stopped when it ends, so resuming starts it again
         testbed = " --testbed" if (spec.get("facts") or {}).get("testbed") else ""
         with self.store.recording_status(self.run_id, f"virtbench reproduce --resume {self.run_id}"
-                                                      f"{self.store.db_option}{testbed}"):
+                                                      f"{self.store.db_option}{testbed}"), \
+                registered(spec.get("kubeconfig"), self.run_id, str(self.store.url)):
             self._steps(spec, started + spec["budget_s"] - MIN_RESERVE_S / 2)
         # completed, and what it lacks (`virtbench runs`), as `run` notes its cells without results
         self.store.set_status(self.run_id, "completed", shortfall(experiments_done(self.store, self.run_id)))

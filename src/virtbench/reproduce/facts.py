@@ -24,9 +24,10 @@ Progress = Callable[[str, "str | None"], None]
 
 def machine_facts(kubeconfig: str | None, inventory: str | None = None, hosts: str = "all",
                   cloud: dict[str, Any] | None = None, progress: Progress | None = None,
-                  testbed: bool = False) -> dict[str, Any]:
+                  testbed: bool = False, testbed_name: str | None = None) -> dict[str, Any]:
     """What decides which experiments can run: the accelerator QEMU has, a cluster (--kubeconfig's;
-    with `testbed` this machine's testbed cluster, up or to be started; without, whether one is up
+    with `testbed` this machine's testbed cluster `testbed_name` (None: the one up here, whatever its
+    name), up or to be started; without, whether one is up
     here, for the plan's advice), an NFS client, the inventory's hosts (by name; whether they answer
     is found when they are used, as in `run`), the cloud of the --cloud settings (what answers its
     API). `progress` hears of each check."""
@@ -44,7 +45,7 @@ def machine_facts(kubeconfig: str | None, inventory: str | None = None, hosts: s
     facts["probe_s"] = check("CPU probe", cpu_probe, lambda s: f"{s * 1000:.0f} ms of fixed work, load "
                              f"{facts['load_1m'] or 0:.2f} on {facts['cores']} cores")
     if not kubeconfig:
-        facts["testbed_up"] = check("Kubernetes testbed", reproduce_testbed.running, lambda kc: (
+        facts["testbed_up"] = check("Kubernetes testbed", lambda: reproduce_testbed.running(testbed_name), lambda kc: (
             f"up ({kc})" if kc else "to be started for the run, stopped after" if testbed
             else "none up (--testbed starts one for the run)"))
     if facts["cluster"]:

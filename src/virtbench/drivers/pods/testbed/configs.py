@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path("/var/lib/virtbench/k8s")
+DEFAULT_NAME = "vbk8s"  # the cluster `up` makes without --name
 NODE_NET = "10.232.0"  # .i = node i
 POD_NET = "10.244"  # .(i-1).0/24 = node i's pods
 SERVICE_CIDR = "10.96.0.0/16"
@@ -53,7 +54,7 @@ def storage_class() -> dict:
 
 @dataclass(frozen=True)
 class Layout:
-    name: str = "vbk8s"
+    name: str = DEFAULT_NAME
     nodes: int = 2
     root: Path = ROOT
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .configs import Layout
+from .configs import DEFAULT_NAME, Layout
 
 
 def describe(kubeconfig: str | Path | None = None, context: str | None = None, timeout: float = 5.0) -> dict[str, Any]:
@@ -27,7 +27,22 @@ def describe(kubeconfig: str | Path | None = None, context: str | None = None, t
         api.close()
 
 
-def status(name: str = "vbk8s") -> dict[str, Any]:
+def chosen(name: str | None = None) -> Layout:
+    """The testbed cluster `name`; without one, the cluster that is up on this machine (one at a time:
+    its ports are fixed) whatever its name (`up --name`), else the default, where `up` writes it."""
+    from . import up_down as cluster
+
+    if name:
+        cluster.check_name(name)
+        return Layout(name, 0)
+    here = [Layout(n, 0) for n in cluster.clusters_here()]
+    with_config = [lay for lay in here if lay.kubeconfig.is_file()]
+    # A killed `up` can leave a state directory, even its kubeconfig: the one whose processes run wins.
+    running = [lay for lay in with_config if cluster.own_processes(lay)]
+    return (running or with_config or [Layout(DEFAULT_NAME, 0)])[0]
+
+
+def status(name: str = DEFAULT_NAME) -> dict[str, Any]:
     from ....machines import testbed_owner
     from . import up_down as cluster
 
@@ -44,18 +59,36 @@ def status(name: str = "vbk8s") -> dict[str, Any]:
                 "leftovers": cluster.leftovers(lay)}
 
 
-def cluster_rows() -> list[dict[str, Any]]:
-    """`virtbench hosts --kubernetes`: one row per node of KUBECONFIG's cluster, else the testbed's."""
+def which_cluster(name: str | None = None) -> tuple[Path | None, str]:
+    """(kubeconfig, what it is) of the cluster `doctor` and `hosts --kubernetes` look at: testbed
+    cluster `name` if given, else KUBECONFIG's, else the testbed cluster up here (`chosen`); a None
+    kubeconfig when there is none of these."""
     import os
 
-    from ....errors import UserError
-    from ..kubernetes import explain_failure, kubeconfig_path
+    from ..kubernetes import kubeconfig_path
 
-    kc = kubeconfig_path() if os.environ.get("KUBECONFIG") else Layout().kubeconfig
-    if not kc.is_file():
-        raise UserError(f"no kubeconfig at {kc}", "set KUBECONFIG, or start the testbed: virtbench testbed k8s up")
+    if os.environ.get("KUBECONFIG") and not name:
+        return kubeconfig_path(), "KUBECONFIG's cluster"
+    lay = chosen(name)
+    if lay.kubeconfig.is_file():
+        return lay.kubeconfig, f"testbed cluster {lay.name}"
+    return None, f"testbed cluster {lay.name}" if name else "no KUBECONFIG, no testbed cluster up"
+
+
+def cluster_rows(name: str | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """`virtbench hosts --kubernetes`: which cluster (`which_cluster`: 'testbed cluster vbk8s
+    (kubeconfig PATH)') and one row per node of it."""
+    from ....errors import UserError
+    from ..kubernetes import explain_failure
+
+    kc, what = which_cluster(name)
+    if kc is None or not kc.is_file():
+        raise UserError(f"{what} is not up" if name else f"no cluster: {what}" if kc is None else f"no kubeconfig at {kc}",
+                        f"start it: virtbench testbed k8s up --name {name}" if name else
+                        "set KUBECONFIG, or start the testbed: virtbench testbed k8s up")
     try:
         d = describe(kc)
     except Exception as exc:
         raise explain_failure(exc, "of the kubeconfig", kc) from None
-    return [{**n, "server": d["server"], "server_version": d["server_version"]} for n in d["nodes"]]
+    return f"{what} (kubeconfig {kc})", [{**n, "server": d["server"], "server_version": d["server_version"]}
+                                         for n in d["nodes"]]

@@ -300,7 +300,7 @@ def _write_file(path: Path, text: str) -> None:
     pki.write_private(path, text.encode())
 
 
-def up(nodes: int = 2, name: str = "vbk8s", log: Callable[[str], None] = print, push_image: bool = True) -> Layout:
+def up(nodes: int = 2, name: str = configs.DEFAULT_NAME, log: Callable[[str], None] = print, push_image: bool = True) -> Layout:
     check_name(name)
     preflight()
     lay = Layout(name, nodes)
@@ -399,7 +399,7 @@ def kubelet_pid(lay: Layout, i: int) -> int | None:
     return _recorded(lay.state / "pids" / f"kubelet-n{i}.pid")
 
 
-def heal(name: str = "vbk8s", log: Callable[[str], None] = print) -> list[str]:
+def heal(name: str = configs.DEFAULT_NAME, log: Callable[[str], None] = print) -> list[str]:
     """Start again, the way `up` started them and in the same order, the cluster's processes that
     are not running (a kubelet killed, say), then wait until every node is Ready. Returns their names."""
     check_name(name)
@@ -571,7 +571,7 @@ def leftovers(lay: Layout) -> list[str]:
     return list(dict.fromkeys(left))
 
 
-def down(name: str = "vbk8s", log: Callable[[str], None] = print, force: bool = False,
+def down(name: str = configs.DEFAULT_NAME, log: Callable[[str], None] = print, force: bool = False,
          root: Path = configs.ROOT) -> list[str]:
     """Remove everything of testbed `name`; safe to repeat, and after a killed up. Refuses while a
     live run uses it, unless `force`."""
