@@ -128,7 +128,27 @@ def synthetic(claim, holds: bool, *, accel: str = "kvm") -> list[Group]:
                     out.append(Group(a["experiment"], a[name]["workload"], {**a[name]["params"], "instances": inst},
                                      {}, kind, kind, a["metric"], "s", False, [t, t * 1.01, t * 0.99]))
         return out
+    if claim.rule == "memory_share":
+        share = _ratio_target(a, holds)  # of a 1000 MiB instance
+        g = _group(a["select"], [1000 * share * f for f in (1.0, 0.99, 1.005, 0.995, 1.002, 0.998)],
+                   fill={"transactions": 400000}, accel=accel)
+        g.meta["mem_limit_mib"] = [1000.0] * len(g.values)
+        return [g]
+    if claim.rule == "peak_sum":
+        return _peak_sides(claim, {"num": (45.0, 24.0) if holds else (20.0, 15.0), "den": (60.0,)}, accel=accel)
     raise AssertionError(f"no synthetic data for rule {claim.rule}")
+
+
+def _peak_sides(claim, medians: dict, *, accel: str = "kvm", instances: int = 4) -> list[Group]:
+    """A peak_sum finding's groups: each side's selectors with these medians, every series one per
+    instance (each guest on a machine of its own)."""
+    out = []
+    for side, meds in medians.items():
+        for s, m in zip(claim.args[side], meds):
+            g = _group(s, [m * f for f in (1.0, 0.99, 1.01, 0.995, 1.005, 1.0)], accel=accel)
+            g.meta["monitor_instances"] = instances
+            out.append(g)
+    return out
 
 
 MEASURABLE = [c for c in CLAIMS if not c.unmeasurable]
@@ -459,3 +479,60 @@ def test_one_cells_environments_compare_round_by_round():
     assert paired.ci[0] > 1.2
     # 5 rounds cannot reach 95 % paired: the two groups' interval (4 a side suffice) is used instead
     assert "paired rounds" not in score.score(c, Evidence(groups(True, 5), KVM)).measured
+
+
+def test_memory_share_is_the_peak_over_the_memory_recorded_beside_it():
+    c = by_id("003-hpa-domu-memory")
+    g = synthetic(c, True)[0]
+    v = score.score(c, Evidence([g], KVM))
+    assert v.verdict == HOLDS and v.value == pytest.approx(0.72, rel=0.01) and v.level >= 0.95
+    assert "of 1,000 MiB" in v.measured
+    g.meta["mem_limit_mib"] = [4000.0] * len(g.values)  # the same peaks of a larger instance
+    assert score.score(c, Evidence([g], KVM)).value == pytest.approx(0.18, rel=0.01)
+    del g.meta["mem_limit_mib"]  # no memory size beside the peak: nothing to relate it to
+    v = score.score(c, Evidence([g], KVM))
+    assert v.verdict == NOT_MEASURED and "no memory size was recorded" in v.reason
+
+
+def test_network_peaks_are_not_measured_where_the_ranks_shared_one_machine():
+    c = by_id("003-hpa-network-domu")
+    holds = _peak_sides(c, {"num": (45.0, 24.0), "den": (60.0,)})
+    v = score.score(c, Evidence(holds, KVM))
+    assert v.verdict == HOLDS and v.value == pytest.approx(69 / 60, rel=0.01) and v.level >= 0.95
+    # the dom0 run's ranks as 4 processes of this machine (no --inventory): only the host's own series
+    den = c.args["den"][0]
+    on_host = Group(den["experiment"][0], "hpa", dict(den["params"]), dict(den["condition"]), "host", "host",
+                    "host.net_peak", "MB/s", False, [5.0] * 6)
+    v = score.score(c, Evidence(holds[:2] + [on_host], KVM))
+    assert v.verdict == NOT_MEASURED and "processes of this one machine" in v.reason
+    # the VMs on one machine: their own series, but no machine of their own beside them
+    v = score.score(c, Evidence(holds[1:], KVM))
+    assert v.verdict == NOT_MEASURED and "ran on this one machine" in v.reason
+    # 4 VMs on 2 machines
+    v = score.score(c, Evidence(_peak_sides(c, {"num": (45.0,), "den": (60.0,)}, instances=2) + holds[1:], KVM))
+    assert v.verdict == NOT_MEASURED and "ran on 2 machine(s)" in v.reason
+
+
+def test_a_monitor_summary_keeps_the_memory_it_had_and_its_instances_in_the_evidence(tmp_path):
+    from virtbench.monitor import series
+    from virtbench.store import Store
+    from virtbench.studies import evidence
+
+    traces = []
+    for name in ("n1", "n2"):
+        tr = series.Trace(name, "node", scope="cgroup", mem_limit=1024 * series.MIB)
+        tr.ticks = [{"t": t, "mem_used": mib * series.MIB, "net_rx_bytes": 1e6, "net_tx_bytes": 0.0}
+                    for t, mib in ((1.0, 100), (2.0, 300))]
+        traces.append(tr)
+    store = Store(tmp_path / "e.sqlite")
+    cell = {"key": "k", "workload": "hpa", "params": {"transactions": 1000}, "condition": {}}
+    child = store.create_run({"environments": [{"name": "container", "driver": "container"}], "cells": [cell]},
+                             suite_name="s", suite_path=None, baseline="container", command="test")
+    for rep in (1, 2):
+        store.record_attempt(child, cell, "container", rep, warmup=False, status="ok", started=0.0, ended=1.0,
+                             samples_=series.summarize(traces))
+    got = {g.metric: g for g in evidence.child_groups(store, "e", child)}
+    mem = got["node.mem_used_peak"]
+    assert mem.values == [600.0, 600.0] and mem.meta["mem_limit_mib"] == [2048.0, 2048.0]
+    assert mem.meta["monitor_instances"] == 2 and got["node.net_peak"].meta["monitor_instances"] == 2
+    assert "mem_limit_mib" not in got["node.net_peak"].meta

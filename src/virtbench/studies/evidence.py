@@ -56,16 +56,21 @@ def child_groups(store: Store, experiment: str, child_id: str) -> list[Group]:
             g = acc[key] = {"group": Group(experiment, cell["workload"], params, dict(cell["condition"]),
                                            s["environment"], kinds.get(s["environment"], s["environment"]),
                                            s["metric"], s["unit"], bool(s["higher_is_better"]), []),
-                            "reps": []}
+                            "reps": [], "limits": []}
             for k in ("accelerator", "backend"):  # emulation (TCG, a local EC2 stand-in) is never scored
                 if meta.get(k):
                     g["group"].meta[k] = meta[k]
+            if meta.get("monitor") and meta.get("instances"):  # how many series a role's summary adds up
+                g["group"].meta["monitor_instances"] = int(meta["instances"])
             if spec.get("kind") != "boot":  # a cell's environments run in lockstep rounds: its groups pair
                 g["group"].meta["rounds_of"] = f"{child_id}|{key[0]}|{key[1]}"
         g["group"].values.append(float(s["value"]))
         g["reps"].append(meta.get("repetition", s["repetition"]))
+        g["limits"].append(meta.get("mem_limit_mib"))
     for g in acc.values():
         g["group"].rounds = list(g["reps"])
+        if all(isinstance(x, (int, float)) for x in g["limits"]):  # a peak of memory used: the memory it had
+            g["group"].meta["mem_limit_mib"] = [float(x) for x in g["limits"]]
     groups = [g["group"] for g in acc.values()]
     return groups + _index_groups(acc)
 

@@ -274,7 +274,7 @@ def repetitions_for_level(rule: str, per_repetition: tuple[int, int] = (1, 1)) -
     paired round by round from 6 rounds on (paired_rounds); a median's order-statistic interval, 6;
     1 where no interval is read (a peak, the network penalty: medians) or one comes from all the
     points together (a slope)."""
-    if rule in ("ratio", "efficiency", "order", "steps"):
+    if rule in ("ratio", "efficiency", "order", "steps", "peak_sum"):
         a, b = per_repetition
         if (a, b) == (1, 1):
             return stats_exact.min_n("mann-whitney", LEVEL)
@@ -282,7 +282,7 @@ def repetitions_for_level(rule: str, per_repetition: tuple[int, int] = (1, 1)) -
         while 1.0 - stats_exact.mw_min_p(r * a, r * b) < LEVEL - 1e-12:
             r += 1
         return r
-    if rule == "level":
+    if rule in ("level", "memory_share"):
         return stats_exact.min_n("median", LEVEL)
     return 1
 
@@ -501,8 +501,97 @@ def _rule_penalty(c: Finding, ev: Evidence, tcg: bool):
     return ok, text + MEDIANS_ONLY, out["fine"] / out["coarse"], None, sorted(envs), None
 
 
+def _rule_memory_share(c: Finding, ev: Evidence, tcg: bool):
+    """How much of its memory a workload's instances used: each repetition's peak of memory used (the
+    monitor's, summed over the role's instances) over the memory the monitor found them given (MemTotal,
+    or a container's memory limit, summed alike), the median share's interval against the tolerance."""
+    g = one(ev, c.args["select"], exclude_tcg=tcg)
+    limits = g.meta.get("mem_limit_mib")
+    if not limits or len(limits) != len(g.values) or not all(m > 0 for m in limits):
+        raise _NoData(f"{g.metric} on {g.env}: no memory size was recorded beside the peak (a monitor that "
+                      "predates its mem_limit), so no share of it can be computed")
+    shares = [v / m for v, m in zip(g.values, limits)]
+    lo, hi, level = stats.median_ci(shares)
+    med = statistics.median(shares)
+    ok = decide(med, lo, hi, {k: v for k, v in c.args.items() if k in TOLERANCES})
+    text = (f"median share {_fmt(med)}{_ci_text(lo, hi)}: peak {_fmt(g.median)} {g.unit} used of "
+            f"{_fmt(statistics.median(limits))} MiB on {_label(g)} (n = {len(shares)})")
+    return ok, text, med, ([lo, hi] if math.isfinite(lo) else None), [g.env], Level(level, str(len(shares)))
+
+
+MACHINE_SERIES = "machine."  # the metric prefix of the series of the machines that hold guests
+_APART = ("ssh", "cloud")      # one instance per machine of its own (the reproduce layout of both)
+
+
+def _apart(ev: Evidence, side: list[dict[str, Any]], tcg: bool) -> list[Group]:
+    """One side of a network-peak comparison: its groups (the ranks' own series, and for guests the
+    series of the machines holding them), once the ranks are known to have run on machines of their
+    own; _NoData with the reason where they shared one machine (no wire between them to measure)."""
+    ranks = [s for s in side if not s["metric"].startswith(MACHINE_SERIES)]
+    hosts = [s for s in side if s["metric"].startswith(MACHINE_SERIES)]
+    for s in ranks:
+        if select(ev, s, exclude_tcg=tcg) or "host" not in s["kind"]:
+            continue
+        here = [g for g in ev.groups if g.experiment in _experiments(s) and g.workload == s["workload"]
+                and g.kind == "host" and g.values]
+        if here:
+            raise _NoData(f"the ranks of {here[0].env} ran as processes of this one machine: what they exchange "
+                          "moves through its memory, not over a network, so there is no network peak to compare "
+                          "(a like-for-like one needs ranks on machines of their own: --inventory)")
+    groups = [one(ev, s, exclude_tcg=tcg) for s in ranks]
+    for g in list(groups):
+        if g.kind in _APART:
+            continue
+        if g.kind == "host":
+            raise _NoData(f"the ranks of {g.env} shared this one machine: no network between them to measure")
+        n = g.meta.get("monitor_instances")
+        held = [h for s in hosts for h in select(ev, {**s, "env": (g.env,)}, exclude_tcg=tcg)]
+        if not held:
+            raise _NoData(f"the {n or 'several'} {g.kind} instances of {g.env} ran on this one machine: the traffic "
+                          "between them crossed its virtual bridge, not a wire, and no machine of their own carried "
+                          "it (a like-for-like peak needs each guest on a machine of its own, with that machine's "
+                          "series beside it)")
+        m = max(held, key=lambda h: len(h.values))
+        if m.meta.get("monitor_instances") != n:
+            raise _NoData(f"the {n} {g.kind} instances of {g.env} ran on {m.meta.get('monitor_instances')} "
+                          "machine(s): some shared one, so their traffic partly crossed a virtual bridge, not a wire")
+        groups.append(m)
+    return groups
+
+
+def _summed(groups: list[Group]) -> Group:
+    """The side's groups added up repetition by repetition (the same cell and environment: its rounds)."""
+    first = groups[0]
+    if len(groups) == 1:
+        return first
+    per = [dict(zip(g.rounds or range(len(g.values)), g.values)) for g in groups]
+    both = sorted(set.intersection(*(set(p) for p in per)))
+    return Group(first.experiment, first.workload, first.params, first.condition, first.env, first.kind,
+                 " + ".join(g.metric for g in groups), first.unit, True, [sum(p[r] for p in per) for r in both],
+                 dict(first.meta), list(both) if first.rounds is not None else None)
+
+
+def _rule_peak_sum(c: Finding, ev: Evidence, tcg: bool):
+    """The highest network rate of one run against another's, each the sum of the peaks of the machines
+    that carried it (the ranks' own, and for guests their machines'), measured only where the ranks ran on
+    machines of their own: the ratio of the sums, repetition by repetition, against the tolerance."""
+    sides = {name: _apart(ev, c.args[name], tcg) for name in ("num", "den")}
+    num, den = _summed(sides["num"]), _summed(sides["den"])
+    r = _ratio(num, den)
+    ok = decide(r.ratio, r.ci_low, r.ci_high, {k: v for k, v in c.args.items() if k in TOLERANCES})
+
+    def parts(gs: list[Group]) -> str:
+        return " + ".join(f"{g.metric} {_fmt(g.median)}" for g in gs)
+    text = (f"{_fmt(r.ratio)}x{_ci_text(r.ci_low, r.ci_high)}: {num.env} {parts(sides['num'])} / {den.env} "
+            f"{parts(sides['den'])} {den.unit} (n = {len(num.values)} / {len(den.values)}{_method(num, den)})")
+    ci = [r.ci_low, r.ci_high] if math.isfinite(r.ci_low) else None
+    envs = sorted({g.env for gs in sides.values() for g in gs})
+    return ok, text, r.ratio, ci, envs, Level(r.ci_level, f"{len(num.values)} / {len(den.values)}")
+
+
 RULES = {"ratio": _rule_ratio, "efficiency": _rule_efficiency, "order": _rule_order, "steps": _rule_steps, "slope": _rule_slope,
-         "level": _rule_level, "peak": _rule_peak, "penalty": _rule_penalty}
+         "level": _rule_level, "peak": _rule_peak, "penalty": _rule_penalty,
+         "memory_share": _rule_memory_share, "peak_sum": _rule_peak_sum}
 
 
 # -- scoring --------------------------------------------------------------------------------------------

@@ -61,6 +61,10 @@ RULE_ARGS: dict[str, dict[str, Any]] = {
     "level": {"selectors": ("select",), "tolerance": True, "values": {}},
     "peak": {"selectors": ("select",), "tolerance": False,
              "values": {"x": (str, True), "published_at": ((int, float), False)}},
+    # a network peak summed over the machines that carried it (each side a list of >= 1 selectors)
+    "peak_sum": {"sums": ("num", "den"), "tolerance": True, "values": {}},
+    # the peak memory used over the memory the instances had
+    "memory_share": {"selectors": ("select",), "tolerance": True, "values": {}},
     "penalty": {"tolerance": False, "values": {
         "fine": (dict, True), "coarse": (dict, True), "experiment": (str, True), "metric": (str, True),
         "kind": (list, True), "prefer": (list, False), "coarse_max": ((int, float), True)}},
@@ -357,6 +361,8 @@ def roles(rule: str, args: dict[str, Any]) -> list[str]:
         out += [f"{name}.{i}" for i in range(len(args.get(name) or []))]
     for name in spec.get("pairs", ()):
         out += [f"{name}.{i}.{j}" for i in range(len(args.get(name) or [])) for j in (0, 1)]
+    for name in spec.get("sums", ()):
+        out += [f"{name}.{i}" for i in range(len(args.get(name) or []))]
     if rule == "penalty":
         out += ["fine", "coarse"]
     return out
@@ -365,7 +371,8 @@ def roles(rule: str, args: dict[str, Any]) -> list[str]:
 def _args(w: _Where, at: tuple, rule: str, v: Any, exp_ids: set[str]) -> dict[str, Any]:
     v = _table(w, at, v)
     spec = RULE_ARGS[rule]
-    known = set(spec.get("selectors", ())) | set(spec.get("chains", ())) | set(spec.get("pairs", ())) | set(spec["values"])
+    known = (set(spec.get("selectors", ())) | set(spec.get("chains", ())) | set(spec.get("pairs", ()))
+             | set(spec.get("sums", ())) | set(spec["values"]))
     if spec["tolerance"]:
         known |= set(TOLERANCES)
     _unknown(w, at, v, known)
@@ -379,6 +386,12 @@ def _args(w: _Where, at: tuple, rule: str, v: Any, exp_ids: set[str]) -> dict[st
         items = v.get(name)
         if not isinstance(items, list) or len(items) < 2:
             w.add(at + (name,), f"must be a list of at least 2 selectors (rule {rule})")
+            continue
+        out[name] = [s for i, item in enumerate(items) if (s := _selector(w, at + (name, i), item, exp_ids))]
+    for name in spec.get("sums", ()):
+        items = v.get(name)
+        if not isinstance(items, list) or not items:
+            w.add(at + (name,), f"must be a list of selectors whose groups add up (rule {rule})")
             continue
         out[name] = [s for i, item in enumerate(items) if (s := _selector(w, at + (name, i), item, exp_ids))]
     for name in spec.get("pairs", ()):
