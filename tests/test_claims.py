@@ -24,6 +24,7 @@ def for_studies(studies):
 KVM = {"accelerator": "kvm", "cluster": True, "nfs": True, "cloud": True}
 BASE = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
 LOWER_IS_BETTER = ("time", "lat_max", "running", "index_time")
+SPREAD = (0.99, 1.0, 1.01, 1.005, 0.995, 1.002)  # a tight group's values about its median
 
 
 def _concrete(values: dict, fill: dict) -> dict:
@@ -112,12 +113,12 @@ def synthetic(claim, holds: bool, *, accel: str = "kvm") -> list[Group]:
         return [_group(a["select"], [v * f for f in (1.0, 0.99, 1.005, 0.995, 1.002, 0.998)],
                        fill={"transactions": 400000}, accel=accel)]
     if claim.rule == "peak":
-        # differs: still rising at 64, past the study's peak at 32 (a range that stopped at 8 would not decide)
+        # differs: still rising at 64, past the study's peak at 32 (a range that stopped at 8 would not decide);
+        # 6 values a point: 7 points compared pairwise at once need them (4 points: 5)
         curve = {1: 100, 2: 150, 4: 200, 8: 180} if holds else {1: 100, 2: 150, 4: 200, 8: 260, 16: 300, 32: 320,
                                                                  64: 340}
-        return [_group(a["select"], [v, v * 1.01], fill={}, accel=accel) for v in curve.values()] and [
-            Group(_exp(a["select"]), "web", {"workers": 1, "replicas": x}, {}, "pods", "pods",
-                  a["select"]["metric"], "req/s", True, [v, v * 1.01]) for x, v in curve.items()]
+        return [Group(_exp(a["select"]), "web", {"workers": 1, "replicas": x}, {}, "pods", "pods",
+                      a["select"]["metric"], "req/s", True, [v * f for f in SPREAD]) for x, v in curve.items()]
     if claim.rule == "penalty":
         out = []
         p = {"fine": 1.5, "coarse": 1.0} if holds else {"fine": 1.0, "coarse": 1.3}
@@ -126,7 +127,7 @@ def synthetic(claim, holds: bool, *, accel: str = "kvm") -> list[Group]:
                 for inst in (1, 2):
                     t = 10.0 * (p[name] if (kind != "host" and inst == 2) else 1.0)
                     out.append(Group(a["experiment"], a[name]["workload"], {**a[name]["params"], "instances": inst},
-                                     {}, kind, kind, a["metric"], "s", False, [t, t * 1.01, t * 0.99]))
+                                     {}, kind, kind, a["metric"], "s", False, [t * f for f in SPREAD[:5]]))
         return out
     if claim.rule == "memory_share":
         share = _ratio_target(a, holds)  # of a 1000 MiB instance
@@ -345,9 +346,9 @@ def test_order_level_and_slope_follow_the_same_rule():
 
 # -- a range that stops short of the published extreme decides nothing about it --------------------------
 
-def _pods(curve: dict[int, float]) -> list[Group]:
+def _pods(curve: dict[int, float], spread: tuple[float, ...] = SPREAD) -> list[Group]:
     return [Group("004-web", "web", {"workers": 1, "replicas": x}, {}, "pods", "pods", "requests_per_second",
-                  "req/s", True, [v * f for f in (0.99, 1.0, 1.01, 1.005)]) for x, v in curve.items()]
+                  "req/s", True, [v * f for f in spread]) for x, v in curve.items()]
 
 
 def test_a_peak_measured_on_a_range_that_stops_below_the_published_peak_is_not_measured():
@@ -406,7 +407,8 @@ def test_fewer_repetitions_than_a_95_percent_interval_needs_are_not_measured_wit
     the reason says n and the level; 4 vs 4 reach 97.1 % and decide, the level carried."""
     c = by_id("004-fio-container-latency")
     assert score.repetitions_for_level("ratio") == 4 and score.repetitions_for_level("level") == 6
-    assert score.repetitions_for_level("peak") == 1
+    assert score.repetitions_for_level("peak") == 5 and score.repetitions_for_level("peak", points=7) == 6
+    assert score.repetitions_for_level("penalty") == 5
     # a boot grid's 4 instances at once give 4 values a repetition: 8 against 2 reach 95.6 %
     assert score.repetitions_for_level("ratio", (4, 1)) == 2
 
@@ -430,7 +432,7 @@ def test_every_decided_verdict_of_the_synthetic_data_carries_a_level_of_at_least
     for c in MEASURABLE:
         for holds in (True, False):
             v = score.score(c, Evidence(synthetic(c, holds), KVM))
-            if v.verdict != NOT_MEASURED and c.rule not in ("peak", "penalty"):
+            if v.verdict != NOT_MEASURED:
                 assert v.level is not None and v.level >= 0.95, (c.id, v.level)
 
 
@@ -536,3 +538,70 @@ def test_a_monitor_summary_keeps_the_memory_it_had_and_its_instances_in_the_evid
     assert mem.values == [600.0, 600.0] and mem.meta["mem_limit_mib"] == [2048.0, 2048.0]
     assert mem.meta["monitor_instances"] == 2 and got["node.net_peak"].meta["monitor_instances"] == 2
     assert "mem_limit_mib" not in got["node.net_peak"].meta
+
+
+# -- a peak and the network penalty are decided from intervals that hold together at 95 % ---------------
+
+def test_a_clear_peak_holds_at_95_percent_and_says_where_it_lies():
+    c = by_id("004-web-pods-peak")
+    v = score.score(c, Evidence(_pods({1: 100, 2: 300, 4: 250, 8: 200}, SPREAD[:5]), KVM))
+    assert v.verdict == HOLDS and v.level >= 0.95 and v.value == 2 and v.ci == [2, 2], (v.measured, v.reason)
+    assert "the peak lies at replicas in {2} (the 6 pairwise ratio intervals together at" in v.measured
+    assert "each at 99.2%" in v.measured and "medians only" not in v.measured
+
+
+def test_a_peak_whose_medians_point_inside_but_whose_spread_overlaps_does_not_hold():
+    """The medians peak at 2 of 1-8, but the groups' spreads overlap: 1, 4 and 8 might be as high, so
+    the peak may lie at an end and nothing is decided."""
+    c = by_id("004-web-pods-peak")
+    wide = (0.6, 1.0, 1.4, 0.8, 1.2, 0.9)
+    v = score.score(c, Evidence(_pods({1: 200, 2: 240, 4: 220, 8: 210}, wide), KVM))
+    assert v.verdict == NOT_MEASURED and v.measured.startswith("best at replicas = 2"), (v.measured, v.reason)
+    assert "reaches both sides of the tolerance: more repetitions needed" in v.reason
+    assert v.ci == [1, 8] and v.level >= 0.95
+
+
+def test_a_peak_with_too_few_repetitions_for_its_pairwise_intervals_says_what_it_needs():
+    c = by_id("004-web-pods-peak")
+    v = score.score(c, Evidence(_pods({1: 100, 2: 300, 4: 250, 8: 200}, SPREAD[:4]), KVM))
+    assert v.verdict == NOT_MEASURED and v.level < 0.95, (v.measured, v.reason)
+    assert v.reason.startswith("too few repetitions for a 95 % interval (n = 4 / 4 / 4 / 4: the widest interval "
+                               "they give is at")
+    assert "it needs 5 per replicas value for 6 pairwise intervals at 99.2% each" in v.reason
+    assert score.score(c, Evidence(_pods({1: 100, 2: 300, 4: 250, 8: 200}, SPREAD[:4]), KVM), points=True).verdict \
+        == HOLDS  # the study's printed numbers decide as points
+
+
+def test_a_peak_clearly_at_an_end_differs():
+    c = by_id("004-web-pods-peak")
+    v = score.score(c, Evidence(_pods({1: 400, 2: 300, 4: 200, 8: 100}, SPREAD[:5]), KVM))
+    assert v.verdict == DIFFERS and v.ci == [1, 1] and v.level >= 0.95
+
+
+def _penalty(c, p_fine: float, p_coarse: float, spread: tuple[float, ...]) -> list[Group]:
+    a = c.args
+    out = []
+    for name, p in (("fine", p_fine), ("coarse", p_coarse)):
+        for kind in ("host", a["kind"][0]):
+            for inst in (1, 2):
+                t = 10.0 * (p if (kind != "host" and inst == 2) else 1.0)
+                out.append(Group(a["experiment"], a[name]["workload"], {**a[name]["params"], "instances": inst},
+                                 {}, kind, kind, a["metric"], "s", False, [t * f for f in spread]))
+    return out
+
+
+def test_the_network_penalty_is_read_from_four_ratio_intervals_together():
+    c = by_id("001-coarse-copes")
+    v = score.score(c, Evidence(_penalty(c, 1.5, 1.0, SPREAD[:5]), KVM))
+    assert v.verdict == HOLDS and v.level >= 0.95 and v.ci[0] > 1.0, (v.measured, v.reason)
+    assert "from 4 ratio intervals together at 96.8%, each at 99.2%" in v.measured
+    # the medians say fine > coarse and coarse <= 1.1, but the spread overlaps: not decided
+    wide = (0.7, 1.0, 1.3, 0.85, 1.15)
+    v = score.score(c, Evidence(_penalty(c, 1.2, 1.0, wide), KVM))
+    assert v.verdict == NOT_MEASURED and "reaches both sides" in v.reason and v.ci[0] < 1.0 < v.ci[1], v.measured
+    # a coarse-grained code that clearly loses 30 %: differs
+    assert score.score(c, Evidence(_penalty(c, 1.5, 1.3, SPREAD[:5]), KVM)).verdict == DIFFERS
+    # 4 repetitions cannot give 98.75 % a ratio: not measured, saying what it needs
+    v = score.score(c, Evidence(_penalty(c, 1.5, 1.0, SPREAD[:4]), KVM))
+    assert v.verdict == NOT_MEASURED and v.reason.startswith("too few repetitions for a 95 % interval (n = 4 / 4, ")
+    assert "it needs 5 per side for 4 ratio intervals at 98.8% each" in v.reason

@@ -25,8 +25,9 @@ def in_priority(studies: list[Study]) -> tuple[Experiment, ...]:
 
 def with_repetitions_for_level(exps: list[Experiment], findings: list[Finding]) -> tuple[Experiment, ...]:
     """Each experiment's tiers raised to the repetitions the findings reading it need for a 95 %
-    interval (score.repetitions_for_level: 4 per side for a ratio, 6 for a median; fewer where a boot
-    grid's instances started at once give several values a repetition), the label saying so; extra
+    interval (score.repetitions_for_level: 4 per side for a ratio, 6 for a median, 5 for the network
+    penalty and for a peak over 3 or 4 values; fewer where a boot grid's instances started at once
+    give several values a repetition), the label saying so; extra
     tiers that then repeat no more than the largest ordinary one go."""
     reading: dict[str, list[Finding]] = {}
     for f in findings:
@@ -49,8 +50,12 @@ def with_repetitions_for_level(exps: list[Experiment], findings: list[Finding]) 
 
 
 def _needed(exp: Experiment, tier: Tier, f: Finding) -> int:
-    """Repetitions of this tier finding `f` needs: in a boot grid a ratio's sides hold as many values
-    a repetition as instances start at once (its selectors' concurrency: a number, "max" or "min")."""
+    """Repetitions of this tier finding `f` needs: a peak's depend on how many x values the tier has;
+    in a boot grid a ratio's sides hold as many values a repetition as instances start at once (its
+    selectors' concurrency: a number, "max" or "min")."""
+    if f.rule == "peak":  # every pair of the tier's x values compared at once: more points need more
+        xs = tier.select.get(f.args["x"]) or exp.where.get(f.args["x"]) or []
+        return score.repetitions_for_level("peak", points=len(xs) if isinstance(xs, list) else 3)
     grid = [int(c) for c in tier.boot.get("concurrency") or []] if exp.boot else []
     if not grid or f.rule != "ratio":
         return score.repetitions_for_level(f.rule)

@@ -11,10 +11,12 @@ whole interval misses it, and is NOT_MEASURED when the interval reaches both sid
 repetitions needed"): a point estimate on one side of a band its own interval crosses decides
 nothing. Every interval a verdict is read from is at 95 % or more: fewer repetitions than its method
 needs for that (repetitions_for_level) is NOT_MEASURED, "too few repetitions for a 95 % interval (n =
-...)", with the level they could give; each verdict carries its interval's actual level. Two rules
-read no interval yet: a peak and the network penalty are decided from the groups' medians, and their
-verdicts say so ("medians only: no interval") and carry no level. The study's own printed numbers
-(`reproduce --published`, score(points=True)) always decide as points.
+...)", with the level they could give and what it needs; each verdict carries its interval's actual
+level. A verdict read from several intervals at once (a peak: every pair of x values; the network
+penalty: four ratios) has each at 1 - 0.05 / their number, so they hold together at 95 % (Bonferroni),
+and that joint level is the one it carries. The study's own printed numbers (`reproduce --published`,
+score(points=True)) decide as points where a group has one value, and whatever level their interval
+reaches is said, never required.
 
 One rule for every claim about where a quantity is largest or smallest (a peak over a count, a
 "best" count a ratio is taken against): the study's own location of that extreme (`published_at` in
@@ -225,55 +227,78 @@ def _ci_text(lo: float, hi: float) -> str:
     return f" [{_fmt(lo)}, {_fmt(hi)}]" if math.isfinite(lo) and math.isfinite(hi) else " (no interval: too few values)"
 
 
-def paired_rounds(num: Group, den: Group) -> tuple[list[float], list[float]] | None:
+def paired_rounds(num: Group, den: Group, confidence: float | None = None) -> tuple[list[float], list[float]] | None:
     """The two groups' values round by round, where they are one cell's environments run in lockstep
     rounds (load and drift of a round hit both) and enough rounds have both for the signed-rank
-    interval to reach LEVEL; None: compare them as two groups."""
+    interval to reach `confidence` (LEVEL when None); None: compare them as two groups."""
     key = num.meta.get("rounds_of")
     if not key or key != den.meta.get("rounds_of") or num.rounds is None or den.rounds is None:
         return None
     a, b = dict(zip(num.rounds, num.values)), dict(zip(den.rounds, den.values))
     both = sorted(set(a) & set(b))
-    if len(both) < stats_exact.min_n("signed-rank", LEVEL):
+    if len(both) < stats_exact.min_n("signed-rank", LEVEL if confidence is None else confidence):
         return None
     return [a[r] for r in both], [b[r] for r in both]
 
 
-def _ratio(num: Group, den: Group) -> stats.Ratio:
-    """num / den: from paired rounds where they are (the signed-rank interval of the rounds' ratios),
-    else from two groups (the Mann-Whitney interval)."""
-    pairs = paired_rounds(num, den)
+def _ratio(num: Group, den: Group, confidence: float | None = None) -> stats.Ratio:
+    """num / den at `confidence` (LEVEL when None): from paired rounds where there are enough of them
+    for that level (the signed-rank interval of the rounds' ratios), else from two groups (the
+    Mann-Whitney interval)."""
+    conf = LEVEL if confidence is None else confidence
+    pairs = paired_rounds(num, den, conf)
     if pairs:
-        return stats.paired_ratio(*pairs, confidence=LEVEL)
-    return stats.ratio(num.values, den.values, higher_is_better=num.higher_is_better)
+        return stats.paired_ratio(*pairs, confidence=conf)
+    return stats.ratio(num.values, den.values, higher_is_better=num.higher_is_better, confidence=conf)
 
 
 def _method(num: Group, den: Group) -> str:
     return ", paired rounds" if paired_rounds(num, den) else ""
 
 
+def _bonferroni(levels: list[float]) -> float:
+    """The level at which several intervals hold together (Bonferroni: 1 - the sum of their misses;
+    NaN when one of them has no interval)."""
+    if not all(math.isfinite(x) for x in levels):
+        return math.nan
+    return max(0.0, 1.0 - sum(1.0 - x for x in levels))
+
+
+def _each_level(comparisons: int) -> float:
+    """The level each of `comparisons` intervals needs for them all to hold together at LEVEL."""
+    return 1.0 - (1.0 - LEVEL) / comparisons
+
+
+def _bounds(r: stats.Ratio) -> tuple[float, float]:
+    """A ratio's interval, or the point twice where it has none (a study's printed single values)."""
+    if math.isfinite(r.ci_low) and math.isfinite(r.ci_high):
+        return r.ci_low, r.ci_high
+    return r.ratio, r.ratio
+
+
 UNDECIDED = None  # the interval reaches both sides of the tolerance
 TOLERANCES = ("above", "below", "within", "at_most", "at_least")
 LEVEL = 0.95  # every interval a verdict is read from is at least at this level
-# What a verdict read from medians says of itself (peak, penalty: no interval method for them yet).
-MEDIANS_ONLY = " (medians only: no interval)"
 
 
 @dataclass(frozen=True)
 class Level:
-    """The actual level of the interval a rule decided from (NaN: no interval) and the sizes behind it."""
+    """The actual level of the interval a rule decided from (NaN: no interval), the sizes behind it and
+    what reaching LEVEL needs (said when it is not reached)."""
     level: float
     n: str
+    need: str = ""
 
 
-def repetitions_for_level(rule: str, per_repetition: tuple[int, int] = (1, 1)) -> int:
+def repetitions_for_level(rule: str, per_repetition: tuple[int, int] = (1, 1), *, points: int = 3) -> int:
     """Fewest repetitions per group whose interval can reach LEVEL under `rule`'s method: the exact
     two-sample (Mann-Whitney) interval of a ratio, 4 per side (stats_exact.min_n), or with
     `per_repetition` values a repetition on each side (a boot grid's c instances at once give c) the
     fewest r whose r*a and r*b values reach it (1 and 4 at once: 2); one cell's environments are
     paired round by round from 6 rounds on (paired_rounds); a median's order-statistic interval, 6;
-    1 where no interval is read (a peak, the network penalty: medians) or one comes from all the
-    points together (a slope)."""
+    a peak over `points` x values, every pair's Mann-Whitney interval at 1 - 0.05 / pairs (3 or 4
+    points: 5, 5 to 7: 6, 8 or 9: 7); the network penalty, its 4 ratios' at 98.75 % each (5 per side);
+    1 where the interval comes from all the points together (a slope)."""
     if rule in ("ratio", "efficiency", "order", "steps", "peak_sum"):
         a, b = per_repetition
         if (a, b) == (1, 1):
@@ -284,6 +309,10 @@ def repetitions_for_level(rule: str, per_repetition: tuple[int, int] = (1, 1)) -
         return r
     if rule in ("level", "memory_share"):
         return stats_exact.min_n("median", LEVEL)
+    if rule == "peak":
+        return stats_exact.min_n("mann-whitney", _each_level(max(points, 3) * (max(points, 3) - 1) // 2))
+    if rule == "penalty":
+        return stats_exact.min_n("mann-whitney", _each_level(PENALTY_RATIOS))
     return 1
 
 
@@ -461,44 +490,114 @@ def short_of(best: float, xs: list[float], published: float | None, key: str, wh
             f"which {side} the published {what} at {_fmt(published)}: a larger tier or cluster needed")
 
 
+def _peak_set(xs: list[float], ratio_of) -> list[float]:
+    """The x values that may be the peak: those no other x lies wholly above (the interval of
+    y(x') / y(x) above 1; with no interval, the point above 1). Read from intervals that hold together,
+    it holds the true peak at their joint level (every x ruled out has one truly above it)."""
+    return [x for x in xs if not any(_bounds(ratio_of(o, x))[0] > 1.0 for o in xs if o != x)]
+
+
 def _rule_peak(c: Finding, ev: Evidence, tcg: bool):
+    """Where a curve peaks: the set of x values that may hold its largest value, from the ratio
+    intervals of every pair of x values together at LEVEL (each at 1 - 0.05 / pairs, Bonferroni).
+    Holds when that set lies strictly inside the measured range, differs when it holds only ends of
+    it, else not decided."""
     s, key = c.args["select"], c.args["x"]
-    groups = select(ev, s, exclude_tcg=tcg)
-    med: dict[float, float] = {}
-    for g in groups:
-        med[_x_of(g, key)] = g.median
-    if len(med) < 3:
+    by_x: dict[float, Group] = {}
+    for g in select(ev, s, exclude_tcg=tcg):  # one group per x: the fullest
+        x = _x_of(g, key)
+        if x not in by_x or len(g.values) > len(by_x[x].values):
+            by_x[x] = g
+    if len(by_x) < 3:
         one(ev, s, exclude_tcg=tcg)
-        raise _NoData(f"a peak needs at least 3 {key} values; measured {len(med)}")
-    xs = sorted(med)
-    best = max(xs, key=lambda x: med[x])
-    text = f"best at {key} = {_fmt(best)}: " + ", ".join(f"{_fmt(x)}: {_fmt(med[x])}" for x in xs)
-    envs = sorted({g.env for g in groups})
+        raise _NoData(f"a peak needs at least 3 {key} values; measured {len(by_x)}")
+    xs = sorted(by_x)
+    pairs = len(xs) * (len(xs) - 1) // 2
+    each = _each_level(pairs)
+    ratios = {(hi, lo): _ratio(by_x[hi], by_x[lo], each) for i, lo in enumerate(xs) for hi in xs[i + 1:]}
+
+    def ratio_of(a: float, b: float) -> stats.Ratio:  # y(a) / y(b) from the one interval of the pair
+        if (a, b) in ratios:
+            return ratios[(a, b)]
+        r = ratios[(b, a)]
+        return stats.Ratio(_inv(r.ratio), _inv(r.ci_high), _inv(r.ci_low), r.p_value, r.significant, r.ci_level)
+
+    best = max(xs, key=lambda x: by_x[x].median)
+    maybe = _peak_set(xs, ratio_of) or xs  # none left (intervals that cross in a circle): any may be
+    ends = {xs[0], xs[-1]}
+    ok = True if not ends & set(maybe) else False if set(maybe) <= ends else UNDECIDED
+    level = _bonferroni([r.ci_level for r in ratios.values()])
+    text = (f"best at {key} = {_fmt(best)}: " + ", ".join(f"{_fmt(x)}: {_fmt(by_x[x].median)}" for x in xs)
+            + f"; the peak lies at {key} in {{{', '.join(_fmt(x) for x in maybe)}}} (the {pairs} pairwise ratio "
+            f"intervals together at {_pct(level)}, each at {_pct(_weakest(ratios.values()))})")
+    envs = sorted({g.env for g in by_x.values()})
     short = short_of(best, xs, c.args.get("published_at"), key, "peak")
     if short:
         raise _RangeTooShort(short, text, envs)
-    return xs[0] < best < xs[-1], text + MEDIANS_ONLY, best, None, envs, None
+    need = (f"{repetitions_for_level('peak', points=len(xs))} per {key} value for {pairs} pairwise intervals "
+            f"at {_pct(each)} each")
+    return ok, text, best, [min(maybe), max(maybe)], envs, \
+        Level(level, " / ".join(str(len(by_x[x].values)) for x in xs), need)
+
+
+def _weakest(ratios) -> float:
+    """The lowest level among intervals (each is at least this; NaN when one has none)."""
+    levels = [r.ci_level for r in ratios]
+    return min(levels) if levels and all(math.isfinite(x) for x in levels) else math.nan
+
+
+def _inv(x: float) -> float:
+    return math.inf if x == 0 else 1.0 / x
+
+
+def _pct(level: float) -> str:
+    return f"{level:.1%}" if math.isfinite(level) else "no level (too few values)"
+
+
+# The penalty's ratios (virtual / host at 1 and at 2 instances, for each code): their intervals hold together.
+PENALTY_RATIOS = 4
 
 
 def _rule_penalty(c: Finding, ev: Evidence, tcg: bool):
+    """P = R2 / R1 per code, R = virtual / host time at that many instances; P(fine) / P(coarse) and
+    P(coarse) from the four ratios' intervals, each at 1 - 0.05 / 4, so all derived intervals hold
+    together at LEVEL (Bonferroni). Holds when P(fine) / P(coarse) lies wholly above 1 and P(coarse)
+    wholly at or below coarse_max; differs when either lies wholly on the wrong side."""
     a = c.args
-    out, envs = {}, set()
+    each = _each_level(PENALTY_RATIOS)
+    r: dict[tuple[str, int], stats.Ratio] = {}
+    sizes, envs = [], set()
     for name in ("fine", "coarse"):
         base = {"experiment": a["experiment"], "workload": a[name]["workload"], "metric": a["metric"],
                 "condition": {}}
-        med = {}
-        for kind in ("host", *a["kind"]):
-            for inst in (1, 2):
-                s = {**base, "kind": (kind,) if kind == "host" else tuple(a["kind"]),
+        for inst in (1, 2):
+            side = {}
+            for kind in ("host", "virtual"):
+                s = {**base, "kind": ("host",) if kind == "host" else tuple(a["kind"]),
                      "prefer": () if kind == "host" else tuple(a.get("prefer", ())),
                      "params": {**a[name]["params"], "instances": inst}}
-                g = one(ev, s, exclude_tcg=tcg)
-                med[(kind == "host", inst)] = g.median
-                envs.add(g.env)
-        out[name] = (med[(False, 2)] / med[(True, 2)]) / (med[(False, 1)] / med[(True, 1)])
-    ok = out["fine"] > out["coarse"] and out["coarse"] <= a["coarse_max"]
-    text = f"P(fine-grained) {_fmt(out['fine'])}, P(coarse-grained) {_fmt(out['coarse'])}"
-    return ok, text + MEDIANS_ONLY, out["fine"] / out["coarse"], None, sorted(envs), None
+                side[kind] = one(ev, s, exclude_tcg=tcg)
+                envs.add(side[kind].env)
+            r[(name, inst)] = _ratio(side["virtual"], side["host"], each)
+            sizes.append(f"{len(side['virtual'].values)} / {len(side['host'].values)}")
+    p, lo, hi = {}, {}, {}
+    for name in ("fine", "coarse"):
+        (lo1, hi1), (lo2, hi2) = _bounds(r[(name, 1)]), _bounds(r[(name, 2)])
+        p[name], lo[name], hi[name] = r[(name, 2)].ratio / r[(name, 1)].ratio, lo2 / hi1, hi2 / lo1
+    q, q_lo, q_hi = p["fine"] / p["coarse"], lo["fine"] / hi["coarse"], hi["fine"] / lo["coarse"]
+    cmax = a["coarse_max"]
+    meets = q_lo > 1.0 and hi["coarse"] <= cmax
+    misses = q_hi <= 1.0 or lo["coarse"] > cmax
+    ok = True if meets else False if misses else UNDECIDED
+    level = _bonferroni([x.ci_level for x in r.values()])
+    text = (f"P(fine-grained) {_fmt(p['fine'])}{_ci_text(lo['fine'], hi['fine'])}, P(coarse-grained) "
+            f"{_fmt(p['coarse'])}{_ci_text(lo['coarse'], hi['coarse'])}, fine / coarse {_fmt(q)}"
+            f"{_ci_text(q_lo, q_hi)} (from {PENALTY_RATIOS} ratio intervals together at {_pct(level)}, each at "
+            f"{_pct(_weakest(r.values()))}; n = {', '.join(sizes)})")
+    need = (f"{repetitions_for_level('penalty')} per side for {PENALTY_RATIOS} ratio intervals at {_pct(each)} "
+            "each")
+    ci = [q_lo, q_hi] if math.isfinite(q_lo) and math.isfinite(q_hi) else None
+    return ok, text, q, ci, sorted(envs), Level(level, ", ".join(sizes), need)
 
 
 def _rule_memory_share(c: Finding, ev: Evidence, tcg: bool):
@@ -648,7 +747,8 @@ def score(c: Finding, ev: Evidence, *, points: bool = False) -> Verdict:
         v.verdict = NOT_MEASURED
         v.reason = (f"too few repetitions for a 95 % interval (n = {level.n}"
                     + (f": the widest interval they give is at {level.level:.1%})" if math.isfinite(level.level)
-                       else ": no interval)") + f"; measured {text}")
+                       else ": no interval)") + (f"; it needs {level.need}" if level.need else "")
+                    + f"; measured {text}")
         v.value = value if value is None or math.isfinite(value) else None
         return v
     if ok is UNDECIDED:
