@@ -361,6 +361,27 @@ def test_reproduce_runs_resumes_and_reports_scorecard_first(tmp_path, monkeypatc
     assert [p.id for p in doc.parts[1:]] == [done["tiny-a"]["child"], done["tiny-b"]["child"]]
     text = markdown.render(doc)
     assert text.index("Scorecard") < text.index(done["tiny-a"]["child"])
+    # the scoring code's version went with the run, and is said wherever the scorecard is
+    from virtbench.studies import codeversion
+
+    now = codeversion.current()
+    assert store.run(run_id)["spec"]["scoring"] == now and now["version"] and len(now["sha256"]) == 64
+    assert shown["scoring"] == {"recorded": now, "scored_with": now, "note": None}
+    assert f"scoring sources sha256 {now['sha256'][:16]}, the scoring code the run was recorded with" in score_table.note
+    cli_reproduce.show(store, run_id, False)
+    said = capsys.readouterr().out
+    assert f"scoring code: virtbench {now['version']}, scoring sources sha256 {now['sha256'][:16]}" in said
+    assert "note:" not in said
+    # scored again by other scoring code: the scorecard says so, in every form
+    monkeypatch.setattr(codeversion, "sources_hash", lambda root=None: "f" * 64)
+    data = card.result(store, run_id)
+    assert data["scoring"]["recorded"] == now and data["scoring"]["scored_with"]["sha256"] == "f" * 64
+    assert data["scoring"]["note"].startswith("scored now by virtbench ") and now["sha256"][:16] in data["scoring"]["note"]
+    assert "the same samples may give other verdicts" in data["scoring"]["note"]
+    cli_reproduce.show(store, run_id, False)
+    assert "note: scored now by virtbench" in capsys.readouterr().out
+    doc = report_build.document(store, [run_id])
+    assert doc.parts[0].sections[0].blocks[0].text.startswith("Scoring code: scored now by virtbench")
 
 
 def _two_tiers() -> rp.Experiment:
@@ -591,3 +612,40 @@ def test_the_planner_raises_tiers_to_what_their_findings_intervals_need():
                           for t in raised)
     conc = exps["000-boot-concurrency"]
     assert conc.tiers[0].boot["concurrency"] == [1, 4] and conc.tiers[0].repeat == 2
+
+
+def test_the_scoring_version_covers_the_stats_modules_the_rules_use(tmp_path):
+    """codeversion.SOURCES holds score.py, evidence.py and every stats module they import (directly or
+    through stats), and its hash moves when one of them does."""
+    import ast
+    import shutil
+    from pathlib import Path
+
+    from virtbench.studies import codeversion
+
+    root = Path(codeversion.__file__).resolve().parents[1]
+    todo, seen = ["studies/score.py", "studies/evidence.py"], set()
+    while todo:
+        name = todo.pop()
+        seen.add(name)
+        pkg = name.rsplit("/", 1)[0]
+        for node in ast.walk(ast.parse((root / name).read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            base = (pkg.split("/")[: len(pkg.split("/")) - node.level + 1]) + (node.module or "").split(".")
+            base = [b for b in base if b]
+            for alias in node.names:
+                for cand in ("/".join(base + [alias.name]) + ".py", "/".join(base) + "/__init__.py",
+                             "/".join(base) + ".py"):
+                    if cand.startswith("stats") and (root / cand).exists() and cand not in seen:
+                        todo.append(cand)
+                        break
+    assert seen <= set(codeversion.SOURCES), seen - set(codeversion.SOURCES)
+    copy = tmp_path / "virtbench"
+    for name in codeversion.SOURCES:
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / name, copy / name)
+    assert codeversion.sources_hash(copy) == codeversion.sources_hash()
+    (copy / "stats/exact.py").write_text((copy / "stats/exact.py").read_text() + "\n# changed\n")
+    assert codeversion.sources_hash(copy) != codeversion.sources_hash()
+    assert codeversion.rescored_note(None).startswith("this run recorded no scoring code version")

@@ -14,6 +14,7 @@ from rich.table import Table
 from .. import paths
 from ..errors import UserError
 from ..store import Store
+from ..studies import codeversion
 
 DB_HELP = "results database: a SQLite file path or a postgresql:// URL [default: the user's data directory]"
 
@@ -161,6 +162,7 @@ def reproduce(studies, budget, kubeconfig, testbed, testbed_name, inventory, hos
         err.print(_plan_table(spec["plan"], spec["left_out"]))
         for f in spec["study_files"]:  # what the scorecard will be scored with (pre-registration)
             err.print(f"study {f['id']}: {f['path']} sha256 {f['sha256']}", highlight=False)
+        err.print(f"scoring code: {codeversion.describe(spec['scoring'])}", highlight=False)
         total = sum(p["estimate_s"] or 0 for p in spec["plan"])
         err.print(f"estimated {total / 60:.1f} min of a {budget_s / 60:.0f} min budget; accelerator "
                   f"{facts['accelerator']}, load {facts['load_1m']:.2f} on {facts['cores']} cores", highlight=False)
@@ -170,7 +172,8 @@ def reproduce(studies, budget, kubeconfig, testbed, testbed_name, inventory, hos
             if as_json:
                 emit_json({"plan": spec["plan"], "left_out": left_out_always(chosen, own), "facts": facts,
                             "budget_s": budget_s, "study_files": [{k: f[k] for k in ("id", "path", "sha256")}
-                                                                  for f in spec["study_files"]]})
+                                                                  for f in spec["study_files"]],
+                        "scoring": spec["scoring"]})
             return
     ensure_kernels()
     try:
@@ -233,7 +236,7 @@ def _published(chosen, own, as_json: bool) -> int:
     studies = own or [s for s in studyfile.builtin() if not chosen or s.id in chosen]
     data = {"published": True, "study_files": [{"id": s.id, "path": s.path if not s.builtin else Path(s.path).name,
                                                 "sha256": s.sha256} for s in studies],
-            **ownnumbers.scorecard([f for s in studies for f in s.findings])}
+            "scoring": codeversion.current(), **ownnumbers.scorecard([f for s in studies for f in s.findings])}
     if as_json:
         emit_json(data)
     else:
@@ -244,6 +247,7 @@ def _published(chosen, own, as_json: bool) -> int:
         out.print(f"{c['holds']} hold, {c['differs']} differ, {c['not measured']} not measured of "
                   f"{len(data['scorecard'])} findings with published numbers; "
                   f"{len(data['without_published'])} have none", highlight=False)
+        out.print(f"scoring code: {codeversion.describe(data['scoring'])}", highlight=False)
     return 0 if all(v["verdict"] == "holds" for v in data["scorecard"]) else 1
 
 
@@ -274,6 +278,9 @@ def show(store: Store, run_id: str, as_json: bool) -> None:
     out.print(scorecard_table(data["scorecard"]))
     for f in data.get("study_files") or []:
         out.print(f"study {f['id']}: {f['path']} sha256 {f['sha256']}", highlight=False)
+    out.print(f"scoring code: {codeversion.describe(data['scoring']['recorded'])}", highlight=False)
+    if data["scoring"]["note"]:
+        out.print(f"note: {data['scoring']['note']}", style="yellow", highlight=False)
     c = data["counts"]
     out.print(f"run {data['run_id']} ({data['status']}): {c['holds']} hold, {c['differs']} differ, "
               f"{c['not measured']} not measured; {data['elapsed_s'] / 60:.1f} min of a "

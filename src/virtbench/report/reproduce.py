@@ -15,7 +15,7 @@ def is_reproduce(run: dict) -> bool:
 
 def part(store: Store, run_id: str) -> tuple[Part, list[str]]:
     """The scorecard and plan part of a reproduce run, and the ids of its experiments' runs."""
-    from ..studies import card
+    from ..studies import card, codeversion
 
     data = card.result(store, run_id)
     c = data["counts"]
@@ -34,7 +34,11 @@ def part(store: Store, run_id: str) -> tuple[Part, list[str]]:
                    "where and how the study says it"], rows, keys=keys,
                   note="Findings and tolerances are the study files' as this run recorded them ("
                        + ("; ".join(f"{f['path']} sha256 {f['sha256'][:16]}" for f in data.get("study_files") or [])
-                          or "studies/NNN.toml") + "). A finding revised after results were seen says so beside "
+                          or "studies/NNN.toml") + "); scored by "
+                       + codeversion.describe(data["scoring"]["scored_with"])
+                       + (f" ({data['scoring']['note']})" if data["scoring"]["note"] else
+                          ", the scoring code the run was recorded with")
+                       + ". A finding revised after results were seen says so beside "
                        "its verdict. Emulated (TCG) VMs never count for or against a finding about "
                        "hardware virtualization.")
     facts = data.get("facts") or {}
@@ -61,6 +65,8 @@ def part(store: Store, run_id: str) -> tuple[Part, list[str]]:
                  ["experiment", "study", "where", "scale", "estimate", "actual", "status", "run"], plan_rows,
                  numeric={4, 5})
     blocks = [score, plan]
+    if data["scoring"]["note"]:  # a stored run scored again by other scoring code: the verdicts may have moved
+        blocks.insert(0, Note(f"Scoring code: {data['scoring']['note']}.", "warn"))
     if data["status"] != "completed":
         blocks.insert(0, Note(f"This reproduce run is {data['status']}: the experiments not run yet have no "
                               f"verdict. Continue it with: virtbench reproduce --resume {data['run_id']}"

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..errors import UserError
 from .experiments import CLOUD_ENV, EXPERIMENTS, LEFT_OUT_ALWAYS, REMOTE_ENV, in_priority
-from ..studies import chosen, studyfile
+from ..studies import chosen, codeversion, studyfile
 from ..studies.model import Experiment, Study, Tier
 from .facts import cpu_probe, load_1m
 from .matrix import boot_grid, matrix_for
@@ -206,12 +206,13 @@ class Events:
 def spec_for(steps: list[Step], budget_s: float, facts: dict[str, Any], studies: list[str] | None,
              kubeconfig: str | None, pods_image: str, *, inventory: str | None = None,
              hosts: str = "all", cloud: dict[str, Any] | None = None, own: list[Study] | None = None) -> dict[str, Any]:
-    """The reproduce run as stored: its plan, and the study files it plans and scores with (their
-    texts and hashes: what the scorecard was pre-registered as)."""
+    """The reproduce run as stored: its plan, the study files it plans and scores with (their texts
+    and hashes: what the scorecard was pre-registered as) and the version of the scoring code."""
     files = own or [s for s in studyfile.builtin() if not studies or s.id in studies]
     return {"kind": "reproduce", "name": "reproduce", "path": None, "baseline": "host", "environments": [],
             "cells": [], "policy": {}, "budget_s": budget_s,
             "studies": [s.id for s in own] if own else studies or list(STUDY_IDS), "study_files": chosen.record(files),
+            "scoring": codeversion.current(),
             "facts": facts, "plan": [s.as_dict() for s in steps], "left_out": left_out_always(studies, own),
             "kubeconfig": kubeconfig, "pods_image": pods_image, "inventory": inventory, "hosts": hosts,
             "cloud": cloud}

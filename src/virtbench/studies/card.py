@@ -7,12 +7,13 @@ import time
 
 from ..errors import UserError
 from ..store import Store
-from . import chosen, evidence, score
+from . import chosen, codeversion, evidence, score
 
 
 def result(store: Store, run_id: str) -> dict:
     """The `reproduce --json` object: the scorecard (scored with the study files the run recorded,
-    their hashes beside it) first, then the plan with estimates and actual times."""
+    their hashes beside it, and the scoring code's version: recorded, scored with, and a note where
+    they differ) first, then the plan with estimates and actual times."""
     from ..reproduce import experiments_done, experiments_of
 
     run = store.run(run_id)
@@ -34,5 +35,12 @@ def result(store: Store, run_id: str) -> dict:
     elapsed = (run["finished_at"] or time.time()) - run["created_at"]
     return {"run_id": run["id"], "status": run["status"], "budget_s": spec["budget_s"],
             "elapsed_s": round(elapsed, 1), "studies": spec.get("studies"), "study_files": chosen.hashes(spec),
+            "scoring": scoring(spec),
             "facts": spec.get("facts"), "counts": score.counts(cards), "scorecard": [c.as_dict() for c in cards],
             "plan": plan, "left_out": spec.get("left_out", {})}
+
+
+def scoring(spec: dict) -> dict:
+    """The scoring code a run recorded, the code scoring it now, and what the scorecard says where they differ."""
+    now = codeversion.current()
+    return {"recorded": spec.get("scoring"), "scored_with": now, "note": codeversion.rescored_note(spec.get("scoring"), now)}
