@@ -92,3 +92,40 @@ def test_reproduce_published_json_and_exit_code(tmp_path):
     bad = _study(tmp_path, "[1.05, 1.15]")
     res = CliRunner().invoke(cli, ["reproduce", "--published", str(bad)])
     assert res.exit_code == 1 and "1 differ" in res.output, res.output
+
+
+def _with_numbers(fid: str, groups: list[tuple[str, float, dict, str]]):
+    """A built-in finding given printed single values (made up for the test, not a study's)."""
+    from dataclasses import replace
+
+    from virtbench.studies.model import Published, PublishedGroup
+
+    f = next(f for f in studyfile.builtin_findings() if f.id == fid)
+    return replace(f, published=Published("a test table", tuple(PublishedGroup(of, (v,), params, kind=kind)
+                                                                for of, v, params, kind in groups)))
+
+
+@pytest.mark.parametrize("curve, expected", [({1: 100, 2: 300, 4: 250, 8: 200}, "holds"),
+                                             ({1: 400, 2: 300, 4: 200, 8: 100}, "differs")])
+def test_a_peak_on_printed_single_values_is_decided_by_the_points(curve, expected):
+    """One printed value per x gives no interval: the points decide (the set of possible peaks is the
+    best point), said as points; measurements of one value each would be 'too few repetitions'."""
+    f = _with_numbers("004-web-pods-peak", [("select", v, {"workers": 1, "replicas": x}, "")
+                                            for x, v in curve.items()])
+    v = ownnumbers.verdict(f)
+    assert v.verdict == expected, (v.measured, v.reason)
+    assert v.measured.startswith("published (a test table; points, each must pass)") and "the peak lies at" in v.measured
+
+
+def test_the_network_penalty_on_printed_single_values_is_decided_by_the_points():
+    def groups(p_fine: float, p_coarse: float):
+        out = []
+        for name, p in (("fine", p_fine), ("coarse", p_coarse)):
+            for kind in ("host", "container"):
+                for inst in (1, 2):
+                    out.append((name, 10.0 * (p if kind != "host" and inst == 2 else 1.0), {"instances": inst}, kind))
+        return out
+
+    v = ownnumbers.verdict(_with_numbers("001-coarse-copes", groups(1.5, 1.05)))
+    assert v.verdict == "holds" and "P(fine-grained) 1.5, P(coarse-grained) 1.05" in v.measured, (v.measured, v.reason)
+    assert ownnumbers.verdict(_with_numbers("001-coarse-copes", groups(1.5, 1.3))).verdict == "differs"

@@ -43,4 +43,5 @@ def result(store: Store, run_id: str) -> dict:
 def scoring(spec: dict) -> dict:
     """The scoring code a run recorded, the code scoring it now, and what the scorecard says where they differ."""
     now = codeversion.current()
-    return {"recorded": spec.get("scoring"), "scored_with": now, "note": codeversion.rescored_note(spec.get("scoring"), now)}
+    recorded = spec.get("scoring")
+    return {"recorded": recorded, "scored_with": now, "note": codeversion.rescored_note(recorded, now)}

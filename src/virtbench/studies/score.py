@@ -528,8 +528,8 @@ def _rule_peak(c: Finding, ev: Evidence, tcg: bool):
     ok = True if not ends & set(maybe) else False if set(maybe) <= ends else UNDECIDED
     level = _bonferroni([r.ci_level for r in ratios.values()])
     text = (f"best at {key} = {_fmt(best)}: " + ", ".join(f"{_fmt(x)}: {_fmt(by_x[x].median)}" for x in xs)
-            + f"; the peak lies at {key} in {{{', '.join(_fmt(x) for x in maybe)}}} (the {pairs} pairwise ratio "
-            f"intervals together at {_pct(level)}, each at {_pct(_weakest(ratios.values()))})")
+            + f"; the peak lies at {key} in {{{', '.join(_fmt(x) for x in maybe)}}} "
+            + _together(f"the {pairs} pairwise ratio intervals", level, ratios.values()))
     envs = sorted({g.env for g in by_x.values()})
     short = short_of(best, xs, c.args.get("published_at"), key, "peak")
     if short:
@@ -538,6 +538,15 @@ def _rule_peak(c: Finding, ev: Evidence, tcg: bool):
             f"at {_pct(each)} each")
     return ok, text, best, [min(maybe), max(maybe)], envs, \
         Level(level, " / ".join(str(len(by_x[x].values)) for x in xs), need)
+
+
+def _together(what: str, level: float, ratios, extra: str = "") -> str:
+    """How the intervals a verdict read together stand: "(WHAT together at 96.8%, each at 99.2%)", or
+    that there were none (one value a group: printed numbers, where the points decide)."""
+    each = _weakest(ratios)
+    said = (f"{what} together at {_pct(level)}, each at {_pct(each)}" if math.isfinite(each)
+            else "no interval: one value a group, or too few")
+    return f"({said}{'; ' + extra if extra else ''})"
 
 
 def _weakest(ratios) -> float:
@@ -590,10 +599,12 @@ def _rule_penalty(c: Finding, ev: Evidence, tcg: bool):
     misses = q_hi <= 1.0 or lo["coarse"] > cmax
     ok = True if meets else False if misses else UNDECIDED
     level = _bonferroni([x.ci_level for x in r.values()])
-    text = (f"P(fine-grained) {_fmt(p['fine'])}{_ci_text(lo['fine'], hi['fine'])}, P(coarse-grained) "
-            f"{_fmt(p['coarse'])}{_ci_text(lo['coarse'], hi['coarse'])}, fine / coarse {_fmt(q)}"
-            f"{_ci_text(q_lo, q_hi)} (from {PENALTY_RATIOS} ratio intervals together at {_pct(level)}, each at "
-            f"{_pct(_weakest(r.values()))}; n = {', '.join(sizes)})")
+    def shown(low: float, high: float) -> str:  # printed single values have none
+        return _ci_text(low, high) if math.isfinite(_weakest(r.values())) else ""
+
+    text = (f"P(fine-grained) {_fmt(p['fine'])}{shown(lo['fine'], hi['fine'])}, P(coarse-grained) "
+            f"{_fmt(p['coarse'])}{shown(lo['coarse'], hi['coarse'])}, fine / coarse {_fmt(q)}{shown(q_lo, q_hi)} "
+            + _together(f"from {PENALTY_RATIOS} ratio intervals", level, r.values(), f"n = {', '.join(sizes)}"))
     need = (f"{repetitions_for_level('penalty')} per side for {PENALTY_RATIOS} ratio intervals at {_pct(each)} "
             "each")
     ci = [q_lo, q_hi] if math.isfinite(q_lo) and math.isfinite(q_hi) else None
