@@ -18,11 +18,11 @@ def _proc(root, *, busy_ticks, steal_ticks, psi_us, procs, cgroups=None):
     (root / "pressure").mkdir(exist_ok=True)
     (root / "pressure" / "cpu").write_text(f"some avg10=1.00 avg60=0.50 avg300=0.10 total={psi_us}\n"
                                            "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
-    for pid, (ppid, ticks, cmd) in procs.items():
+    for pid, (ppid, ticks, cmd, *reaped) in procs.items():
         d = root / str(pid)
         d.mkdir(exist_ok=True)
         # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime ...
-        (d / "stat").write_text(f"{pid} (a b) S {ppid} 1 1 0 -1 4194304 10 0 0 0 {ticks} 0 0 0 20 0 1 0 5 6 7\n")
+        (d / "stat").write_text(f"{pid} (a b) S {ppid} 1 1 0 -1 4194304 10 0 0 0 {ticks} 0 {sum(reaped)} 0 20 0 1 0 5 6 7\n")
         (d / "cmdline").write_bytes(cmd.replace(" ", "\0").encode() + b"\0")
         group = cgroups.get(pid, "/") if cgroups else "/"
         (d / "cgroup").write_text(f"9:name=systemd:/\n3:cpu,cpuacct:{group}\n0::{group}\n")
@@ -43,7 +43,7 @@ def test_between_splits_the_machine_into_the_runs_share_and_the_rest(tmp_path, m
     b = cpugiven.Snapshot(a.t + 2.0, b.busy, b.steal, b.own, b.psi_some_us)
     got = cpugiven.between(a, b, cores=2)
     assert got == {"window_s": 2.0, "busy_cores": 1.3, "own_cores": 0.75, "others_cores": 0.55,
-                   "steal": 0.05, "psi_some": 0.25}
+                   "containers_cores": None, "steal": 0.05, "psi_some": 0.25}
     # without the marker the container's processes are somebody else's
     plain = cpugiven.between(cpugiven.snapshot(root=tmp_path, me=10), cpugiven.snapshot(root=tmp_path, me=10))
     assert plain is None or plain["own_cores"] == 0.0
@@ -83,6 +83,35 @@ def test_a_containers_processes_count_by_its_cgroup(tmp_path, monkeypatch):
     b = cpugiven.snapshot(("vb-2745ab12-",), root=proc, me=10, cgroot=cg)
     got = cpugiven.between(a, cpugiven.Snapshot(a.t + 1.0, b.busy, b.steal, b.own, b.psi_some_us, b.groups), cores=2)
     assert got["own_cores"] == 1.0 and got["others_cores"] == 0.5  # machine 1.5 s busy, 1 s of it ours
+    assert got["containers_cores"] == 1.0  # all of it in the container, where its quota applies
+
+
+def test_an_exec_sessions_conmon_that_outlives_podman_exec_does_not_count_the_test_twice(tmp_path, monkeypatch):
+    """podman exec returns while the session's conmon, which reaped the test, often still runs
+    (seen in 6 of 8 execs here, its cutime the test's CPU): the test's CPU is in the container's
+    cgroup, so the conmon's reaped time must not count again. Our own children's still does."""
+    monkeypatch.setattr(cpugiven, "_TICK", 100)
+    proc, cg = tmp_path / "proc", tmp_path / "cgroup"
+    proc.mkdir()
+    ctr = "/libpod_parent/libpod-abc"
+    usage = cg / "cpuacct" / "libpod_parent" / "libpod-abc" / "cpuacct.usage"
+    usage.parent.mkdir(parents=True)
+    procs = {1: (0, 0, "/sbin/init"), 10: (1, 0, "python virtbench"),
+             20: (1, 0, "conmon -n vb-2745ab12-c-main-0"), 21: (20, 0, "sleep infinity")}
+    groups = {20: "/libpod_parent/conmon", 21: ctr}
+    usage.write_text("0\n")
+    _proc(proc, busy_ticks=1000, steal_ticks=0, psi_us=0, procs=procs, cgroups=groups)
+    a = cpugiven.snapshot(("vb-2745ab12-",), root=proc, me=10, cgroot=cg)
+    # 1 s later: the test ran 0.9 s in the container and ended; the session's conmon (30) reaped it and
+    # is still there; our podman exec client used 0.1 s and was reaped by us; a hog took 0.5 s
+    usage.write_text("900000000\n")
+    procs.update({10: (1, 0, "python virtbench", 10), 30: (1, 0, "conmon -n vb-2745ab12-c-main-0 --exec", 90)})
+    groups[30] = "/libpod_parent/conmon"
+    _proc(proc, busy_ticks=1150, steal_ticks=0, psi_us=0, procs=procs, cgroups=groups)
+    b = cpugiven.snapshot(("vb-2745ab12-",), root=proc, me=10, cgroot=cg)
+    got = cpugiven.between(a, cpugiven.Snapshot(a.t + 1.0, b.busy, b.steal, b.own, b.psi_some_us, b.groups), cores=2)
+    assert got["own_cores"] == 1.0 and got["containers_cores"] == 0.9
+    assert got["others_cores"] == 0.5  # the hog's, not read as ours
 
 
 def test_this_machine_tells_our_work_from_other_programs():
