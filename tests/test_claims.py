@@ -398,6 +398,14 @@ def test_a_vm_against_the_pods_best_of_a_short_range_counts_only_when_it_differs
     assert score.score(c, Evidence(rising + [vm(300)], KVM)).verdict == DIFFERS
     peaked = _pods({1: 100, 2: 180, 4: 450, 8: 420})  # the pods' best inside the range
     assert score.score(c, Evidence(peaked + [vm(600)], KVM)).verdict == HOLDS
+    # the pods' best is not the count whose median is highest but whichever truly is: a count whose spread
+    # reaches above the VM leaves it open, though the VM is clearly above the best median's count
+    open_ = _pods({1: 100, 2: 180, 4: 450}) + _pods({8: 420}, (0.6, 1.0, 1.4, 0.8, 1.2, 0.9))
+    v = score.score(c, Evidence(open_ + [vm(500)], KVM))
+    assert v.verdict == NOT_MEASURED and "reaches both sides" in v.reason, (v.measured, v.reason)
+    assert "against the best of 4 replicas values (their ratio intervals together at" in v.measured
+    assert score.score(c, Evidence(_pods({1: 100, 2: 180, 4: 450, 8: 420}) + [vm(500)], KVM)).verdict == HOLDS
+    assert score.repetitions_for_level("ratio", points=4) == 5
 
 
 # -- every interval a verdict is read from is at 95 % or more ---------------------------------------------

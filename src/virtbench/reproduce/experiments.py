@@ -50,12 +50,18 @@ def with_repetitions_for_level(exps: list[Experiment], findings: list[Finding]) 
 
 
 def _needed(exp: Experiment, tier: Tier, f: Finding) -> int:
-    """Repetitions of this tier finding `f` needs: a peak's depend on how many x values the tier has;
+    """Repetitions of this tier finding `f` needs: a peak's depend on how many x values the tier has,
+    and so do a ratio's against the best of a range (every value of it compared at once);
     in a boot grid a ratio's sides hold as many values a repetition as instances start at once (its
     selectors' concurrency: a number, "max" or "min")."""
     if f.rule == "peak":  # every pair of the tier's x values compared at once: more points need more
         xs = tier.select.get(f.args["x"]) or exp.where.get(f.args["x"]) or []
         return score.repetitions_for_level("peak", points=len(xs) if isinstance(xs, list) else 3)
+    den = f.args.get("den") if f.rule == "ratio" else None
+    best = next((k for k, v in den["params"].items() if v == "best"), None) if den else None
+    if best and not exp.boot:  # num against every value of the den's range at once
+        xs = tier.select.get(best) or exp.where.get(best) or []
+        return score.repetitions_for_level("ratio", points=len(xs) if isinstance(xs, list) else None)
     grid = [int(c) for c in tier.boot.get("concurrency") or []] if exp.boot else []
     if not grid or f.rule != "ratio":
         return score.repetitions_for_level(f.rule)

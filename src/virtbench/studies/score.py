@@ -290,15 +290,19 @@ class Level:
     need: str = ""
 
 
-def repetitions_for_level(rule: str, per_repetition: tuple[int, int] = (1, 1), *, points: int = 3) -> int:
+def repetitions_for_level(rule: str, per_repetition: tuple[int, int] = (1, 1), *, points: int | None = None) -> int:
     """Fewest repetitions per group whose interval can reach LEVEL under `rule`'s method: the exact
     two-sample (Mann-Whitney) interval of a ratio, 4 per side (stats_exact.min_n), or with
     `per_repetition` values a repetition on each side (a boot grid's c instances at once give c) the
     fewest r whose r*a and r*b values reach it (1 and 4 at once: 2); one cell's environments are
     paired round by round from 6 rounds on (paired_rounds); a median's order-statistic interval, 6;
     a peak over `points` x values, every pair's Mann-Whitney interval at 1 - 0.05 / pairs (3 or 4
-    points: 5, 5 to 7: 6, 8 or 9: 7); the network penalty, its 4 ratios' at 98.75 % each (5 per side);
+    points: 5, 5 to 7: 6, 8 or 9: 7; 3 when `points` is not given); a ratio against the best of
+    `points` values, each of the num's ratios at 1 - 0.05 / points (4 values: 5 per side); the network
+    penalty, its 4 ratios' at 98.75 % each (5 per side);
     1 where the interval comes from all the points together (a slope)."""
+    if rule == "ratio" and points and points > 1 and per_repetition == (1, 1):  # against the best of `points` values
+        return stats_exact.min_n("mann-whitney", _each_level(points))
     if rule in ("ratio", "efficiency", "order", "steps", "peak_sum"):
         a, b = per_repetition
         if (a, b) == (1, 1):
@@ -310,7 +314,8 @@ def repetitions_for_level(rule: str, per_repetition: tuple[int, int] = (1, 1), *
     if rule in ("level", "memory_share"):
         return stats_exact.min_n("median", LEVEL)
     if rule == "peak":
-        return stats_exact.min_n("mann-whitney", _each_level(max(points, 3) * (max(points, 3) - 1) // 2))
+        k = max(points or 3, 3)
+        return stats_exact.min_n("mann-whitney", _each_level(k * (k - 1) // 2))
     if rule == "penalty":
         return stats_exact.min_n("mann-whitney", _each_level(PENALTY_RATIOS))
     return 1
@@ -345,17 +350,52 @@ def _both_sides(lo: float, hi: float, level: float | None = None) -> str:
 
 def _rule_ratio(c: Finding, ev: Evidence, tcg: bool):
     num, den = one(ev, c.args["num"], exclude_tcg=tcg), one(ev, c.args["den"], exclude_tcg=tcg)
-    r = _ratio(num, den)
+    best = _against_best(c, ev, num, tcg)
+    r, also = best[:2] if best else (_ratio(num, den), "")
     ok = decide(r.ratio, r.ci_low, r.ci_high, c.args)
     text = (f"{_fmt(r.ratio)}x{_ci_text(r.ci_low, r.ci_high)}: {_label(num)} {_fmt(num.median)} / {_label(den)} "
-            f"{_fmt(den.median)} {den.unit} (n = {len(num.values)} / {len(den.values)}{_method(num, den)})")
+            f"{_fmt(den.median)} {den.unit} (n = {len(num.values)} / {len(den.values)}{_method(num, den)}){also}")
     ci = [r.ci_low, r.ci_high] if math.isfinite(r.ci_low) else None
     envs = sorted({num.env, den.env})
     if ok:  # against the best of a range: "holds" only where the range could see the published best
         short = _best_short_of(c, ev, den, tcg)
         if short:
             raise _RangeTooShort(short, text, envs)
-    return ok, text, r.ratio, ci, envs, Level(r.ci_level, f"{len(num.values)} / {len(den.values)}")
+    need = f"{repetitions_for_level('ratio', points=best[2])} per group" if best else ""
+    return ok, text, r.ratio, ci, envs, Level(r.ci_level, f"{len(num.values)} / {len(den.values)}", need)
+
+
+def _best_key(sel: dict[str, Any]) -> str | None:
+    return next((k for k, v in sel["params"].items() if v == "best"), None)
+
+
+def _against_best(c: Finding, ev: Evidence, num: Group, tcg: bool):
+    """num against the best of the den's range ("best" of a param): not the group whose median is
+    best (a pick the medians make, which the interval would not know), but every value of the range,
+    num / each one's interval at 1 - 0.05 / their number, so all hold together at LEVEL (Bonferroni).
+    Against the largest of several values num / max is the smallest of the ratios, so its interval is
+    [smallest lower bound, smallest upper bound] (the largest ones where lower is better). None: no
+    "best" in the den; else (ratio, what the text adds, the candidates' count)."""
+    key = _best_key(c.args["den"])
+    if key is None:
+        return None
+    everything = {**c.args["den"], "params": {k: w for k, w in c.args["den"]["params"].items() if k != key}}
+    found = [g for g in select(ev, everything, exclude_tcg=tcg) if key in g.params]
+    by_x: dict[float, Group] = {}
+    for g in found:
+        x = _x_of(g, key)
+        if x not in by_x or len(g.values) > len(by_x[x].values):
+            by_x[x] = g
+    each = _each_level(len(by_x))
+    rs = [_ratio(num, g, each) for g in by_x.values()]
+    pick = min if num.higher_is_better else max
+    lows, highs = zip(*(_bounds(r) for r in rs))
+    none = not all(math.isfinite(r.ci_low) and math.isfinite(r.ci_high) for r in rs)
+    lo, hi = (math.nan, math.nan) if none else (pick(lows), pick(highs))
+    level = _bonferroni([r.ci_level for r in rs])
+    r = stats.Ratio(pick(x.ratio for x in rs), lo, hi, math.nan, False, level)
+    also = (f"; against the best of {len(rs)} {key} values " + _together("their ratio intervals", level, rs))
+    return r, also, len(rs)
 
 
 def _best_short_of(c: Finding, ev: Evidence, den: Group, tcg: bool) -> str | None:
