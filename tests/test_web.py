@@ -4,6 +4,7 @@ the host (scale-up: one nginx with 1 and 2 workers, loaded directly)."""
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from virtbench.model import EnvSpec, Shape
 from virtbench.run.runner import Runner
 from virtbench.store import Store
 from virtbench.workloads import get
-from virtbench.workloads.web import parse_proc_stats, parse_wrk, peak
+from virtbench.workloads import nginx
+from virtbench.workloads.web import cork_refused, parse_proc_stats, parse_wrk, peak
 
 DATA = Path(__file__).parent / "data" / "wrk"
 
@@ -82,6 +84,50 @@ def test_parse_whole_report():
     assert got["client_cpu_util"].value == pytest.approx(0.25)
     assert "coordinated omission" in got["latency_p99_ms"].metadata["latency_model"]
     assert {m.name for m in wl.metrics} == set(got)
+
+
+# nginx's start, probing TCP_CORK first (captured: gVisor runsc 20221219 with network host; runc)
+RUNSC_START = (DATA.parent / "web" / "start_runsc_20221219_network_host.txt").read_text()
+RUNC_START = (DATA.parent / "web" / "start_runc.txt").read_text()
+
+
+def test_cork_probe_lines():
+    assert nginx.parse_cork(RUNC_START) == "ok"
+    assert nginx.parse_cork(RUNSC_START).startswith("refused: setsockopt(TCP_CORK) succeeded but")
+    assert nginx.parse_cork("") == ""  # not probed
+    assert cork_refused([{"tcp_cork": "ok"}, {"tcp_cork": nginx.parse_cork(RUNSC_START)}]) == \
+        "1 of 2: setsockopt(TCP_CORK) succeeded but a corked write was sent at once"
+    assert cork_refused([{"tcp_cork": "ok"}, {}]) == ""
+
+
+def test_cork_probe_says_ok_on_this_kernel():
+    # the probe itself, here (Linux holds a corked partial segment): it must not call Linux broken
+    res = subprocess.run(["python3", "-c", nginx.CORK_PROBE], capture_output=True, text=True, timeout=30)
+    assert nginx.parse_cork(res.stdout) == "ok", res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("nopush", [True, False])
+def test_a_server_that_cannot_cork_warns_beside_the_timed_figures(nopush):
+    wl = get("web")
+    params = {**{p.name: p.default_values()[0] for p in wl.params}, "tcp_nopush": nopush}
+    raw = json.dumps({"format": 1, "client": {"stdout": (DATA / "latency_lua.txt").read_text(), "cpu_s": 1.0,
+                                              "wall_s": 2.0, "host_cpus": 2, "threads": 2},
+                      "servers": [{"instance": "s0", "driver": "container", "cpu_s": 1.2, "processes": 2, "vcpus": 2,
+                                   "tcp_cork": nginx.parse_cork(RUNSC_START)}], "lb": None})
+    got = {s.metric: s for s in wl.parse(raw, params)}
+    timed = ("requests_per_second", "latency_p50_ms", "latency_p90_ms", "latency_p99_ms")
+    for metric, sample in got.items():
+        warns = sample.metadata.get("warnings", [])
+        if nopush and metric in timed:
+            assert len(warns) == 1 and "delayed ACK (~40 ms)" in warns[0] and "tcp_nopush = false" in warns[0]
+        else:
+            assert warns == [], metric  # tcp_nopush off: nothing to cork, nothing held
+    assert ("tcp_cork" in got["requests_per_second"].metadata) == nopush
+
+
+def test_server_conf_follows_tcp_nopush():
+    assert "tcp_nopush on;" in nginx.server_conf(1, "8080", "/p")
+    assert "tcp_nopush off;" in nginx.server_conf(1, "8080", "/p", tcp_nopush=False)
 
 
 # -- peak ------------------------------------------------------------------------------------------

@@ -14,14 +14,46 @@ from ..drivers.base import Instance
 
 READY_TIMEOUT = 15.0
 
-# $1 = prefix directory, $2 = file size in bytes; nginx.conf on stdin. nginx daemonizes once its
-# sockets listen, so the exec returns with the server up.
+# $1 = prefix directory, $2 = file size in bytes, $3 = "cork" to probe TCP_CORK first with the Python
+# program $4 (CORK_PROBE); nginx.conf on
+# stdin. nginx daemonizes once its sockets listen, so the exec returns with the server up.
 START = r"""
 set -e
+if [ "$3" = cork ]; then
+  if command -v python3 >/dev/null 2>&1; then
+    python3 -c "$4" || true
+  else
+    echo "VBCORK unknown: no python3 to probe with"
+  fi
+fi
 mkdir -p "$1/www" "$1/logs"
 head -c "$2" /dev/zero | tr '\0' x > "$1/www/index.html"
 cat > "$1/nginx.conf"
 nginx -e "$1/logs/startup.log" -c "$1/nginx.conf" -p "$1/" -g "pid $1/nginx.pid;"
+"""
+
+# Does TCP_CORK (what nginx's tcp_nopush sets around sendfile) hold data here? A corked write of
+# 100 bytes on a loopback connection must not arrive within 0.1 s (Linux holds it up to 0.2 s).
+# gVisor's runsc 20221219 with network = host accepts the setsockopt but does not pass it on (and
+# refuses to read it back): nginx then sends a keep-alive response's header alone and Nagle holds
+# the body until the client's delayed ACK (~40 ms).
+CORK_PROBE = """
+import select, socket
+l = socket.socket()
+l.bind(("127.0.0.1", 0))
+l.listen(1)
+c = socket.create_connection(l.getsockname())
+a = l.accept()[0]
+try:
+    a.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+except OSError as e:
+    print("VBCORK refused:", e)
+    raise SystemExit
+a.send(b"x" * 100)
+if select.select([c], [], [], 0.1)[0]:
+    print("VBCORK refused: setsockopt(TCP_CORK) succeeded but a corked write was sent at once")
+else:
+    print("VBCORK ok")
 """
 
 # $1 = prefix. Prints the /proc/PID/stat lines of the master and its workers (their CPU times),
@@ -53,7 +85,7 @@ def which(tool: str) -> str:
     raise MissingTool(tool, {"wrk": "wrk", "nginx": "nginx-light"}.get(tool, tool), "the web workload needs it")
 
 
-def server_conf(workers: int, listen: str, prefix: str) -> str:
+def server_conf(workers: int, listen: str, prefix: str, tcp_nopush: bool = True) -> str:
     return f"""# virtbench web server
 user root;
 worker_processes {workers};
@@ -62,7 +94,7 @@ events {{ worker_connections 4096; }}
 http {{
     access_log off;
     sendfile on;
-    tcp_nopush on;
+    tcp_nopush {"on" if tcp_nopush else "off"};
     tcp_nodelay on;
     keepalive_timeout 65;
     keepalive_requests 100000000;
@@ -112,15 +144,27 @@ http {{
 """
 
 
-def start(inst: Instance, prefix: str, conf: str, size: int, lock: threading.Lock, started: list) -> None:
+def start(inst: Instance, prefix: str, conf: str, size: int, lock: threading.Lock, started: list,
+          probe_cork: bool = False) -> str:
+    """Start nginx; with `probe_cork`, first say whether TCP_CORK works there (parse_cork of the result)."""
     if inst.traits.host_process:
         which("nginx")
     with lock:
         started.append((inst, prefix))  # before the exec: a half-started nginx is stopped too
-    res = inst.exec(["sh", "-c", START, "sh", prefix, str(size)], timeout=60, stdin=conf.encode())
+    res = inst.exec(["sh", "-c", START, "sh", prefix, str(size), "cork" if probe_cork else "", CORK_PROBE],
+                    timeout=60, stdin=conf.encode())
     if not res.ok:
         raise WorkloadFailed(f"nginx did not start in {inst.name}: {res.describe_failure()}",
                              res.stdout[-2000:] + res.stderr[-2000:])
+    return parse_cork(res.stdout)
+
+
+def parse_cork(text: str) -> str:
+    """START's probe line -> 'ok', 'refused: <the error>', 'unknown: <why>' or '' (not probed)."""
+    for line in text.splitlines():
+        if line.startswith("VBCORK "):
+            return line[len("VBCORK "):].strip()
+    return ""
 
 
 def stop(inst: Instance, prefix: str) -> str:

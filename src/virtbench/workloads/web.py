@@ -207,6 +207,10 @@ class Web(Workload):
                                         "backend = \"kubernetes\" only)", choices=("nginx", "none", "service")),
         Param("lb_workers", _positive_or_auto, 0, "balancer worker processes (0: one per CPU it sees)"),
         Param("file_size", int, 600, "bytes of the static file", min=1, max=1 << 30),
+        Param("tcp_nopush", bool, True, "the servers' nginx tcp_nopush (TCP_CORK around sendfile), on as Debian's "
+                                        "nginx.conf ships it; where the platform refuses TCP_CORK (gVisor runsc "
+                                        "20221219, network host) keep-alive responses wait ~40 ms for the client's "
+                                        "delayed ACK: docs/runtimes.md"),
         Param("connections", int, 100, "wrk keep-alive connections", min=1, max=100000),
         Param("threads", _positive_or_auto, 0, "wrk threads (0: one per host CPU, at most connections)"),
         Param("duration", float, 10.0, "seconds of load", min=1.0, max=3600.0),
@@ -294,6 +298,7 @@ class Web(Workload):
         host_cpus = os.cpu_count() or 1
         started: list[tuple[Instance, str]] = []  # (instance, prefix) with nginx running
         kernels: dict[int, dict[str, Any]] = {}  # id(server) -> the kernel it runs on (for the capacity)
+        corks: dict[int, str] = {}  # id(server) -> does TCP_CORK work there (nginx.parse_cork)
         lock = threading.Lock()
         report: dict[str, Any] = {"format": 1, "params": params, "servers": [], "lb": None}
         try:
@@ -310,8 +315,9 @@ class Web(Workload):
                 kernels[id(inst)] = kernel_identity.read(inst) or {}
                 prefix = f"{inst.scratch_dir().rstrip('/')}/vb-web-{token}-s{i}"
                 listen = f"127.0.0.1:{port}" if _is_loopback(inst) else str(port)
-                nginx.start(inst, prefix, nginx.server_conf(params["workers"], listen, prefix), params["file_size"],
-                             lock, started)
+                corks[id(inst)] = nginx.start(inst, prefix, nginx.server_conf(params["workers"], listen, prefix,
+                                                                            params["tcp_nopush"]),
+                                              params["file_size"], lock, started, probe_cork=params["tcp_nopush"])
                 return inst, port
 
             backends = fanout.all_of(start_server, list(enumerate(servers)))
@@ -367,7 +373,8 @@ class Web(Workload):
                 if inst.role == "lb":
                     report["lb"] = entry
                 else:
-                    report["servers"].append({**entry, **kernels.get(id(inst), {})})
+                    report["servers"].append({**entry, **kernels.get(id(inst), {}),
+                                              **({"tcp_cork": corks[id(inst)]} if corks.get(id(inst)) else {})})
         return json.dumps(report)
 
     @staticmethod
@@ -389,16 +396,21 @@ class Web(Workload):
         meta = {"latency_model": LATENCY_MODEL, "wrk_requests": w["requests"], "wrk_seconds": w["seconds"],
                 **({"service": report["balancer"]} if report.get("balancer") else {}),
                 "wrk_threads": client["threads"], "errors_detail": w["errors_detail"], "parsed_from": w["source"]}
+        servers = report.get("servers") or []
+        refused = cork_refused(servers) if params.get("tcp_nopush", True) else ""
+        if refused:
+            meta = {**meta, "tcp_cork": refused}
+        # the warning goes with the figures the wait sets (analysis carries it into their rows)
+        timed = {**meta, "warnings": [NO_CORK_WARNING.format(refused=refused)]} if refused else meta
         out = [
-            Sample("requests_per_second", w["rps"], "req/s", True, meta),
-            Sample("latency_p50_ms", w["p50_ms"], "ms", False, meta),
-            Sample("latency_p90_ms", w["p90_ms"], "ms", False, meta),
-            Sample("latency_p99_ms", w["p99_ms"], "ms", False, meta),
+            Sample("requests_per_second", w["rps"], "req/s", True, timed),
+            Sample("latency_p50_ms", w["p50_ms"], "ms", False, timed),
+            Sample("latency_p90_ms", w["p90_ms"], "ms", False, timed),
+            Sample("latency_p99_ms", w["p99_ms"], "ms", False, timed),
             Sample("errors", w["socket_errors"] + w["status_errors"], "count", False, meta),
             Sample("client_cpu_cores", client["cpu_s"] / wall, "cores", False, meta),
             Sample("client_cpu_util", client["cpu_s"] / wall / client["host_cpus"], "fraction", False, meta),
         ]
-        servers = report.get("servers") or []
         if servers and all(math.isfinite(s["cpu_s"]) for s in servers):
             cores = sum(s["cpu_s"] for s in servers) / wall
             capacity, kernels, rule = server_capacity(servers, client["host_cpus"])
@@ -410,6 +422,21 @@ class Web(Workload):
         if lb and math.isfinite(lb["cpu_s"]):
             out.append(Sample("lb_cpu_cores", lb["cpu_s"] / wall, "cores", False, meta))
         return out
+
+
+NO_CORK_WARNING = (
+    "TCP_CORK refused in the servers ({refused}): nginx's tcp_nopush could not cork, so each keep-alive "
+    "response's header left alone and Nagle held its body until the client's delayed ACK (~40 ms): "
+    "requests/s and latency measure that wait (connections / ~40 ms), not the platform's CPU cost; "
+    "tcp_nopush = false measures without it (docs/runtimes.md)")
+
+
+def cork_refused(servers: list[dict[str, Any]]) -> str:
+    """'N of M: <error>' when some servers refused TCP_CORK (nginx.parse_cork), else '' (pure)."""
+    bad = [s["tcp_cork"] for s in servers if str(s.get("tcp_cork", "")).startswith("refused")]
+    if not bad:
+        return ""
+    return f"{len(bad)} of {len(servers)}: {bad[0].partition(':')[2].strip()}"
 
 
 def server_capacity(servers: list[dict[str, Any]], host_cpus: int) -> tuple[float, list[dict[str, Any]], str]:
