@@ -11,7 +11,7 @@ import pytest
 
 from virtbench import kernels, monitor, paths, procs, suite
 from virtbench.errors import SuiteError
-from virtbench.monitor import series
+from virtbench.monitor import hostside, series
 from virtbench.run.runner import Runner
 from virtbench.store import SCHEMA_VERSION, Store
 from waitkit import until
@@ -102,6 +102,47 @@ def test_summaries_per_role_and_window():
 
 
 # -- the sampler for real -----------------------------------------------------------------------
+
+# -- a gVisor sandbox: CPU and memory from its cgroup on the host, network and disk inside ---------------
+
+def test_cgroup_root_of_a_sandbox_process():
+    # /proc/PID/cgroup of a runsc-sandbox under podman (cgroupfs), this machine's hybrid cgroups
+    version, links = hostside.cgroup_root((DATA / "proc_cgroup_runsc_sandbox_hybrid.txt").read_text())
+    assert version == "v1"
+    got = dict(links)
+    cg = "/libpod_parent/libpod-8884a731d88887e9c2ad62a20d6179e9cd939256ea1266cca6e7cc0d4767e7ed"
+    assert got["cpuacct"] == f"/sys/fs/cgroup/cpuacct{cg}" and got["memory"] == f"/sys/fs/cgroup/memory{cg}"
+    assert "name=systemd" not in got and "" not in got
+    # co-mounted controllers: a link under each name and under the mount's own
+    _, co = hostside.cgroup_root("4:cpu,cpuacct:/a/b\n3:memory:/a/b\n0::/\n")
+    assert dict(co)["cpu,cpuacct"] == dict(co)["cpuacct"] == "/sys/fs/cgroup/cpu,cpuacct/a/b"
+    # a machine with the unified hierarchy only (constructed: none here): the cgroup's own directory
+    assert hostside.cgroup_root("0::/machine.slice/libpod-x.scope\n") == \
+        ("v2", [("", "/sys/fs/cgroup/machine.slice/libpod-x.scope")])
+    with pytest.raises(ValueError, match="no cpuacct or memory cgroup"):
+        hostside.cgroup_root("1:name=systemd:/\n")
+
+
+def test_host_side_and_inside_merge_into_one_labelled_trace():
+    host = series.parse((DATA / "runsc_host_side.jsonl").read_text(), "c1", "server")
+    inside = series.parse((DATA / "runsc_inside.jsonl").read_text(), "c1", "server")
+    assert inside.sources["cpu"] == "unavailable" and not any("cpu_util" in t for t in inside.ticks)
+    merged = hostside.merge(host, inside, "no counters inside")
+    assert merged.scope == hostside.SCOPE
+    assert merged.sources["cpu"].startswith("host side, cgroup v1 cpuacct") and "no counters inside" in merged.sources["cpu"]
+    assert merged.sources["network"].startswith("inside, /proc/net/dev")
+    # the host side's network and disk are the machine's (136 MB/s of reads here): never taken
+    assert max(t.get("disk_read_bytes", 0) for t in merged.ticks) == 0
+    summary = {s.metric: s for s in series.summarize([merged])}
+    assert summary["server.cpu_util_mean"].value > 0.05 and summary["server.mem_used_peak"].value > 10
+    assert summary["server.cpu_util_mean"].metadata["scope"] == hostside.SCOPE
+    assert {"server.net_peak", "server.disk_peak"} <= set(summary)
+    rows = series.rows(merged, "runsc")
+    assert {r["source"].split(": ", 1)[1].split(",")[0] for r in rows} == {"host side", "inside"}
+    # the sampler inside did not run: CPU and memory still, the rest said unavailable
+    alone = hostside.merge(host, None, "why")
+    assert alone.sources["disk"].startswith("unavailable") and all("disk_read_bytes" not in t for t in alone.ticks)
+
 
 def test_vb_monitor_ticks_at_the_interval():
     res = procs.run([str(_bin()), "--scope", "host", "--interval", "0.1", "--count", "5"], timeout=30)

@@ -136,6 +136,10 @@ runtime = "runsc"
 [[workloads]]
 name = "system"
 params = { test = ["syscall", "pipe"], copies = "1", duration = 0.2 }
+
+[[workloads]]
+name = "web"
+params = { balancer = "none", connections = 4, duration = 1, tcp_nopush = [true, false] }
 """
 
 
@@ -166,6 +170,21 @@ def test_bar_runsc_beside_runc_on_syscall_and_pipe(runsc_engine, tmp_path):
     pss = {i["environment"]: i["metadata"]["host_pss_kb"] for i in Store(str(db)).instances(run_id)}
     assert pss["runsc"]["runtime"] > 1024 and pss["runc"]["runtime"] == 0 and pss["runc"]["workload"] > 0
     assert pss["runsc"]["total"] > pss["runc"]["total"]
+    # The monitor: runsc's CPU and memory from its sandbox's cgroup on this machine, labelled so; runc's inside
+    results = json.loads(res.stdout)["results"]
+    mon = {(r["environment"], r["metric"]): r for r in results if r["workload"] == "system"}
+    for m in ("main.cpu_util_mean", "main.mem_used_peak", "main.net_peak"):
+        assert mon[("runsc", m)]["n"] and mon[("runc", m)]["n"], m
+    assert mon[("runsc", "main.cpu_util_mean")]["metadata"]["scope"].startswith("host side (the sandbox's cgroup")
+    assert mon[("runc", "main.cpu_util_mean")]["metadata"]["scope"] == "cgroup"
+    assert mon[("runsc", "main.mem_used_peak")]["median"] > 10  # gVisor's sentry and gofer are in it
+    # nginx's tcp_nopush under runsc (network host): TCP_CORK is not passed on, each keep-alive response
+    # waits for wrk's delayed ACK, and the rows say so; without tcp_nopush it does not wait
+    web = {(r["environment"], r["params"]["tcp_nopush"], r["metric"]): r for r in results if r["workload"] == "web"}
+    warned = {k for k, r in web.items() if any("delayed ACK" in w for w in r["warnings"])}
+    assert {k[:2] for k in warned} == {("runsc", True)}, warned
+    assert web[("runsc", True, "latency_p50_ms")]["median"] > 30
+    assert web[("runsc", True, "latency_p50_ms")]["median"] > 3 * web[("runsc", False, "latency_p50_ms")]["median"]
     # the report puts them side by side
     out = subprocess.run([sys.executable, "-m", "virtbench.cli", "report", run_id, "--db", str(db), "--format", "md",
                           "-o", str(tmp_path / "r.md")], capture_output=True, text=True, timeout=300)

@@ -400,6 +400,23 @@ class ServiceBalancing(Protocol):
     def service_endpoint(self, peers: Sequence[Instance], port: int) -> tuple[str, int, dict[str, Any]]: ...
 
 
+@dataclass(frozen=True)
+class HostSideScope:
+    """Where the monitor reads a sandbox's CPU and memory on its machine: the cgroup of `pid` (a
+    process of the sandbox there), and why not inside (said with every series it gives)."""
+
+    pid: int
+    why: str
+
+
+@runtime_checkable
+class HostSideMonitoring(Protocol):
+    """Shows no CPU or memory counters inside (a gVisor sandbox: no cgroup files, zero CPU time in
+    /proc/stat): the monitor reads them from its cgroup on its machine; None: it has them inside."""
+
+    def host_side_scope(self) -> HostSideScope | None: ...
+
+
 @runtime_checkable
 class SharedNfsMount(Protocol):
     """Mounts the environment's NFS share itself (pods: a PersistentVolume); storage=nfs uses it:

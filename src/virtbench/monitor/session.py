@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import fanout, kernels
-from ..drivers.base import Instance
+from ..drivers.base import HostSideMonitoring, Instance
 from ..machines import Machine, local, owners
 from ..model import Sample
-from . import series
+from . import hostside, series
 
 BIN = "vb-monitor"
 HOST = "host"  # name and role of the host's own series
@@ -63,8 +63,10 @@ class _Sampler:
     commands through `run` (an instance's exec, or a machine's executor)."""
 
     def __init__(self, run, name: str, role: str, exe: str, base: str, scope: str, interval: float,
-                 lifetime: float, token: str, extra: tuple[str, ...] = (), copy_in=None):
+                 lifetime: float, token: str, extra: tuple[str, ...] = (), copy_in=None, host_side: str = ""):
         self.run, self.name, self.role, self.bin = run, name, role, exe
+        self.host_side = host_side  # why this instance's CPU and memory are read on its machine ('' : inside)
+        self.cleanup: list[str] = []  # a directory of links to remove once stopped
         self.out, self.pidfile = f"{base}/vb-monitor-{token}.jsonl", f"{base}/vb-monitor-{token}.pid"
         self.copied = False
         argv = ["--daemon", "--scope", scope, "--interval", f"{interval:g}", "--out", self.out,
@@ -87,6 +89,8 @@ class _Sampler:
     def stop(self) -> str:
         res = self.run([self.bin, "--stop", self.pidfile, "--print", self.out, "--remove",
                         "--wait", f"{STOP_WAIT:g}"], timeout=START_TIMEOUT + STOP_WAIT)
+        for path in self.cleanup:  # links only: rm does not follow them into the cgroup
+            self.run(["rm", "-rf", path], timeout=START_TIMEOUT)
         if not res.stdout.strip():
             raise MonitorUnavailable(f"{self.name}: reading its samples failed: {res.describe_failure()}")
         return res.stdout
@@ -95,6 +99,41 @@ class _Sampler:
 def _instance_sampler(inst: Instance, scope: str, interval: float, lifetime: float, token: str) -> _Sampler:
     return _Sampler(inst.exec, inst.name, inst.role, inst.bin(BIN), inst.scratch_dir().rstrip("/"), scope,
                     interval, lifetime, token, copy_in=inst.inside.put)
+
+
+# $1 = directory to make, then pairs (link name, target): the --cgroup-root of a v1 cgroup.
+_LINKS = 'd=$1; shift; mkdir -p "$d"; while [ $# -ge 2 ]; do ln -sfn "$2" "$d/$1"; shift 2; done'
+
+
+def _host_side_sampler(inst: Instance, how, directory: Path, interval: float, lifetime: float,
+                       token: str) -> _Sampler:
+    """vb-monitor on the instance's machine over the sandbox's cgroup (HostSideMonitoring)."""
+    machine = inst.machine
+    got = machine.run(["cat", f"/proc/{how.pid}/cgroup"], timeout=START_TIMEOUT)
+    if not got.ok:
+        raise MonitorUnavailable(f"{inst.name}: the sandbox's cgroup{machine.on}: {got.describe_failure()}")
+    try:
+        version, links = hostside.cgroup_root(got.stdout)
+    except ValueError as exc:
+        raise MonitorUnavailable(f"{inst.name}: {exc}") from None
+    if machine.is_local:
+        exe, base = host_binary(), f"{directory}/host-side-{inst.name}"
+        if not exe.exists():
+            raise MonitorUnavailable(f"{exe} is not built (run: {kernels.advice()})")
+    else:
+        from ..machines import ship
+
+        exe, base = f"{ship.ensure_native(machine).bin_dir}/{BIN}", f"{ship.remote_dir(machine)}/monitor/hs-{token}-{inst.name}"
+    root = f"{base}/cgroup"
+    pairs = [x for name, target in links for x in (name, target)]
+    made = machine.run(["sh", "-c", _LINKS, "vb", root, *pairs] if version == "v1" else ["mkdir", "-p", base],
+                       timeout=START_TIMEOUT)
+    if not made.ok:
+        raise MonitorUnavailable(f"{inst.name}: cannot make {root}{machine.on}: {made.describe_failure()}")
+    sampler = _Sampler(machine.run, inst.name, inst.role, str(exe), base, "cgroup", interval, lifetime, token,
+                       extra=("--cgroup-root", root if version == "v1" else links[0][1]), host_side=how.why)
+    sampler.cleanup.append(base)
+    return sampler
 
 
 def _machine_sampler(machine: Machine, as_host: bool, directory: Path, interval: float, lifetime: float,
@@ -149,12 +188,18 @@ class Session:
                 if scope and inst.name not in seen:
                     seen.add(inst.name)
                     targets.append((inst, scope))
-        jobs = [("machine", m) for m in machines] + [("instance", t) for t in targets]
+        # A sandbox without CPU and memory counters inside is also sampled from its machine.
+        host_side = [(inst, how) for inst, _ in targets
+                     if isinstance(inst, HostSideMonitoring) and (how := inst.host_side_scope())]
+        jobs = [("machine", m) for m in machines] + [("instance", t) for t in targets] + \
+            [("host side", h) for h in host_side]
 
         def begin(job):
             kind, what = job
             if kind == "machine":
                 return _machine_sampler(*what, session._dir, interval, life, token)
+            if kind == "host side":
+                return _host_side_sampler(*what, session._dir, interval, life, token)
             return _instance_sampler(what[0], what[1], interval, life, token)
 
         for (kind, what), sampler, exc in fanout.each(begin, jobs):
@@ -169,22 +214,32 @@ class Session:
         """Stop every sampler, read what they recorded; summaries over `window` (epoch seconds,
         the workload's measured part) when given, else over the whole repetition."""
         result = Result(notes=list(self.notes))
-        outputs: list[tuple[str, str, str]] = []
+        outputs: list[tuple[_Sampler, str]] = []
         try:
             for sampler, text, exc in fanout.each(lambda s: s.stop(), self._samplers):
                 if exc is not None:
                     result.notes.append(f"monitor: {exc}")
                 else:
-                    outputs.append((sampler.name, sampler.role, text))
+                    outputs.append((sampler, text))
         finally:
             owners.remove_local(self._dir)
             self._samplers = []
-        for name, role, text in outputs:
+        traces: list[series.Trace] = []
+        host_side: dict[str, tuple[series.Trace, str]] = {}  # instance name -> its host-side trace, why
+        for sampler, text in outputs:
             try:
-                trace = series.parse(text, name, role)
+                trace = series.parse(text, sampler.name, sampler.role)
             except ValueError as exc:
                 result.notes.append(f"monitor: {exc}")
                 continue
+            if sampler.host_side:
+                host_side[sampler.name] = (trace, sampler.host_side)
+            else:
+                traces.append(trace)
+        for name, (trace, why) in host_side.items():  # one trace per instance: CPU, memory from outside
+            inside = next((t for t in traces if t.name == name), None)
+            traces = [t for t in traces if t is not inside] + [hostside.merge(trace, inside, why)]
+        for trace in traces:
             result.traces.append(trace)
             result.rows += series.rows(trace, self.environment)
         result.samples = series.summarize(result.traces, window)

@@ -425,10 +425,9 @@ class Web(Workload):
 
 
 NO_CORK_WARNING = (
-    "TCP_CORK refused in the servers ({refused}): nginx's tcp_nopush could not cork, so each keep-alive "
-    "response's header left alone and Nagle held its body until the client's delayed ACK (~40 ms): "
-    "requests/s and latency measure that wait (connections / ~40 ms), not the platform's CPU cost; "
-    "tcp_nopush = false measures without it (docs/runtimes.md)")
+    "measures the client's delayed ACK (~40 ms a response), not the platform's CPU: TCP_CORK refused in the "
+    "servers ({refused}), so nginx's tcp_nopush sent each keep-alive response's header alone and Nagle held "
+    "its body until the client ACKed; tcp_nopush = false measures without it (docs/runtimes.md)")
 
 
 def cork_refused(servers: list[dict[str, Any]]) -> str:

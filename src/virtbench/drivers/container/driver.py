@@ -23,7 +23,7 @@ from ...errors import ConditionUnavailable, MissingTool, UserError
 from ...machines import Machine, ledger, local, ship
 from ...model import EnvSpec, ExecResult
 from ..base import GuestImageInstance
-from ..base import Driver, DriverContext, Instance, OptionSpec, Problem, ScratchSpace, Traits
+from ..base import Driver, DriverContext, HostSideScope, Instance, OptionSpec, Problem, ScratchSpace, Traits
 
 # What other modules (pods, tests) read from here; the engine module holds them now.
 __all__ = ["ContainerDriver", "ContainerInstance", "SCRATCH", "CLI_TIMEOUT", "Engine", "pick_engine", "probe",
@@ -69,6 +69,7 @@ class ContainerInstance(GuestImageInstance):
         # Host directory seen at /vb-mnt inside, mounts made later included (storage conditions).
         self.host_mount_dir: str | None = None
         self.footprint: dict[str, int] = {}  # kB of PSS on its machine, by holder (ociruntime.footprint)
+        self.pid = 0  # its first process on its machine (gVisor: the sandbox, runsc-sandbox)
 
     def engine_cli(self, *args: str, timeout: float | None = CLI_TIMEOUT, stdin: bytes | None = None) -> ExecResult:
         """The engine's command line with `args`, on the container's machine (restart, commit, rmi ...)."""
@@ -113,6 +114,7 @@ class ContainerInstance(GuestImageInstance):
         self.mark("init", _parse_started(self.started_at) / 1e9)
         # Memory per sandbox, right after start (idle): the runtime's processes beside the workload's.
         self.footprint = ociruntime.footprint(self.machine, int(state["State"].get("ConmonPid") or 0))
+        self.pid = int(state["State"].get("Pid") or 0)
         nets = state.get("NetworkSettings") or {}
         self.address = nets.get("IPAddress") or next(
             (n.get("IPAddress") for n in (nets.get("Networks") or {}).values() if n.get("IPAddress")), None)
@@ -152,6 +154,13 @@ class ContainerInstance(GuestImageInstance):
 
     def scratch_dir(self) -> str:
         return GVISOR_SCRATCH if self.engine.runtime == "runsc" else SCRATCH
+
+    def host_side_scope(self) -> HostSideScope | None:
+        """HostSideMonitoring: a gVisor sandbox's CPU and memory come from its cgroup on the machine
+        (the sandbox and its gofer run in the container's cgroup there)."""
+        if ociruntime.kind(self.engine.runtime) != "runsc" or self.pid <= 0:
+            return None
+        return HostSideScope(self.pid, ociruntime.NO_COUNTERS_INSIDE)
 
     def alive(self) -> bool:
         if self._torn_down:

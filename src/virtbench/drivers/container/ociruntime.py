@@ -28,6 +28,10 @@ GVISOR_PLATFORMS = ("ptrace", "systrap", "kvm")
 # auto: sandbox where it starts, else host, the choice and the reason recorded with every sample.
 GVISOR_NETWORKS = (AUTO, "sandbox", "host", "none")
 DEFAULT_PLATFORM = "ptrace"
+# Why a gVisor container's CPU and memory series are read outside it (monitor: HostSideMonitoring).
+NO_COUNTERS_INSIDE = ("gVisor mounts no cgroup files inside its sandbox and its /proc/stat shows no CPU time, "
+                      "so CPU and memory are the sandbox's cgroup on its machine: the workload plus gVisor's "
+                      "sentry and gofer")
 
 
 def kind(runtime: str) -> str:
