@@ -20,7 +20,7 @@ MOUNT = "/sys/fs/cgroup"
 HOST_KEYS = ("cpu_util", "cpu_user", "cpu_system", "cpu_iowait", "cpu_steal", "cpu_idle", "cpu_cores",
              "cpu_throttled", "mem_used", "mem_cache", "swap_used")
 HOST_GROUPS = ("cpu", "memory")
-SCOPE = "host side (the sandbox's cgroup on its machine) for CPU and memory; inside for network and disk"
+SCOPE = "host side (the sandbox's cgroup) + inside"  # CPU and memory read on the machine, network and disk inside
 
 
 def cgroup_root(proc_cgroup: str, mount: str = MOUNT) -> tuple[str, list[tuple[str, str]]]:

@@ -27,6 +27,7 @@ class Series:
     unit: str
     t: np.ndarray  # seconds since the run started
     value: np.ndarray
+    source: str = ""  # where the monitor read it (scope: file), e.g. a gVisor sandbox's cgroup on the host
 
 
 @dataclass
@@ -104,11 +105,15 @@ def load_timeseries(store: Store, run_id: str, t0: float) -> list[Series]:
     if reader is None:
         return []
     points: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
-    for inst, env, metric, unit, t, v in map(_TS_FIELDS, reader(run_id)):
+    sources: dict[tuple, dict[str, None]] = defaultdict(dict)
+    rows = reader(run_id)
+    for row, (inst, env, metric, unit, t, v) in zip(rows, map(_TS_FIELDS, rows)):
         points[(inst, env, metric, unit)].append((t, v))
+        if row.get("source"):
+            sources[(inst, env, metric, unit)][row["source"]] = None
     out = []
     for key, pts in points.items():
         arr = np.asarray(pts, dtype=float)
         arr = arr[np.argsort(arr[:, 0], kind="stable")]
-        out.append(Series(*key, arr[:, 0] - t0, arr[:, 1]))
+        out.append(Series(*key, arr[:, 0] - t0, arr[:, 1], "; ".join(sources[key])))
     return out

@@ -18,6 +18,7 @@ from .. import sizes
 from ..errors import ConditionUnavailable
 from ..drivers import class_for, names, traits_for
 from ..drivers.base import Instance
+from ..drivers.container import ociruntime
 from ..errors import WorkloadFailed
 from ..model import EnvSpec
 from .base import Param, RunContext
@@ -126,6 +127,9 @@ def instance_memory_mb(env: EnvSpec) -> int | None:
 
 def get_cluster(instances: dict[str, list[Instance]], params: dict[str, Any]) -> cluster.Cluster:
     nodes = instances["node"][:params["instances"]]
+    for node in nodes:  # said before mpirun starts: its own error would not name the runtime
+        if why := ociruntime.cannot_run(node.metadata(), "MPI"):
+            raise WorkloadFailed(f"{node.name}: {why}")
     cl = cluster.get(nodes)
     total = params.get("total_vcpus") or 0
     if total and sum(cl.vcpus) != total:

@@ -14,6 +14,7 @@ from typing import Any
 from . import mpicluster as cluster
 from ..errors import ConditionUnavailable
 from ..drivers.base import Instance
+from ..drivers.container import ociruntime
 from ..errors import WorkloadFailed
 from ..model import ExecResult
 from .base import RunContext, Workload
@@ -145,6 +146,9 @@ class PeerWorkload(Workload):
         server, the host and port the client dials). The caller stops the server."""
         connect_peers([server, client], "run this workload between containers or hosts, or between VMs "
                                         "of one environment")
+        why = ociruntime.cannot_run(server.metadata(), f"{argv[0]} server")
+        if why:  # said before it starts: the tool's own error would not name the runtime
+            raise WorkloadFailed(f"{server.name}: {why}")
         srv = Server(server, argv, port, timeout=ctx.timeout)
         try:
             srv.wait_listening()

@@ -34,6 +34,38 @@ NO_COUNTERS_INSIDE = ("gVisor mounts no cgroup files inside its sandbox and its 
                       "sentry and gofer")
 
 
+# What gVisor's runsc release 20221219 (Debian 12) could not run here (docs/runtimes.md), by kind of
+# workload and the network mode it fails under (None: any): said before the workload starts, so its
+# failure reads as the runtime's, not as a tool's puzzling error. Other releases are tried.
+TRIED_RELEASE = "0.0~20221219.0"
+CANNOT_RUN = {  # (what, network) -> why; `what` is said after "cannot run"
+    ("iperf3 server", "host"): (
+        "with network = \"host\" a blocking read on a freshly accepted TCP connection can return EAGAIN before the "
+        "client's data arrives (seen with a ten-line Python server too), so iperf3's server stops with "
+        "\"unable to receive parameters from client: Resource temporarily unavailable\""),
+    ("sockperf server", "host"): (
+        "with network = \"host\" sockperf's server fails its recvfrom() on the accepted TCP connection "
+        "(\"Failed receiving on fd[4] (errno=22 Invalid argument)\") and its client sees the connection closed"),
+    ("MPI", None): (
+        "hwloc finds no CPU topology in gVisor's /sys (\"topology discovery failed\"), and with a synthetic "
+        "topology (HWLOC_SYNTHETIC) Open MPI's PMIx server does not start its listener"),
+}
+
+
+def cannot_run(meta: dict, what: str) -> str:
+    """Why an instance (its metadata: runtime, runtime_version, runtime_options) cannot run `what` (a key
+    of CANNOT_RUN), with what to do; '' when it can or when nobody tried (another runtime or release)."""
+    options = meta.get("runtime_options") or {}
+    if kind(str(meta.get("runtime") or "")) != "runsc" or meta.get("runtime_version") != TRIED_RELEASE:
+        return ""
+    for (name, network), why in CANNOT_RUN.items():
+        if name == what and network in (None, options.get("network")):
+            return (f"gVisor runsc {TRIED_RELEASE} cannot run {what} here: {why} (docs/runtimes.md); "
+                    f"use runtime = \"runc\"" + ("" if network is None else
+                                                 ", or a runsc whose own network stack starts (network = \"sandbox\")"))
+    return ""
+
+
 def kind(runtime: str) -> str:
     """What a runtime value is: 'runc', 'crun', 'runsc' (a path's file name decides) or '' (unknown)."""
     base = runtime.rsplit("/", 1)[-1]

@@ -15,6 +15,7 @@ from .. import fmt
 from ..data import RunData, Series
 from .. import svg
 from ..model import Chart, Section, Table
+from ...monitor.hostside import SCOPE as HOST_SIDE
 from .common import slug
 
 MAX_POINTS = 600
@@ -46,12 +47,30 @@ def build(data: RunData) -> Section | None:
         series = sorted(by_metric[metric], key=lambda s: s.instance)
         section.blocks.append(_chart(data, metric, series))
         section.blocks.append(_per_minute(data, metric, series))
+    section.blocks += _scopes(data.timeseries)
     rest = [s for m, ss in by_metric.items() if m not in drawn for s in ss]
     if rest:
         section.blocks.append(Table("Other monitored metrics", ["metric", *SUMMARY_COLUMNS],
                                     [[s.metric, *_summary(s)] for s in rest], numeric={3, 4, 5, 6, 7, 8},
                                     collapsed=True))
     return section
+
+
+def _scopes(series: list[Series]) -> list:
+    """Where each instance's series were read, when some were read outside it: a gVisor sandbox's CPU
+    and memory come from its cgroup on the host (monitor/hostside.py), a runc container's from inside."""
+    where: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for s in sorted(series, key=lambda s: (s.instance, s.metric)):
+        if s.source.startswith(HOST_SIDE):
+            where[(s.instance, s.environment, s.source[len(HOST_SIDE):].lstrip(": "))].append(s.metric)
+    if not where:
+        return []
+    rows = [[inst, env, ", ".join(metrics), source] for (inst, env, source), metrics in where.items()]
+    return [Table("Series read outside their instance", ["instance", "environment", "metrics", "where"], rows,
+                  collapsed=len(rows) > 12,
+                  note=f"Scope '{HOST_SIDE}': CPU and memory from the sandbox's cgroup on its machine (its "
+                       "runtime's own processes included), network and disk from inside; every other instance's "
+                       "series were read inside it (a container's cgroup, a VM's kernel) or on the host.")]
 
 
 def _summary(s: Series) -> list[str]:
