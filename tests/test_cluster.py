@@ -121,6 +121,14 @@ def test_memory_pressure_from_counters():
     assert cluster.memory_pressure({"i": {}}, {"i": {}})["memory_pressure"] is False  # unreadable: no claim
 
 
+def test_swap_room_counts_swap_only_where_every_instance_has_it():
+    a = cluster.parse_counters("MemAvailable_kb=60000\nSwapTotal_kb=1048572\nSwapFree_kb=1000000\n")
+    b = {**a, "MemAvailable_kb": 50000, "SwapFree_kb": 900000}
+    assert cluster.swap_room({"a": a, "b": b}) == 950000 * 1024  # the smallest instance's
+    assert cluster.swap_room({"a": a, "b": {**b, "SwapTotal_kb": 0}}) is None
+    assert cluster.swap_room({"a": {}}) is None and cluster.swap_room({}) is None
+
+
 def test_warnings_of_the_harness_reach_the_samples():
     from virtbench.workloads import mpijob
     meta = mpijob.harness_metadata({"warnings": ["memory pressure on x: ..."], "oversubscribed": True,

@@ -32,7 +32,8 @@ if not shutil.which("ssh"):
 
 # Pinned to the last CPU (the cpuset option): test_qemu_runs_on_its_cpuset reads it back.
 PIN = str(sorted(os.sched_getaffinity(0))[-1])
-SMALL = EnvSpec("vm", "vm", Shape("t", vcpus=1, memory_mb=256), {"ready_timeout": 240.0, "cpuset": PIN})
+SMALL = EnvSpec("vm", "vm", Shape("t", vcpus=1, memory_mb=256), {"ready_timeout": 240.0, "cpuset": PIN,
+                                                                   "swap": "64M"})
 
 
 def _driver(guest_image, tmp_path):
@@ -143,6 +144,14 @@ def test_reboot_changes_boot_id(booted):
     assert result["init"] < result["ready"]
     assert [m.text.split()[0] for m in inst.console.markers].count("VIRTBENCH-INIT") == 2
     assert inst.exec(["test", "-d", inst.scratch_dir()]).ok  # the disk kept its contents
+    assert "/vb-swapfile" in inst.exec(["cat", "/proc/swaps"]).stdout  # switched on again
+
+
+def test_swap_option_gives_the_guest_a_swap_file(booted):
+    _, inst = booted
+    swaps = inst.exec(["cat", "/proc/swaps"]).stdout.splitlines()
+    assert [line.split()[:3] for line in swaps[1:]] == [["/vb-swapfile", "file", str(64 * 1024 - 4)]]
+    assert inst.metadata()["swap_bytes"] == 64 << 20
 
 
 def test_teardown_leaves_nothing(booted):

@@ -169,6 +169,19 @@ def test_cluster_larger_than_a_shape_or_the_machine_fails_before_the_run_starts(
     assert any("far above the shape's 1 vCPU" in p for p in problems)
 
 
+def test_a_vm_with_swap_may_outgrow_its_memory_but_not_memory_and_swap():
+    """Study 000's m1.small: MG class W (about 140 MB) on a 128 MB VM refused without swap, run with a
+    swap file that holds the rest, refused again when even memory + swap cannot hold it."""
+    mg = {"kernel": "mg", "class": "W", "ranks": 1, "instances": 1, "threads": 1}
+
+    def vm(**opts):
+        return EnvSpec("vm-m1small", "vm", Shape("m1.small", 1, 128), opts)
+    assert any("shape m1.small gives 128 MB" in p for p in npb.NPB().check_capacity(mg, vm()))
+    assert not any("MB" in p for p in npb.NPB().check_capacity(mg, vm(swap="1G")))
+    problems = npb.NPB().check_capacity({**mg, "class": "A"}, vm(swap="64M"))
+    assert any("gives 128 MB and 64 MiB of swap" in p for p in problems), problems
+
+
 @needs_mpi
 @pytest.mark.parametrize("kernel", ["lu", "sp", "bt", "sp-mz", "bt-mz", "lu-mz"])
 def test_pseudo_app_rank_limits_are_the_binarys(kernel):

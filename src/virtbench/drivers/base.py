@@ -265,6 +265,12 @@ class Driver(ABC):
         (None: not known in advance; the workload finds out inside)."""
         return None
 
+    @classmethod
+    def swap_bytes(cls, env: EnvSpec) -> int:
+        """Swap each instance of `env` gets beside its memory (0: none: an instance that outgrows its
+        memory is killed, not slowed)."""
+        return 0
+
     def check_env(self, env: EnvSpec) -> list[Problem]:
         """Problems with one environment's options that can be told before anything starts."""
         return []

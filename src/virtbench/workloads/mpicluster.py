@@ -152,7 +152,8 @@ class Cluster:
 
     # -- running ---------------------------------------------------------------------------------
     def mpirun_argv(self, argv: list[str], ranks: int, *, threads: int = 1, map_by: str = "slot",
-                    oversubscribe: bool = False, passive_wait: bool = False, transport: str = "auto") -> list[str]:
+                    oversubscribe: bool = False, passive_wait: bool = False, transport: str = "auto",
+                    env: dict[str, str] | None = None) -> list[str]:
         if map_by not in MAP_BY:
             raise ValueError(f"map_by must be one of {', '.join(MAP_BY)}")
         per = ranks // len(self.instances)
@@ -165,6 +166,8 @@ class Cluster:
             # more threads than cores: measured 30x slower for SP-MZ class S at 1 x 2 on a loaded 2-core
             # machine. Waiting threads sleep instead (recorded in the mpirun options of every sample).
             cmd += ["-x", "OMP_WAIT_POLICY=passive"]
+        for k, v in (env or {}).items():  # every rank's environment
+            cmd += ["-x", f"{k}={v}"]
         if self.mode == "ssh":
             key = f"{_ssh_dir(self.launcher)}/id"
             cmd += ["--mca", "plm_rsh_agent", "ssh",
@@ -202,10 +205,11 @@ class Cluster:
         return None
 
     def run(self, argv: list[str], ranks: int, *, threads: int = 1, map_by: str = "slot",
-            timeout: float | None = None, transport: str = "auto") -> Run:
+            timeout: float | None = None, transport: str = "auto", env: dict[str, str] | None = None) -> Run:
         over, busy = self.oversubscribed(ranks, threads), self.machine_busy(ranks, threads)
         cmd = self.mpirun_argv(argv, ranks, threads=threads, map_by=map_by, oversubscribe=over,
-                               passive_wait=threads > 1 and (over or busy is not None), transport=transport)
+                               passive_wait=threads > 1 and (over or busy is not None), transport=transport,
+                               env=env)
         res = self.launcher.exec(cmd, timeout=timeout)
         return Run(res, cmd, cmd[:len(cmd) - len(argv)], self.placement(ranks, map_by), over, busy)
 
@@ -260,6 +264,15 @@ class Cluster:
                 _check(res, f"writing the hostfile in {self.launcher.name}")
                 self._hostfiles[key] = path
             return self._hostfiles[key]
+
+
+def swap_room(snapshot: dict[str, dict[str, int]]) -> int | None:
+    """Bytes each instance can give its ranks counting its swap (MemAvailable + SwapFree; the smallest
+    instance's), from a memory_snapshot; None when an instance has no swap."""
+    nodes = list(snapshot.values())
+    if not nodes or not all(c.get("SwapTotal_kb", 0) > 0 and "MemAvailable_kb" in c for c in nodes):
+        return None
+    return min((c["MemAvailable_kb"] + c.get("SwapFree_kb", 0)) * 1024 for c in nodes)
 
 
 def parse_counters(text: str) -> dict[str, int]:

@@ -106,10 +106,12 @@ def capacity_problems(params: dict[str, Any], env: EnvSpec, need_per_instance: f
     memory_mb = shape.memory_mb or instance_memory_mb(env)
     if memory_mb:
         named = shape.name if shape.memory_mb else f"{env.driver} default"
-        if need_per_instance > memory_mb * MB:
+        # with swap beside its memory an instance that outgrows the memory pages (slowly) instead of dying
+        swap = class_for(env).swap_bytes(env) if env.driver in names() else 0
+        if need_per_instance > memory_mb * MB + swap:
             gives = f"the shape {shape.name}" if shape.memory_mb else f"a {env.driver} without a memory shape"
             problems.append(f"{what} needs about {human(need_per_instance)} per instance ({per} rank(s)), but "
-                            f"{gives} gives {memory_mb} MB")
+                            f"{gives} gives {memory_mb} MB" + (f" and {human(swap)} of swap" if swap else ""))
         if avail is not None and not traits_for(env).host_process and inst * memory_mb * MB > avail:
             problems.append(f"{inst} instances x {memory_mb} MB ({named}) do not fit in this machine's "
                             f"{human(avail)} available memory")
@@ -139,11 +141,22 @@ def get_cluster(instances: dict[str, list[Instance]], params: dict[str, Any]) ->
 
 
 def run(cl: cluster.Cluster, argv: list[str], params: dict[str, Any], ctx: RunContext, tool: str, *,
-        threads: int = 1, map_by: str = "slot", extra: dict[str, Any] | None = None) -> str:
-    """One mpirun with memory counters read before and after; raw output for the parser."""
+        threads: int = 1, map_by: str = "slot", extra: dict[str, Any] | None = None,
+        mem_env: str | None = None) -> str:
+    """One mpirun with memory counters read before and after; raw output for the parser. `mem_env`:
+    the tool's variable for the memory its own check may count on; set to memory + swap where the
+    instances' environment gives them swap (the vm option swap), so a run that outgrows the memory
+    pages, as the shape was made to, rather than being refused."""
     before = cl.memory_snapshot()
+    env, extra = {}, dict(extra or {})
+    granted = bool(cl.instances) and all(i.env.driver in names() and class_for(i.env).swap_bytes(i.env) > 0
+                                         for i in cl.instances)
+    room = cluster.swap_room(before) if mem_env and granted else None
+    if room is not None:
+        env[mem_env] = str(room)
+        extra["memory_check"] = f"MemAvailable + SwapFree: {human(room)} (the instances have swap)"
     job = cl.run(argv, params["ranks"], threads=threads, map_by=map_by, timeout=ctx.timeout,
-                 transport=params.get("transport", "auto"))
+                 transport=params.get("transport", "auto"), env=env)
     after = cl.memory_snapshot()
     pressure = cluster.memory_pressure(before, after)
     if not job.ok:
@@ -151,7 +164,7 @@ def run(cl: cluster.Cluster, argv: list[str], params: dict[str, Any], ctx: RunCo
         if pressure["warnings"]:
             reason += " | " + " | ".join(pressure["warnings"])
         raise WorkloadFailed(reason, job.result.stdout[-4000:] + job.result.stderr[-4000:])
-    record = {**cl.metadata(job, threads), **pressure, **(extra or {})}
+    record = {**cl.metadata(job, threads), **pressure, **extra}
     return job.result.stdout.rstrip("\n") + "\n" + cluster.dumps_record(record) + "\n"
 
 
@@ -232,7 +245,7 @@ def harness_metadata(harness: dict[str, Any]) -> dict[str, Any]:
     """Sample metadata from the harness record: placement, cluster facts, memory pressure, warnings."""
     keep = ("cluster_mode", "cluster_instances", "placement", "ranks_per_instance", "threads_per_rank",
             "instance_vcpus", "oversubscribed", "machine_oversubscribed", "mpirun", "memory_pressure", "memory",
-            "cluster_network")
+            "cluster_network", "memory_check")
     meta = {k: harness[k] for k in keep if k in harness}
     warnings = list(harness.get("warnings") or [])
     if harness.get("oversubscription"):

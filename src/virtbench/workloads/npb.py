@@ -170,7 +170,7 @@ class NPB(Workload):
     def execute(self, instances, params: dict[str, Any], ctx: RunContext) -> str:
         cl = mpijob.get_cluster(instances, params)
         argv = [cl.launcher.bin("vb-npb"), params["kernel"], params["class"], "--threads", str(params["threads"])]
-        return mpijob.run(cl, argv, params, ctx, "vb-npb", threads=params["threads"])
+        return mpijob.run(cl, argv, params, ctx, "vb-npb", threads=params["threads"], mem_env="VB_NPB_MEM_AVAILABLE")
 
     def parse(self, raw: str, params: dict[str, Any]) -> list[Sample]:
         rec, meta = mpijob.verified_record(

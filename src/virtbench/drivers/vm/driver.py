@@ -80,6 +80,9 @@ class VmDriver(Driver):
                                  ("none", "writeback", "writethrough", "directsync", "unsafe")),
         "ready_timeout": OptionSpec(float, 300.0, "seconds a VM may take from QEMU start to SSH answering"),
         "kernel_args": OptionSpec(str, "", "extra kernel command-line arguments"),
+        "swap": OptionSpec(str, "", "a swap file of this size (256M, 1G ...) made in the guest at each boot "
+                           "(the image has none): a shape with less memory than its workload then swaps, as "
+                           "study 000's m1.small did, instead of killing it; it takes its room from free_space"),
         "cpuset": cpuset.OPTION,
     }
 
@@ -193,6 +196,14 @@ class VmDriver(Driver):
             raise UserError(f"vm option free_space: {exc}") from None
         if opts["free_bytes"] is None:
             opts["free_bytes"] = disk.AUTO_FREE
+        try:
+            opts["swap_bytes"] = disk.parse_size(opts["swap"] or "0") or 0
+        except ValueError as exc:
+            raise UserError(f"vm option swap: {exc}") from None
+        if opts["swap_bytes"] and opts["size_bytes"] is None and opts["swap_bytes"] >= opts["free_bytes"]:
+            raise UserError(f"vm option swap = {opts['swap']} does not fit the disk's free_space = {opts['free_space']}",
+                            "give free_space room for the swap file and what the workload writes, e.g. "
+                            "free_space = \"2G\" for swap = \"1G\"")
         if opts["cpuset"]:
             m = site.machine
             problems = cpuset.problems(opts["cpuset"], self.name, m.allowed_cpus(), m.place)
@@ -215,6 +226,13 @@ class VmDriver(Driver):
         free = disk.AUTO_FREE if free is None else free
         return ScratchSpace("the {free} free on a VM's disk (vm option free_space, e.g. 4G)", free,
                             shared=False)
+
+    @classmethod
+    def swap_bytes(cls, env: EnvSpec) -> int:
+        try:
+            return disk.parse_size(env.options.get("swap") or "0") or 0
+        except ValueError:
+            return 0  # settings() refuses the option with the reason
 
     def lifecycle_ops(self, env):
         from .checks import VmLifecycle

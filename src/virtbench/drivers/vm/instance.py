@@ -240,12 +240,26 @@ class VmInstance(GuestImageInstance):
                     marks["ready"] = res.ended
                     self.mark("ready", res.ended)
                     self.boots.append(marks)
+                    self._swap_on()
                     return marks
                 why = res.describe_failure()
             last = why
             if time.monotonic() > deadline:
                 self._fail(f"SSH did not answer within {self.s['ready_timeout']:.0f} s: {last}")
             time.sleep(0.05)
+
+    def _swap_on(self) -> None:
+        """Option swap: a swap file made at the first boot and switched on at every boot, after the
+        boot is timed (the image has no swap; busybox's swapon, as the image has no mount package)."""
+        size = self.s.get("swap_bytes") or 0
+        if not size:
+            return
+        script = ('set -e; f=/vb-swapfile; if [ ! -f "$f" ]; then fallocate -l "$1" "$f"; chmod 600 "$f"; '
+                  'mkswap "$f" >/dev/null; fi; swapon "$f" 2>/dev/null || busybox swapon "$f"')
+        res = self.inside.run(["sh", "-c", script, "sh", str(size)], timeout=120)
+        if not res.ok:
+            self._fail(f"could not switch on its {disk.format_size(size)} swap file (vm option swap): "
+                       f"{res.describe_failure()}")
 
     def _wait_marker(self, prefix: str, after: int, deadline: float, what: str) -> qemu.ConsoleLine:
         con = self.console
@@ -338,6 +352,8 @@ class VmInstance(GuestImageInstance):
             meta["accelerator_note"] = TCG_NOTE
         if self.s["kernel_args"]:
             meta["kernel_args"] = self.s["kernel_args"]
+        if self.s.get("swap_bytes"):
+            meta["swap_bytes"] = self.s["swap_bytes"]
         return meta
 
     # -- lifecycle operations (lifecycle checks use these) --------------------------------------
