@@ -383,6 +383,36 @@ def test_reproduce_runs_resumes_and_reports_scorecard_first(tmp_path, monkeypatc
     doc = report_build.document(store, [run_id])
     assert doc.parts[0].sections[0].blocks[0].text.startswith("Scoring code: scored now by virtbench")
 
+    # a peak and the network penalty, read from intervals together at 95 %: their text and level in
+    # the --json scorecard, in `show` and in the report (the run's samples stand in for by groups here)
+    from virtbench.studies import evidence
+    from virtbench.studies.score import Evidence, Group
+
+    spread = (0.99, 1.0, 1.01, 1.005, 0.995)
+    groups = [Group("004-web", "web", {"workers": 1, "replicas": x}, {}, "pods", "pods", "requests_per_second",
+                    "req/s", True, [v * f for f in spread]) for x, v in {1: 100, 2: 300, 4: 250, 8: 200}.items()]
+    for code, workload, params, p in (("fine", "npb", {"kernel": "sp-mz"}, 1.5), ("coarse", "eigen", {}, 1.0)):
+        for kind in ("host", "container"):
+            for inst in (1, 2):
+                t = 10.0 * (p if kind != "host" and inst == 2 else 1.0)
+                groups.append(Group("001-network", workload, {**params, "instances": inst}, {}, kind, kind, "time",
+                                    "s", False, [t * f for f in spread]))
+    monkeypatch.setattr(evidence, "collect", lambda store, run_id: Evidence(groups, {"cluster": True}))
+    cli_reproduce.show(store, run_id, True)
+    cards = {c["id"]: c for c in json.loads(capsys.readouterr().out)["scorecard"]}
+    peak, penalty = cards["004-web-pods-peak"], cards["001-coarse-copes"]
+    assert peak["verdict"] == "holds" and peak["level"] >= 0.95 and peak["ci"] == [2, 2], peak
+    assert "the peak lies at replicas in {2} (the 6 pairwise ratio intervals together at 95.2%" in peak["measured"]
+    assert penalty["verdict"] == "holds" and penalty["level"] >= 0.95 and penalty["ci"][0] > 1, penalty
+    assert "medians only" not in peak["measured"] + penalty["measured"]
+    cli_reproduce.show(store, run_id, False)
+    said = capsys.readouterr().out
+    assert "interval at 95.2%" in said and "interval at 96.8%" in said
+    table = report_build.document(store, [run_id]).parts[0].sections[0].blocks[1]  # after the scoring note
+    rows = {k["claim"]: r for r, k in zip(table.rows, table.keys)}
+    assert rows["004-web-pods-peak"][3].endswith("; interval at 95.2%") and "pairwise" in rows["004-web-pods-peak"][3]
+    assert rows["001-coarse-copes"][3].endswith("; interval at 96.8%")
+
 
 def _two_tiers() -> rp.Experiment:
     return Experiment("tiny-t", "000", "tiny, two scales", "quick.toml", ("host",), "system", {"copies": ["1"]},
