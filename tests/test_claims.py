@@ -613,3 +613,25 @@ def test_the_network_penalty_is_read_from_four_ratio_intervals_together():
     v = score.score(c, Evidence(_penalty(c, 1.5, 1.0, SPREAD[:4]), KVM))
     assert v.verdict == NOT_MEASURED and v.reason.startswith("too few repetitions for a 95 % interval (n = 4 / 4, ")
     assert "it needs 5 per side for 4 ratio intervals at 98.8% each" in v.reason
+
+
+def test_an_order_of_many_steps_needs_more_of_each_steps_interval():
+    """Each step's interval is equal-tailed: up to 2 steps at 95 % each keep a wrong verdict within 5 %;
+    4 steps need 97.5 % each (1 - 0.1 / 4), which 4 values a side (97.1 %) cannot give."""
+    from dataclasses import replace
+
+    base = by_id("003-bonnie-dom0-order")
+    (a0, a1), (b0, b1) = base.args["steps"]
+    four = replace(base, args={**base.args, "steps": [[a0, a1], [b0, b1], [a0, a1], [b0, b1]]})
+
+    def groups(n):
+        tight = SPREAD[:n]
+        return [_group(a0, [300.0 * f for f in tight]), _group(a1, [100.0 * f for f in tight]),
+                _group(b0, [140.0 * f for f in tight]), _group(b1, [40.0 * f for f in tight])]
+
+    assert score.score(base, Evidence(groups(4), KVM)).verdict == HOLDS  # 2 steps: 4 a side
+    v = score.score(four, Evidence(groups(4), KVM))
+    assert v.verdict == NOT_MEASURED and v.level == pytest.approx(1 - 2 / 70), (v.measured, v.reason)
+    assert "it needs 5 per side for 4 steps at 97.5% each" in v.reason
+    v = score.score(four, Evidence(groups(5), KVM))
+    assert v.verdict == HOLDS and v.level >= 0.975

@@ -57,6 +57,9 @@ def _needed(exp: Experiment, tier: Tier, f: Finding) -> int:
     if f.rule == "peak":  # every pair of the tier's x values compared at once: more points need more
         xs = tier.select.get(f.args["x"]) or exp.where.get(f.args["x"]) or []
         return score.repetitions_for_level("peak", points=len(xs) if isinstance(xs, list) else 3)
+    if f.rule in ("order", "steps"):  # more steps need more of each step's interval
+        return score.repetitions_for_level(f.rule, points=len(f.args["chain"]) - 1 if f.rule == "order"
+                                           else len(f.args["steps"]))
     den = f.args.get("den") if f.rule == "ratio" else None
     best = next((k for k, v in den["params"].items() if v == "best"), None) if den else None
     if best and not exp.boot:  # num against every value of the den's range at once

@@ -284,10 +284,12 @@ LEVEL = 0.95  # every interval a verdict is read from is at least at this level
 @dataclass(frozen=True)
 class Level:
     """The actual level of the interval a rule decided from (NaN: no interval), the sizes behind it and
-    what reaching LEVEL needs (said when it is not reached)."""
+    what reaching LEVEL (or `required`, where a rule needs more of each interval) needs, said when it
+    is not reached."""
     level: float
     n: str
     need: str = ""
+    required: float = 0.95  # what each interval must reach (an order of 3 or more steps: more than LEVEL)
 
 
 def repetitions_for_level(rule: str, per_repetition: tuple[int, int] = (1, 1), *, points: int | None = None) -> int:
@@ -298,11 +300,14 @@ def repetitions_for_level(rule: str, per_repetition: tuple[int, int] = (1, 1), *
     paired round by round from 6 rounds on (paired_rounds); a median's order-statistic interval, 6;
     a peak over `points` x values, every pair's Mann-Whitney interval at 1 - 0.05 / pairs (3 or 4
     points: 5, 5 to 7: 6, 8 or 9: 7; 3 when `points` is not given); a ratio against the best of
-    `points` values, each of the num's ratios at 1 - 0.05 / points (4 values: 5 per side); the network
+    `points` values, each of the num's ratios at 1 - 0.05 / points (4 values: 5 per side); an order of
+    `points` steps, each at 1 - 0.1 / points from 3 steps on (4 per side up to 3 steps, 5 from 4); the network
     penalty, its 4 ratios' at 98.75 % each (5 per side);
     1 where the interval comes from all the points together (a slope)."""
     if rule == "ratio" and points and points > 1 and per_repetition == (1, 1):  # against the best of `points` values
         return stats_exact.min_n("mann-whitney", _each_level(points))
+    if rule in ("order", "steps") and points and per_repetition == (1, 1):  # `points` steps
+        return stats_exact.min_n("mann-whitney", _step_level(points))
     if rule in ("ratio", "efficiency", "order", "steps", "peak_sum"):
         a, b = per_repetition
         if (a, b) == (1, 1):
@@ -434,37 +439,53 @@ def _rule_efficiency(c: Finding, ev: Evidence, tcg: bool):
         Level(r.ci_level, f"{len(one_.values)} / {len(many.values)}")
 
 
+def _step_level(steps: int) -> float:
+    """The level each step of an order needs: a step's interval is equal-tailed, so it lies wholly on
+    the wrong side of 1 with probability at most (1 - level) / 2; a wrong "differs" needs one truly
+    down step wholly up, a wrong "holds" one truly up step wholly down, so with each at 1 - 0.1 / steps
+    neither passes 5 % (LEVEL itself for up to 2 steps, never less)."""
+    return max(LEVEL, 1.0 - 2.0 * (1.0 - LEVEL) / max(steps, 1))
+
+
+def _steps_level(levels: list[float], steps: int, sizes: str) -> Level:
+    """The weakest step's level, and what the steps need where it falls short."""
+    level = min(levels) if levels and all(math.isfinite(x) for x in levels) else math.nan
+    each = _step_level(steps)
+    return Level(level, sizes, f"{repetitions_for_level('steps', points=steps)} per side for {steps} steps at "
+                               f"{_pct(each)} each", each)
+
+
 def _rule_order(c: Finding, ev: Evidence, tcg: bool):
     chain = [one(ev, s, exclude_tcg=tcg) for s in c.args["chain"]]
+    each = _step_level(len(chain) - 1)
     decided, steps, levels = [], [], []
     for prev, nxt in zip(chain, chain[1:]):
-        r = _ratio(nxt, prev)
+        r = _ratio(nxt, prev, each)
         levels.append(r.ci_level)
         decided.append(decide(r.ratio, r.ci_low, r.ci_high, {"below": 1.0}))
         steps.append(f"{_fmt(r.ratio)}x{_ci_text(r.ci_low, r.ci_high)}")
     # every step must be down: one step wholly not down differs; otherwise an undecided step leaves it open
     ok = False if False in decided else UNDECIDED if UNDECIDED in decided else True
     medians = " > ".join(f"{_label(g)} {_fmt(g.median)}" for g in chain)
-    level = min(levels) if all(math.isfinite(x) for x in levels) else math.nan  # the weakest step's
     return ok, f"{medians} {chain[0].unit}; steps {', '.join(steps)}", None, None, sorted({g.env for g in chain}), \
-        Level(level, " / ".join(str(len(g.values)) for g in chain))
+        _steps_level(levels, len(chain) - 1, " / ".join(str(len(g.values)) for g in chain))
 
 
 def _rule_steps(c: Finding, ev: Evidence, tcg: bool):
     """An order measured in separate steps, each a like-for-like pair [from, to] (e.g. the same file
     size on both sides): every step must go down (to / from below 1), as in `order`."""
     pairs = [(one(ev, a, exclude_tcg=tcg), one(ev, b, exclude_tcg=tcg)) for a, b in c.args["steps"]]
+    each = _step_level(len(pairs))
     decided, steps, levels = [], [], []
     for prev, nxt in pairs:
-        r = _ratio(nxt, prev)
+        r = _ratio(nxt, prev, each)
         levels.append(r.ci_level)
         decided.append(decide(r.ratio, r.ci_low, r.ci_high, {"below": 1.0}))
         steps.append(f"{_label(prev)} {_fmt(prev.median)} > {_label(nxt)} {_fmt(nxt.median)} {prev.unit}: "
                      f"{_fmt(r.ratio)}x{_ci_text(r.ci_low, r.ci_high)}")
     ok = False if False in decided else UNDECIDED if UNDECIDED in decided else True
-    level = min(levels) if all(math.isfinite(x) for x in levels) else math.nan  # the weakest step's
     return ok, "; ".join(steps), None, None, sorted({g.env for p in pairs for g in p}), \
-        Level(level, ", ".join(f"{len(a.values)} / {len(b.values)}" for a, b in pairs))
+        _steps_level(levels, len(pairs), ", ".join(f"{len(a.values)} / {len(b.values)}" for a, b in pairs))
 
 
 def _x_of(g: Group, key: str) -> float:
@@ -793,7 +814,7 @@ def score(c: Finding, ev: Evidence, *, points: bool = False) -> Verdict:
     if "cluster" in c.needs and ev.facts.get("cluster_detail"):
         v.measured += f"; cluster: {ev.facts['cluster_detail']} ({CLUSTER_RULE})"
         text = v.measured
-    if level and not points and not level.level >= LEVEL - 1e-12:
+    if level and not points and not level.level >= max(LEVEL, level.required) - 1e-12:
         # an interval below 95 % (or none) decides nothing under a 95 % label
         v.verdict = NOT_MEASURED
         v.reason = (f"too few repetitions for a 95 % interval (n = {level.n}"
