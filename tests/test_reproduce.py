@@ -188,7 +188,11 @@ def test_every_experiment_builds_from_its_suite_file():
         for tier in exp.tiers:
             if exp.boot:
                 g = rp.boot_grid(exp, tier, CLOUD)
-                assert g.image_modes == (["overlay"] if g.driver == "cloud" else ["copy"]) and g.repeat == tier.repeat
+                # the study's copy from the node's cache unless the tier says (a start timed without a copy)
+                mode = "overlay" if g.driver == "cloud" else tier.boot.get("image_mode", "copy")
+                assert g.image_modes == [mode] and g.repeat == tier.repeat
+                if "sizes_gb" not in tier.boot and g.driver != "cloud":
+                    assert g.image_sizes == ["auto"]  # the suite's own: the image as it is
                 continue
             m = rp.matrix_for(exp, tier, rp._envs_for(exp, KVM))
             assert m.cells and m.policy.min_repetitions == m.policy.max_repetitions == tier.repeat

@@ -135,7 +135,8 @@ def boot_grid(exp: Experiment, tier: Tier, cloud: dict[str, Any] | None = None):
         g.size_notes = {}
         g.name = f"{g.name} (reproduce {exp.id})"
         return g
-    g.image_modes = ["copy"]
-    g.image_sizes, g.size_notes = boot_mod.scaled_sizes(g, tier.boot["sizes_gb"], tier.boot["scale"])
+    g.image_modes = [tier.boot.get("image_mode", "copy")]  # the study's copy from the node's cache, unless said
+    if "sizes_gb" in tier.boot:  # else the suite's own sizes (auto: the image as it is)
+        g.image_sizes, g.size_notes = boot_mod.scaled_sizes(g, tier.boot["sizes_gb"], tier.boot["scale"])
     g.name = f"{g.name} (reproduce {exp.id})"
     return g
