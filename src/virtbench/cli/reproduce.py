@@ -120,7 +120,7 @@ def reproduce(studies, budget, kubeconfig, testbed, testbed_name, inventory, hos
     study files you wrote (STUDY_FILE.toml: your own paper's experiments and findings, see the README),
     on the platforms this machine reaches, within --budget, and score each finding against the
     results: holds, differs, or not measured (with why). The scorecard names the hash of every study
-    file it was scored with."""
+    file it was scored with and the scoring code's version (said when it is not the run's own)."""
     from ..reproduce import testbed as reproduce_testbed
     from .common import emit_json, ensure_kernels, inventory_path, log_line, err, out
     from ..reproduce import Reproducer, experiments_done, left_out_always, parse_budget, plan, spec_for
