@@ -1,6 +1,8 @@
-"""The one seam: Machine's file-system conveniences (the `sh -c` versions a remote machine gets agree
-with LocalMachine's os/shutil fast paths, on real files here), the recording fake, the factory of
-machines from inventory hosts, and code that counts CPUs on the instance's machine, not this one."""
+"""The one seam: Machine's conveniences, written once as commands, give the same answers through
+the primitives alone (what a remote machine gets) as on LocalMachine (its read_text fast path, its
+process directory, its files used in place), on real files here; the abilities only some kinds
+declare; the recording fake; the factory of machines from inventory hosts; and code that counts CPUs
+on the instance's machine, not this one."""
 
 import os
 import shutil
@@ -102,6 +104,30 @@ def test_scratch_and_staging(machine, tmp_path):
 
 def test_mountinfo_names_the_root_mount(machine):
     assert any(line.split()[4] == "/" for line in machine.mountinfo().splitlines())
+
+
+def test_abilities_are_declared_where_they_mean_something(tmp_path):
+    """This machine: its process directory (scratch root, ledger, container mount dirs) and ports
+    reachable as they are; an SSH host forwards over its connection; the others have neither."""
+    here, shell, ssh = LocalMachine(), ShellOnly(), SshMachine(HostSpec("h1"), control_dir=tmp_path)
+    assert here.is_local and here.on == "" and here.place == "the host"
+    assert here.forwards.forward("127.0.0.1", 8080) == ("127.0.0.1", 8080)
+    assert here.forwards.forward_unix("/run/x.sock") == "/run/x.sock"
+    assert ssh.forwards is ssh and not ssh.is_local and ssh.process_dir is None
+    assert shell.forwards is None and shell.process_dir is None and RecordingMachine().forwards is None
+    assert shell.on == " on shell-only" and shell.place == "shell-only"
+    own = here.process_dir
+    d = here.scratch_dir("seamtest")
+    try:
+        assert Path(d).parent == Path(here.scratch_file("x")).parent  # both under the process's directory
+        own.remember("seam-ledger", "a")
+        own.remember("seam-ledger", "b")
+        own.forget("seam-ledger", "a")
+        assert own.remembered("seam-ledger") == ["b"]
+    finally:
+        own.forget("seam-ledger", "b")
+        shutil.rmtree(d, ignore_errors=True)
+    assert own.remembered("seam-ledger") == []
 
 
 def test_recording_machine_answers_and_records():

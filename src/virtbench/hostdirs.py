@@ -141,3 +141,40 @@ def release(path: str | None) -> None:
             if child.is_dir() and not mounts_under(child):
                 child.rmdir()
         Path(path).rmdir()
+
+
+class ProcessDir:
+    """This process's own directory on this machine (base_dir()), as an ability of the machine that
+    has it (`Machine.process_dir`; None on every other kind, where owner files beside each path tell
+    a later run whose it was): scratch names whose directory names their owner, a ledger of what the
+    process made that a later run must find if this one is killed (loop devices), and directories
+    shared into containers, where storage conditions mount what a container sees."""
+
+    def new_dir(self, kind: str) -> str:
+        """A fresh directory for files of one kind; the caller removes it."""
+        d = base_dir() / f"{kind}-{next_id()}"
+        d.mkdir(mode=0o755)
+        return str(d)
+
+    def new_file(self, kind: str) -> str:
+        """A fresh file name (e.g. a helper's log); the caller removes the file."""
+        return f"{base_dir()}/{kind}-{next_id()}.log"
+
+    def remember(self, kind: str, item: str) -> None:
+        """Note `item` of `kind` (one word) as made by this process."""
+        ledger(base_dir() / kind, add=item)
+
+    def forget(self, kind: str, item: str) -> None:
+        """`item` is gone again."""
+        ledger(base_dir() / kind, remove=item)
+
+    def remembered(self, kind: str) -> list[str]:
+        return ledger(base_dir() / kind)
+
+    def container_mount_dir(self, name: str) -> str | None:
+        """A directory shared into container `name` (mount propagation); None where it cannot be made."""
+        return prepare(name)
+
+    def release_mount_dir(self, path: str | None) -> None:
+        """Detach what is mounted under a container_mount_dir() and remove it."""
+        release(path)

@@ -51,9 +51,7 @@ def base_dir() -> Path:
 
 def new_dir(kind: str) -> Path:
     """A fresh subdirectory of base_dir() on this machine, for one target or helper."""
-    d = base_dir() / f"{kind}-{next_id()}"
-    d.mkdir(mode=0o755)
-    return d
+    return Path(local().scratch_dir(kind))
 
 
 def machine_dir(machine: Machine, kind: str) -> str:
@@ -223,7 +221,8 @@ def loop_attach(machine: Machine, backing: Path, direct_io: bool = True) -> str:
     dev = run(machine, [*argv, str(backing)], timeout=60).strip()
     # Once its FUSE backing is gone a loop device shows just '/<name>' as its file: the ledger is
     # how a later run still finds it if this one is killed.
-    machine.remember(LOOP_LEDGER, f"{dev}:{backing.name}")
+    if machine.process_dir is not None:  # elsewhere the owner file beside the backing's directory tells
+        machine.process_dir.remember(LOOP_LEDGER, f"{dev}:{backing.name}")
     return dev
 
 
@@ -231,9 +230,10 @@ def loop_detach(machine: Machine, dev: str) -> None:
     res = machine.run(["losetup", "-d", dev], timeout=60)
     if not res.ok and "No such device" not in res.stderr:
         raise HostCommandFailed(f"losetup -d {dev}: {res.describe_failure()}")
-    for item in machine.remembered(LOOP_LEDGER):
-        if item.split(":")[0] == dev:
-            machine.forget(LOOP_LEDGER, item)
+    if (own := machine.process_dir) is not None:
+        for item in own.remembered(LOOP_LEDGER):
+            if item.split(":")[0] == dev:
+                own.forget(LOOP_LEDGER, item)
 
 
 def _loop_back_file(dev: str) -> str | None:

@@ -13,9 +13,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..model import ExecResult
+
+if TYPE_CHECKING:  # the ability's type only; hostdirs is this machine's process directory
+    from ..hostdirs import ProcessDir
 
 # One fixed script (no parameters in it) that reports what every result records of its machine.
 FACTS_SCRIPT = r"""
@@ -86,20 +89,55 @@ class Process:
         self.machine.kill_group(self.pgid, grace)
 
 
+class Forwards(Protocol):
+    """A machine's ability to make what listens on it reachable from this controller."""
+
+    def forward(self, remote_host: str, remote_port: int) -> tuple[str, int]:
+        """(host, port) here reaching remote_host:remote_port as the machine sees it."""
+
+    def forward_unix(self, remote_path: str) -> str:
+        """A path here reaching the machine's UNIX socket `remote_path`."""
+
+    def cancel_forward(self, local: tuple[str, int] | str) -> None:
+        """Remove a forward made by forward() (its address) or forward_unix() (its path)."""
+
+
+class DirectForwards:
+    """The controller's own machine: what listens there is already reachable here as it is."""
+
+    def forward(self, remote_host: str, remote_port: int) -> tuple[str, int]:
+        return remote_host, remote_port
+
+    def forward_unix(self, remote_path: str) -> str:
+        return remote_path
+
+    def cancel_forward(self, local: tuple[str, int] | str) -> None:
+        """Nothing was added."""
+
+
 class Machine(ABC):
     """A place where commands run: this machine, or a remote one over SSH.
 
-    Besides the five primitives (run, put, get, spawn, kill_group) it offers the file-system
-    conveniences callers need, written here as commands on the machine; LocalMachine overrides
-    them with os/shutil fast paths. So a caller never asks where a machine is."""
+    A kind implements the primitives (run, put, get, spawn, kill_group; connect and close where
+    there is a connection) and declares what differs in meaning as data: `is_local`, `process_dir`,
+    `forwards`. Every convenience is written once, here, as commands through those primitives, so
+    a caller never asks where a machine is."""
 
     kind: str = "abstract"
+    # The controller itself: its files, processes and ports are this process's (a path here is the
+    # same file there, so staged/fetched use it as it is). Only LocalMachine.
+    is_local: bool = False
     # Processes spawned here are children of this Python process (so they can be tied to it).
     spawns_children: bool = False
     # How often to poll a helper's log or state: a command here costs a round trip.
     poll_interval: float = 0.05
     # virtbench's directory there as its inventory sets it (virtbench_dir); None: the default.
     virtbench_dir: str | None = None
+    # Abilities only some kinds have (None elsewhere; callers check): this process's own directory
+    # on the machine (scratch root, ledger, container mount dirs: this machine only), and port
+    # forwards to this controller (this machine as it is, SSH hosts over their connection).
+    process_dir: ProcessDir | None = None
+    forwards: Forwards | None = None
 
     def __init__(self, name: str, address: str | None = None):
         self.name = name          # inventory name; "localhost" for this machine
@@ -113,10 +151,6 @@ class Machine(ABC):
         return cls(spec)
 
     @property
-    def is_local(self) -> bool:
-        return False
-
-    @property
     def reached_via(self) -> str | None:
         """What this controller reaches the machine's ports through, for a result's notes (None: directly)."""
         return None
@@ -124,12 +158,14 @@ class Machine(ABC):
     @property
     def on(self) -> str:
         """' on <name>' for messages about another machine, '' for this one."""
-        return f" on {self.name}"
+        return "" if self.is_local else f" on {self.name}"
 
     @property
     def place(self) -> str:
         """How messages name the machine: its name, or 'the host' for this one."""
-        return self.name
+        return "the host" if self.is_local else self.name
+
+    # -- the primitives ------------------------------------------------------------------------------
 
     @abstractmethod
     def run(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
@@ -153,6 +189,14 @@ class Machine(ABC):
     def kill_group(self, pgid: int, grace: float = 2.0) -> None:
         """SIGTERM, then SIGKILL, a process group on the machine."""
 
+    def connect(self) -> None:
+        """Make sure the machine can be acted on; raises MachineUnreachable with the reason."""
+
+    def close(self) -> None:
+        """Release connections; the machine itself stays as it is."""
+
+    # -- processes -----------------------------------------------------------------------------------
+
     def exited(self, pgid: int) -> bool:
         """Has the process group `pgid` (spawned here) gone?"""
         return not Process(self, pgid, "").alive()
@@ -167,37 +211,12 @@ class Machine(ABC):
         it, with `env`, for the ledger's sweep after a SIGKILL)."""
         return self.spawn(argv, log, env=env)
 
-    # Port forwards: what listens on the machine, reachable from here.
-    def forward(self, remote_host: str, remote_port: int) -> tuple[str, int]:
-        raise NotImplementedError(f"{self.kind} machines forward no ports")
+    def free_port(self) -> int:
+        """A TCP port on the machine's 127.0.0.1 that is probably free: the caller retries on a
+        collision (there is no race-free way to ask from outside)."""
+        return 20000 + secrets.randbelow(40000)
 
-    def forward_unix(self, remote_path: str) -> str:
-        raise NotImplementedError(f"{self.kind} machines forward no sockets")
-
-    def cancel_forward(self, local: tuple[str, int] | str) -> None:
-        """Remove a forward added by forward() or forward_unix()."""
-
-    # A ledger of what this process made on the machine that a later run must find if this one is
-    # killed (loop devices). Kept here, beside the process's directory; elsewhere what a run leaves
-    # is found through owner files (owners.py), so these are no-ops.
-    def remember(self, kind: str, item: str) -> None:
-        """Note `item` of `kind` (one word) as made by this process."""
-
-    def forget(self, kind: str, item: str) -> None:
-        """`item` is gone again."""
-
-    def remembered(self, kind: str) -> list[str]:
-        return []
-
-    def container_mount_dir(self, name: str) -> str | None:
-        """A directory shared into container `name` (mount propagation), where storage conditions
-        mount what the container sees; None where the machine offers none (the default)."""
-        return None
-
-    def release_mount_dir(self, path: str | None) -> None:
-        """Detach what is mounted under a container_mount_dir() and remove it."""
-
-    # -- file-system conveniences (commands on the machine; LocalMachine has fast paths) ----------
+    # -- files (commands on the machine) -------------------------------------------------------------
 
     def read_text(self, path: str | Path) -> str:
         """The file's text, '' when it cannot be read."""
@@ -206,41 +225,13 @@ class Machine(ABC):
     def write_text(self, path: str | Path, text: str, mode: int | None = None) -> None:
         argv = ["sh", "-c", 'cat > "$1" && { [ -z "$2" ] || chmod "$2" "$1"; }', "vb", str(path),
                 "" if mode is None else f"{mode:o}"]
-        res = self.run(argv, stdin=text.encode(), timeout=60)
-        if not res.ok:
-            raise OSError(f"writing {path}{self.on}: {res.describe_failure()}")
+        self._check(self.run(argv, stdin=text.encode(), timeout=60), f"writing {path}")
 
     def exists(self, path: str | Path) -> bool:
         return self.run(["test", "-e", str(path)], timeout=30).ok
 
-    def which(self, program: str) -> bool:
-        """Is `program` on the machine's PATH?"""
-        return self.run(["sh", "-c", 'command -v "$1"', "vb", program], timeout=60).ok
-
-    def missing_programs(self, programs: Sequence[str]) -> list[str]:
-        """Those of `programs` not on the machine's PATH (one command for all)."""
-        res = self.run(["sh", "-c", 'for t; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done', "sh",
-                        *programs], timeout=30)
-        return [p for p in res.stdout.split() if p in programs]
-
     def makedirs(self, path: str | Path) -> None:
-        res = self.run(["mkdir", "-p", str(path)], timeout=60)
-        if not res.ok:
-            raise OSError(f"making {path}{self.on}: {res.describe_failure()}")
-
-    def scratch_dir(self, kind: str) -> str:
-        """A fresh directory for this process's files of one kind; the caller removes it (rmtree)."""
-        return self._mktemp(["-d", "-t", f"{TMP_PREFIX}{kind}.XXXXXX"])
-
-    def scratch_file(self, kind: str) -> str:
-        """A fresh file name for this process (e.g. a helper's log); the caller removes it."""
-        return self._mktemp(["-t", f"{TMP_PREFIX}{kind}.XXXXXX"])
-
-    def _mktemp(self, args: list[str]) -> str:
-        res = self.run(["mktemp", *args], timeout=60)
-        if not res.ok:
-            raise OSError(f"mktemp{self.on}: {res.describe_failure()}")
-        return res.stdout.strip()
+        self._check(self.run(["mkdir", "-p", str(path)], timeout=60), f"making {path}")
 
     def remove(self, path: str | Path) -> None:
         """Remove a file; a missing one is no error."""
@@ -250,52 +241,46 @@ class Machine(ABC):
         """rm -r that stays on one file system; what cannot be removed stays, silently."""
         self.run(["rm", "-rf", "--one-file-system", "--", str(path)], timeout=120)
 
-    def mountinfo(self) -> str:
-        """/proc/self/mountinfo of the machine's sessions ('' if unreadable)."""
-        return self.read_text("/proc/self/mountinfo")
-
-    def private_workdir(self) -> str | None:
-        """A directory of this user's to start tools in, so what they drop in their working directory
-        lands there (None: wherever commands start on the machine)."""
-        return None
-
-    def is_root(self) -> bool:
-        if self._root is None:
-            self._root = self.run(["id", "-u"], timeout=30).stdout.strip() == "0"
-        return self._root
-
-    def cpu_count(self) -> int:
-        """CPUs of the machine (at least 1)."""
-        return self.facts().get("cores") or 1
-
-    def allowed_cpus(self) -> list[int]:
-        """The CPUs a process started there may run on."""
-        text = self.read_text("/proc/self/status")
-        for line in text.splitlines():
-            if line.startswith("Cpus_allowed_list:"):
-                return cpu_list(line.partition(":")[2])
-        return list(range(self.cpu_count()))
-
-    def free_port(self) -> int:
-        """A TCP port on the machine's 127.0.0.1 that is probably free: the caller retries on a
-        collision (there is no race-free way to ask from outside)."""
-        return 20000 + secrets.randbelow(40000)
-
     def fsync(self, path: str | Path) -> None:
         """The file's data on disk, not just in the page cache (`sync FILE` fsyncs it)."""
-        res = self.run(["sync", str(path)], timeout=600)
-        if not res.ok:
-            raise OSError(f"sync of {path}{self.on}: {res.describe_failure()}")
+        self._check(self.run(["sync", str(path)], timeout=600), f"sync of {path}")
 
     def file_size(self, path: str | Path) -> int:
-        res = self.run(["stat", "-c", "%s", str(path)], timeout=60)
+        res = self.run(["stat", "-L", "-c", "%s", str(path)], timeout=60)  # -L: what os.stat says
         if not res.ok or not res.stdout.strip().isdigit():
             raise OSError(f"stat of {path}{self.on}: {res.describe_failure()}")
         return int(res.stdout.strip())
 
+    def scratch_dir(self, kind: str) -> str:
+        """A fresh directory for this process's files of one kind; the caller removes it (rmtree).
+        Under the process's own directory where the machine has one, else a mktemp directory (the
+        caller puts an owner file beside it)."""
+        if self.process_dir is not None:
+            return self.process_dir.new_dir(kind)
+        return self._mktemp(["-d", "-t", f"{TMP_PREFIX}{kind}.XXXXXX"])
+
+    def scratch_file(self, kind: str) -> str:
+        """A fresh file name for this process (e.g. a helper's log); the caller removes it."""
+        if self.process_dir is not None:
+            return self.process_dir.new_file(kind)
+        return self._mktemp(["-t", f"{TMP_PREFIX}{kind}.XXXXXX"])
+
+    def _mktemp(self, args: list[str]) -> str:
+        res = self.run(["mktemp", *args], timeout=60)
+        self._check(res, "mktemp")
+        return res.stdout.strip()
+
+    def _check(self, res: ExecResult, what: str) -> None:
+        if not res.ok:
+            raise OSError(f"{what}{self.on}: {res.describe_failure()}")
+
     @contextlib.contextmanager
     def staged(self, src: Path) -> Iterator[str]:
-        """A copy of the local file `src` on the machine, for a command there to read; removed after."""
+        """The local file `src` as a path on the machine, for a command there to read: on this
+        controller's own machine the file itself, elsewhere a copy removed after."""
+        if self.is_local:
+            yield str(src)
+            return
         tmp = self.scratch_dir("stage")
         try:
             self.put(src, f"{tmp}/f")
@@ -305,8 +290,12 @@ class Machine(ABC):
 
     @contextlib.contextmanager
     def fetched(self, dest: Path) -> Iterator[str]:
-        """A path on the machine for a command there to write; copied to the local `dest` when the
-        block ends without an error, then removed. (On this machine it is `dest` itself.)"""
+        """A path on the machine for a command there to write the local file `dest`: on this
+        controller's own machine `dest` itself; elsewhere a path copied to `dest` when the block
+        ends without an error, then removed."""
+        if self.is_local:
+            yield str(dest)
+            return
         tmp = self.scratch_dir("fetch")
         try:
             yield f"{tmp}/f"
@@ -314,11 +303,43 @@ class Machine(ABC):
         finally:
             self.run(["rm", "-rf", "--", tmp], timeout=60)
 
-    def connect(self) -> None:
-        """Make sure the machine can be acted on; raises MachineUnreachable with the reason."""
+    def private_workdir(self) -> str | None:
+        """A directory of this user's to start tools in, so what they drop in their working directory
+        lands there (None: wherever commands start on the machine)."""
+        return None
 
-    def close(self) -> None:
-        """Release connections; the machine itself stays as it is."""
+    # -- what the machine is -------------------------------------------------------------------------
+
+    def missing_programs(self, programs: Sequence[str]) -> list[str]:
+        """Those of `programs` not on the machine's PATH (one command for all)."""
+        res = self.run(["sh", "-c", 'for t; do command -v "$t" >/dev/null 2>&1 || echo "$t"; done', "sh",
+                        *programs], timeout=30)
+        return [p for p in res.stdout.split() if p in programs]
+
+    def which(self, program: str) -> bool:
+        """Is `program` on the machine's PATH? (False also when the machine cannot be asked)"""
+        return self.run(["sh", "-c", 'command -v "$1"', "vb", program], timeout=60).ok
+
+    def mountinfo(self) -> str:
+        """/proc/self/mountinfo of the machine's sessions ('' if unreadable)."""
+        return self.read_text("/proc/self/mountinfo")
+
+    def is_root(self) -> bool:
+        if self._root is None:
+            self._root = self.run(["id", "-u"], timeout=30).stdout.strip() == "0"
+        return self._root
+
+    def cpu_count(self) -> int:
+        """CPUs of the machine (at least 1): its facts' `cores`."""
+        return self.facts().get("cores") or 1
+
+    def allowed_cpus(self) -> list[int]:
+        """The CPUs a process started there may run on."""
+        text = self.read_text("/proc/self/status")
+        for line in text.splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                return cpu_list(line.partition(":")[2])
+        return list(range(self.cpu_count()))
 
     def facts(self) -> dict[str, Any]:
         """arch, kernel, hostname, cores, cpu_model, memory_mb, home (cached)."""

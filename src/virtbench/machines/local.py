@@ -1,9 +1,8 @@
-"""This machine: commands are local processes (procs.run), files are copied with shutil, and the
-file-system conveniences of `Machine` take their os/shutil fast paths."""
+"""This machine: commands are local processes (procs.run), files are copied with shutil; the
+conveniences are `Machine`'s own."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import shutil
@@ -13,13 +12,13 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .. import hostdirs, procs
 from ..model import ExecResult
-from .base import Machine, Process
+from .base import DirectForwards, Machine, Process
 
 LOCAL_NAME = "localhost"
 
@@ -66,9 +65,17 @@ def pdeathsig_prefix() -> list[str]:
 
 
 class LocalMachine(Machine):
+    """This machine: its primitives as local processes and file copies. The conveniences are
+    Machine's own; what differs in meaning is declared: it is the controller (`is_local`: a path
+    here is the file itself, a port here is reachable as it is), it has this process's own directory
+    (`process_dir`), and what it spawns are this process's children (tied to it, reaped by it)."""
+
     kind = "local"
+    is_local = True
     spawns_children = True
     poll_interval = 0.01
+    process_dir = hostdirs.ProcessDir()
+    forwards = DirectForwards()
 
     def __init__(self, name: str = LOCAL_NAME):
         super().__init__(name, "127.0.0.1")
@@ -78,24 +85,9 @@ class LocalMachine(Machine):
     def from_host(cls, spec) -> LocalMachine:
         return cls(spec.name)  # this machine under the host's inventory name
 
-    @property
-    def is_local(self) -> bool:
-        return True
-
-    @property
-    def on(self) -> str:
-        return ""
-
-    @property
-    def place(self) -> str:
-        return "the host"
-
     def run(self, argv: Sequence[str], timeout: float | None = None, stdin: bytes | None = None,
             env: Mapping[str, str] | None = None, cwd: str | None = None) -> ExecResult:
         return procs.run(argv, timeout=timeout, stdin=stdin, env=env, cwd=cwd)
-
-    def connect(self) -> None:
-        """Nothing to open: this machine is always there."""
 
     def put(self, src: Path, dest: str, mode: int | None = None) -> None:
         shutil.copyfile(src, dest)
@@ -113,118 +105,6 @@ class LocalMachine(Machine):
                                     stderr=subprocess.STDOUT, env=full_env, cwd=cwd, start_new_session=True)
         self._children[proc.pid] = proc
         return Process(self, proc.pid, log, [str(a) for a in argv])
-
-    def spawn_tethered(self, argv: Sequence[str], log: str, env: Mapping[str, str] | None = None) -> Process:
-        return _spawner.call(lambda: self.spawn([*pdeathsig_prefix(), *argv], log, env=env))
-
-    # Forwards: what listens here is already reachable here.
-    def forward(self, remote_host: str, remote_port: int) -> tuple[str, int]:
-        return remote_host, remote_port
-
-    def forward_unix(self, remote_path: str) -> str:
-        return remote_path
-
-    def cancel_forward(self, local: tuple[str, int] | str) -> None:
-        """Nothing was added."""
-
-    def exited(self, pgid: int) -> bool:
-        """Has the process this machine spawned as `pgid` exited? Reaps it (no zombie stays); a
-        wait-free check, where Process.alive() runs a command."""
-        proc = self._children.get(pgid)
-        return proc is None or proc.poll() is not None
-
-    # -- the file-system conveniences, without a process each --------------------------------------
-
-    def read_text(self, path: str | Path) -> str:
-        with contextlib.suppress(OSError):
-            return Path(path).read_text(errors="replace")
-        return ""
-
-    def write_text(self, path: str | Path, text: str, mode: int | None = None) -> None:
-        Path(path).write_text(text)
-        if mode is not None:
-            os.chmod(path, mode)
-
-    def exists(self, path: str | Path) -> bool:
-        return os.path.exists(path)
-
-    def which(self, program: str) -> bool:
-        return bool(shutil.which(program))
-
-    def missing_programs(self, programs: Sequence[str]) -> list[str]:
-        return [p for p in programs if not shutil.which(p)]
-
-    def makedirs(self, path: str | Path) -> None:
-        os.makedirs(path, exist_ok=True)
-
-    def scratch_dir(self, kind: str) -> str:
-        """Under this process's directory (hostdirs.base_dir), which tells a later run whose it was."""
-        d = hostdirs.base_dir() / f"{kind}-{hostdirs.next_id()}"
-        d.mkdir(mode=0o755)
-        return str(d)
-
-    def scratch_file(self, kind: str) -> str:
-        return f"{hostdirs.base_dir()}/{kind}-{hostdirs.next_id()}.log"
-
-    @contextlib.contextmanager
-    def staged(self, src: Path) -> Iterator[str]:
-        yield str(src)  # a command here reads the file where it is
-
-    @contextlib.contextmanager
-    def fetched(self, dest: Path) -> Iterator[str]:
-        yield str(dest)
-
-    def remember(self, kind: str, item: str) -> None:
-        hostdirs.ledger(hostdirs.base_dir() / kind, add=item)
-
-    def forget(self, kind: str, item: str) -> None:
-        hostdirs.ledger(hostdirs.base_dir() / kind, remove=item)
-
-    def remembered(self, kind: str) -> list[str]:
-        return hostdirs.ledger(hostdirs.base_dir() / kind)
-
-    def container_mount_dir(self, name: str) -> str | None:
-        return hostdirs.prepare(name)
-
-    def release_mount_dir(self, path: str | None) -> None:
-        hostdirs.release(path)
-
-    def remove(self, path: str | Path) -> None:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-
-    def rmtree(self, path: str | Path) -> None:
-        shutil.rmtree(path, ignore_errors=True)
-
-    def private_workdir(self) -> str | None:
-        path = Path(tempfile.gettempdir()) / f"virtbench-engine-{os.getuid()}"
-        path.mkdir(mode=0o700, exist_ok=True)
-        return str(path)
-
-    def is_root(self) -> bool:
-        return os.geteuid() == 0
-
-    def cpu_count(self) -> int:
-        return os.cpu_count() or 1
-
-    def allowed_cpus(self) -> list[int]:
-        return sorted(os.sched_getaffinity(0))
-
-    def free_port(self) -> int:
-        """One free right now (the caller still retries: another process may take it meanwhile)."""
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
-
-    def fsync(self, path: str | Path) -> None:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def file_size(self, path: str | Path) -> int:
-        return os.stat(path).st_size
 
     def kill_group(self, pgid: int, grace: float = 2.0) -> None:
         proc = self._children.pop(pgid, None)
@@ -248,6 +128,37 @@ class LocalMachine(Machine):
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
+
+    def read_text(self, path: str | Path) -> str:
+        """The one convenience with a fast path here, for the loops that poll through it (a helper's
+        log, the mount table, CPU lists): a `cat` costs ~2 ms of fork and exec, a read ~0.1 ms."""
+        try:
+            return Path(path).read_text(errors="replace")
+        except OSError:
+            return ""
+
+    # -- what differs in meaning here ------------------------------------------------------------
+
+    def spawn_tethered(self, argv: Sequence[str], log: str, env: Mapping[str, str] | None = None) -> Process:
+        """A child of this process: it dies with it, even on SIGKILL (PR_SET_PDEATHSIG)."""
+        return _spawner.call(lambda: self.spawn([*pdeathsig_prefix(), *argv], log, env=env))
+
+    def exited(self, pgid: int) -> bool:
+        """Has the process this machine spawned as `pgid` exited? Reaps it (no zombie stays); a
+        wait-free check, where Process.alive() runs a command."""
+        proc = self._children.get(pgid)
+        return proc is None or proc.poll() is not None
+
+    def free_port(self) -> int:
+        """One free right now (the caller still retries: another process may take it meanwhile)."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    def private_workdir(self) -> str | None:
+        path = Path(tempfile.gettempdir()) / f"virtbench-engine-{os.getuid()}"
+        path.mkdir(mode=0o700, exist_ok=True)
+        return str(path)
 
 
 def _group_alive(pgid: int) -> bool:

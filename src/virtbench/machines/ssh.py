@@ -314,6 +314,11 @@ class SshMachine(Machine):
 
 
     # -- forwards over the master ------------------------------------------------------------------
+    @property
+    def forwards(self) -> SshMachine:
+        """The machine's ability to forward (Machine.forwards): itself, over its master connection."""
+        return self
+
     def forward(self, remote_host: str, remote_port: int) -> tuple[str, int]:
         """(127.0.0.1, local port) reaching remote_host:remote_port as the machine sees it: a forward
         added to the running master (ssh -O forward), until cancel_forward or close."""

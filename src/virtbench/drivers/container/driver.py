@@ -93,7 +93,9 @@ class ContainerInstance(GuestImageInstance):
             argv += ["--cpuset-cpus", self.env.options["cpuset"]]
         if shape.memory_mb:
             argv += ["--memory", f"{shape.memory_mb}m", "--memory-swap", f"{shape.memory_mb}m"]
-        self.host_mount_dir = self.machine.container_mount_dir(self.name)
+        # Only a machine with this process's own directory shares mount points into its containers.
+        own = self.machine.process_dir
+        self.host_mount_dir = own.container_mount_dir(self.name) if own is not None else None
         if self.host_mount_dir:
             argv += ["--mount", f"type=bind,src={self.host_mount_dir},dst={hostdirs.GUEST_DIR},"
                                 "bind-propagation=rslave"]
@@ -179,7 +181,8 @@ class ContainerInstance(GuestImageInstance):
 
     def _destroy(self) -> None:
         remove(self.machine, self.engine.cli(), self.engine.cmd, self.name)
-        self.machine.release_mount_dir(self.host_mount_dir)
+        if self.host_mount_dir and self.machine.process_dir is not None:
+            self.machine.process_dir.release_mount_dir(self.host_mount_dir)
         with _lock:
             _names.discard(self.name)
 

@@ -28,6 +28,7 @@ from ...image import ImageInfo
 from ..base import GuestImageInstance
 from ...errors import UserError
 from ...model import EnvSpec, ExecResult
+from ...machines.base import Forwards
 from ...machines.ssh import SSH_ERROR, KeyPair
 from .guest_machine import GuestMachine
 from . import disk, guest, qemu, segment
@@ -196,7 +197,8 @@ class VmInstance(GuestImageInstance):
             if self.s["cpuset"]:  # every QEMU thread (vCPUs, I/O) stays on the cpuset
                 argv = ["taskset", "-c", self.s["cpuset"], *argv]
             self.proc = qemu.spawn(m, argv, str(self.mdir / "qemu.log"))
-            qmp_here, con_here = m.forward_unix(qmp_path), m.forward_unix(con_path)
+            fw = self._reach_from_here()
+            qmp_here, con_here = fw.forward_unix(qmp_path), fw.forward_unix(con_path)
             self._reach += [qmp_here, con_here]
         try:
             self.qmp = qemu.await_qmp(qmp_here, lambda: not self.proc.alive(), timeout=120)
@@ -209,7 +211,7 @@ class VmInstance(GuestImageInstance):
         self.mark("created", self.qmp.greeted_at)
         # Connected before `cont`: the console drops what it prints while no one listens.
         self.console = qemu.Console(qemu.unix_connect(con_here).makefile("rb"), self.dir / "console.log")
-        ssh_here = m.forward("127.0.0.1", self.port)
+        ssh_here = self._reach_from_here().forward("127.0.0.1", self.port)
         self._reach.append(ssh_here)
         self.inside.set_port(ssh_here[1])
         self.qmp.execute("cont")
@@ -442,7 +444,7 @@ class VmInstance(GuestImageInstance):
                 last = self.qmp.execute("human-monitor-command", {
                     "command-line": f"hostfwd_add net0 tcp:127.0.0.1:{port}-:{guest_port}"}).strip()
                 if not last:  # HMP answers nothing on success, an error sentence otherwise
-                    here = self.machine.forward("127.0.0.1", port)
+                    here = self._reach_from_here().forward("127.0.0.1", port)
                     self._reach.append(here)
                     self.forwards[guest_port] = here[1]
                     return "127.0.0.1", here[1]
@@ -474,8 +476,15 @@ class VmInstance(GuestImageInstance):
             self.proc = None
         for here in self._reach:
             with contextlib.suppress(Exception):
-                self.machine.cancel_forward(here)
+                self._reach_from_here().cancel_forward(here)
         self._reach = []
+
+    def _reach_from_here(self) -> Forwards:
+        """How this controller reaches QEMU's port and sockets on the VM's machine (its `forwards`)."""
+        if self.machine.forwards is None:
+            raise UserError(f"{self.name}: VMs run here or on SSH hosts; {self.machine.kind} machine "
+                            f"{self.machine.name} forwards no ports to this controller")
+        return self.machine.forwards
 
     def _destroy(self) -> None:
         with self._lock:

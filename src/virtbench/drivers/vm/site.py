@@ -4,7 +4,7 @@ On this machine everything is where `disk.py` and `kernels.py` build it. On a re
 kernel and initramfs files (built here) go into its content-addressed blob cache (machines/ship.py),
 and so does the guest image tarball, from which the base disk is built there with mke2fs, as here.
 This machine reaches a remote VM's SSH port and its QMP and console sockets through forwards on the
-machine's SSH connection (`Machine.forward`, `forward_unix`).
+machine's SSH connection (the machine's `forwards`: `forward`, `forward_unix`).
 """
 
 from __future__ import annotations
