@@ -152,9 +152,9 @@ def test_a_cluster_s_pods_have_their_own_traits_not_kube_play_s():
 
 
 def test_web_capacity_check_applies_the_bridge_and_memory_limits_to_kube_play_only(monkeypatch):
-    from virtbench.workloads import get, web
+    from virtbench.workloads import get, mpijob, web
 
-    monkeypatch.setattr(web, "_mem_available_mb", lambda: 1000.0)  # this machine: 1 GB free
+    monkeypatch.setattr(mpijob, "mem_available", lambda: 1000 * mpijob.MB)  # this machine: 1 GB free
     wl = get("web")
     params = {p.name: p.default for p in wl.params}
     params.update(replicas=web.BRIDGE_PORTS, balancer="nginx", replica_memory_mb=64)

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from virtbench.run import plan
 from virtbench import suite
-from virtbench.cli.run import _progress_bar, _ProgressEvents
+from virtbench.cli.run import progress_bar, ProgressEvents
 from virtbench.model import Sample
 from virtbench.run.progress import Eta, Outlook, hms
 from virtbench.run.runner import Events, Runner
@@ -137,8 +137,8 @@ def test_a_real_run_that_stops_at_its_minimum_keeps_its_first_count(tmp_path):
 
 def test_the_bar_the_cli_draws_ends_full_with_its_count(tmp_path):
     console = Console(file=io.StringIO(), force_terminal=True, width=160)
-    with _progress_bar(console) as progress:
-        events = _ProgressEvents(progress)
+    with progress_bar(console) as progress:
+        events = ProgressEvents(progress)
         store, rid, _ = _run(tmp_path, events, max=8)
         task = progress.tasks[0]
         assert task.total == task.completed > 0

@@ -289,15 +289,33 @@ def test_skipped_cells_and_emulated_vms_are_warned_about(runs, tmp_path):
            "&lt;i&gt;tc&lt;/i&gt; missing" in text
 
 
-def test_line_end_labels_do_not_overlap():
-    from virtbench.report.svg.lines import _spread
+def _end_labels(series) -> tuple[dict[str, float], list[float]]:
+    """The y of each line's end label in a drawn chart (the rightmost text with its name; the legend's
+    is further left), and the y where each line ends."""
+    from virtbench.report.svg.lines import lines
 
-    out = _spread([[100, 5, "a"], [101, 5, "b"], [250, 5, "c"], [99, 5, "d"]], 12, 10, 290)
-    assert [t[2] for t in out] == ["d", "a", "b", "c"]
-    ys = [t[0] for t in out]
-    assert all(b - a >= 12 for a, b in zip(ys, ys[1:])) and ys[0] == 99 and ys[-1] == 250
-    crowded = _spread([[280, 0, "x"], [285, 0, "y"], [290, 0, "z"]], 12, 10, 290)
-    assert [t[0] for t in crowded] == [266, 278, 290]  # pushed up to fit above the axis
+    svg = lines("t", "t", series, "x", "y")
+    ends: dict[str, tuple[float, float]] = {}
+    for x, y, text in re.findall(r'<text x="([-\d.]+)" y="([-\d.]+)"[^>]*>([^<]*)</text>', svg):
+        if text in {s.label for s in series} and float(x) > ends.get(text, (-1.0, 0.0))[0]:
+            ends[text] = (float(x), float(y))
+    line_ends = [float(p.split()[-1].split(",")[1]) for p in re.findall(r'<polyline points="([^"]*)"', svg)]
+    return {k: y for k, (_, y) in ends.items()}, line_ends
+
+
+def test_line_end_labels_do_not_overlap():
+    """Lines that end close together get their labels moved apart, in the lines' order (a line's
+    height, 12 px, between them); a stack that would pass the x axis is pushed up above it."""
+    from virtbench.report.svg.lines import Line
+
+    ys, _ = _end_labels([Line("a", [1, 2], [5, 100]), Line("b", [1, 2], [5, 101]), Line("c", [1, 2], [5, 40]),
+                         Line("d", [1, 2], [5, 99])])
+    order = sorted(ys, key=ys.get)
+    assert order == ["b", "a", "d", "c"]  # top to bottom, as the lines end
+    assert all(ys[q] - ys[p] >= 12 for p, q in zip(order, order[1:]))
+    crowded, line_ends = _end_labels([Line(n, [1, 2], [5, 0]) for n in "xyz"])
+    axis = max(line_ends)  # all three end on the x axis
+    assert sorted(crowded.values()) == [axis - 24, axis - 12, axis]  # pushed up to fit above it
 
 
 def test_whiskers_of_missing_cis_are_not_drawn():

@@ -1,5 +1,6 @@
 """The structure stays seen: no import circle inside src/virtbench, no import against the layers of
-docs/architecture.md, and no circle between the C translation units of one native program.
+docs/architecture.md, no test importing a private name, and no circle between the C translation
+units of one native program.
 
 A static check over the source text (ast for Python), so an import inside a function or under
 TYPE_CHECKING counts as much as one at the top: each is a dependency a reader has to follow.
@@ -153,6 +154,17 @@ def test_no_python_import_circle():
 def test_no_import_against_the_layers():
     bad = against_layers(imports())
     assert not bad, "imports against the layering:\n" + "\n".join(bad)
+
+
+def test_no_test_imports_a_private_name():
+    """Tests use what the package offers, as its modules do: what a test needs is a public name, or
+    it is tested through one (`from virtbench.x import _helper` is neither)."""
+    bad = [f"{path.name}:{node.lineno} {a.name}" for path in sorted((ROOT / "tests").glob("*.py"))
+           for node in ast.walk(ast.parse(path.read_text()))
+           if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("virtbench")
+           for a in node.names if a.name.startswith("_")]
+    assert not bad, "tests importing private names (make them public, or test through the public API):\n" + \
+        "\n".join(bad)
 
 
 def test_string_registries_resolve():

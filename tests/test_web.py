@@ -194,10 +194,10 @@ def test_more_containers_than_a_bridge_holds_refused():
 
 
 def test_vms_without_a_memory_shape_count_at_the_drivers_default():
-    from virtbench.workloads.web import _mem_available_mb
+    from virtbench.workloads.mpijob import MB, mem_available
     wl = get("web")
     params = suite.adhoc("web", {}, ["host"]).cells[0]["params"]
-    n = int(_mem_available_mb() // 1024) + 1  # one more 1 GB VM than fits
+    n = int(mem_available() // (1024 * MB)) + 1  # one more 1 GB VM than fits
     vm = EnvSpec("vm", "vm", Shape("native"), {})
     assert any("1024 MB (a VM's default)" in p for p in wl.check_capacity({**params, "replicas": n}, vm))
     assert not any("MB" in p for p in wl.check_capacity({**params, "replicas": 1, "balancer": "none"}, vm))

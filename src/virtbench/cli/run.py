@@ -17,7 +17,7 @@ from ..run.runner import Events, Runner
 from ..store import Store
 
 
-class _ProgressEvents(Events):
+class ProgressEvents(Events):
     """Shows a progress bar on stderr while the runner works. The bar's unit is the estimated seconds
     of the attempts (progress.Outlook), so its ETA weighs a VM's attempt as more than a host's; the
     count beside it is attempts done / expected, both growing as the run learns what it will do."""
@@ -135,8 +135,8 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
           and (retry := _retry_plan(store, resume_id)).cells):  # otherwise resume() says why not
         plan = retry
         _confirm_plan(plan, yes)
-    with _progress_bar() as progress:
-        events = _ProgressEvents(progress)
+    with progress_bar() as progress:
+        events = ProgressEvents(progress)
         runner = None
         try:
             if resume_id:
@@ -155,7 +155,7 @@ def run(suite, workload, params, envs, baseline, repeat, duration, db, resume_id
     _end(store, run_id)
 
 
-def _progress_bar(console=None) -> Progress:
+def progress_bar(console=None) -> Progress:
     """What it did, the bar, attempts done / expected, elapsed and the ETA (progress.Eta: the pace of
     the last 5 minutes), on stderr; gone at the end."""
     return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[count]}"),

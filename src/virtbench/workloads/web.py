@@ -46,7 +46,6 @@ import subprocess
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from .. import fanout, kernel_identity
@@ -55,7 +54,7 @@ from ..drivers.base import Instance, PortForwarding, ServiceBalancing
 from ..errors import MissingTool, WorkloadFailed
 from ..model import EnvSpec, Sample
 from .base import MetricSpec, Param, RunContext, Workload
-from . import netutil, nginx
+from . import mpijob, netutil, nginx
 
 PORT = 8080  # inside an instance with its own network namespace
 # Measured: one nginx container with one worker uses 5.7 MB in its memory cgroup, plus 2 MB for
@@ -94,13 +93,9 @@ _positive_or_auto.__name__ = "int"
 
 
 def _mem_available_mb() -> float:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return math.inf
+    """This machine's available memory in MB (infinite when unknown: nothing is refused for it)."""
+    avail = mpijob.mem_available()
+    return math.inf if avail is None else avail / mpijob.MB
 
 
 def _free_port() -> int:
@@ -257,9 +252,7 @@ class Web(Workload):
                 nginx.which(tool)
             except MissingTool:
                 problems.append(f"{tool} is not installed on the host (apt-get install {package})")
-        from .mpijob import instance_memory_mb
-
-        default_mb = instance_memory_mb(env) or 0  # a VM without a memory shape still takes its default
+        default_mb = mpijob.instance_memory_mb(env) or 0  # a VM without a memory shape still takes its default
         per = max(params["replica_memory_mb"], env.shape.memory_mb or default_mb)
         count = self._instances_count(params)
         avail = _mem_available_mb()
