@@ -61,14 +61,16 @@ def test_files_both_ways(machine, tmp_path):
     assert machine.exists(f) and not machine.exists(tmp_path / "none")
     assert machine.read_text(tmp_path / "none") == ""
     machine.fsync(f)
-    machine.remove(f)
+    (tmp_path / "g").write_text("g")
+    machine.remove(f, tmp_path / "g")
     machine.remove(f)  # a missing file is no error
-    assert not f.exists()
+    assert not f.exists() and not (tmp_path / "g").exists()
     d = tmp_path / "x" / "y"
     machine.makedirs(d)
     (d / "z").write_text("z")
-    machine.rmtree(tmp_path / "x")
-    assert not (tmp_path / "x").exists()
+    (tmp_path / "x.owner").write_text("{}")
+    machine.rmtree(tmp_path / "x", tmp_path / "x.owner")
+    assert not (tmp_path / "x").exists() and not (tmp_path / "x.owner").exists()
 
 
 def test_programs_root_and_cpus(machine):

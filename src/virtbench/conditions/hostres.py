@@ -171,8 +171,7 @@ class Helper:
             self.process.stop(grace)
             self._output = self.output()
             if self._own_log:
-                self.machine.remove(self.log)
-                self.machine.remove(self.log + owners.OWNER)
+                self.machine.remove(self.log, self.log + owners.OWNER)
         return self._output
 
 
@@ -262,8 +261,7 @@ def remove_tree(machine: Machine, path: Path | str) -> None:
     the owner record beside it goes too."""
     if mounts := mounts_under(machine, path):
         raise HostCommandFailed(f"{path} still has mounts under it: {', '.join(mounts)}")
-    machine.rmtree(path)
-    machine.remove(f"{path}{owners.OWNER}")
+    machine.rmtree(path, f"{path}{owners.OWNER}")
 
 
 # -- sizes -------------------------------------------------------------------------------------------
@@ -380,8 +378,7 @@ def record_qdisc(machine: Machine, dev: str) -> str:
 
 
 def drop_record(machine: Machine, path: str) -> None:
-    machine.remove(path)
-    machine.remove(path + owners.OWNER)
+    machine.remove(path, path + owners.OWNER)
 
 
 def _qdisc_dev(text: str) -> str | None:

@@ -233,13 +233,14 @@ class Machine(ABC):
     def makedirs(self, path: str | Path) -> None:
         self._check(self.run(["mkdir", "-p", str(path)], timeout=60), f"making {path}")
 
-    def remove(self, path: str | Path) -> None:
-        """Remove a file; a missing one is no error."""
-        self.run(["rm", "-f", "--", str(path)], timeout=30)
+    def remove(self, *paths: str | Path) -> None:
+        """Remove files (one command for all); a missing one is no error."""
+        self.run(["rm", "-f", "--", *map(str, paths)], timeout=30)
 
-    def rmtree(self, path: str | Path) -> None:
-        """rm -r that stays on one file system; what cannot be removed stays, silently."""
-        self.run(["rm", "-rf", "--one-file-system", "--", str(path)], timeout=120)
+    def rmtree(self, *paths: str | Path) -> None:
+        """rm -r that stays on one file system (one command for all); what cannot be removed stays,
+        silently."""
+        self.run(["rm", "-rf", "--one-file-system", "--", *map(str, paths)], timeout=120)
 
     def fsync(self, path: str | Path) -> None:
         """The file's data on disk, not just in the page cache (`sync FILE` fsyncs it)."""
