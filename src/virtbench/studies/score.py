@@ -718,10 +718,10 @@ def _apart(ev: Evidence, side: list[dict[str, Any]], tcg: bool) -> list[Group]:
         n = g.meta.get("monitor_instances")
         held = [h for s in hosts for h in select(ev, {**s, "env": (g.env,)}, exclude_tcg=tcg)]
         if not held:
-            raise _NoData(f"the {n or 'several'} {g.kind} instances of {g.env} ran on this one machine: the traffic "
+            raise _NoData(f"the {n or 'several'} {g.kind} instances of {g.env} ran on one machine: the traffic "
                           "between them crossed its virtual bridge, not a wire, and no machine of their own carried "
                           "it (a like-for-like peak needs each guest on a machine of its own, with that machine's "
-                          "series beside it)")
+                          "series beside it; the vm driver puts an environment's VMs on one machine)")
         m = max(held, key=lambda h: len(h.values))
         if m.meta.get("monitor_instances") != n:
             raise _NoData(f"the {n} {g.kind} instances of {g.env} ran on {m.meta.get('monitor_instances')} "
