@@ -81,6 +81,12 @@ def test_programs_root_and_cpus(machine):
     assert machine.cpu_count() >= 1
 
 
+def test_cores_are_the_cpus_a_process_may_use_whatever_openmp_is_told(machine, monkeypatch):
+    """nproc also obeys OMP_NUM_THREADS: a user's OpenMP setting must not shrink the machine's cores."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert machine.cpu_count() == machine.facts()["cores"] == len(os.sched_getaffinity(0))
+
+
 def test_scratch_and_staging(machine, tmp_path):
     d = machine.scratch_dir("seamtest")
     f = machine.scratch_file("seamtest")

@@ -21,11 +21,12 @@ if TYPE_CHECKING:  # the ability's type only; hostdirs is this machine's process
     from ..hostdirs import ProcessDir
 
 # One fixed script (no parameters in it) that reports what every result records of its machine.
+# cores: the CPUs a process there may use (nproc), never an OpenMP setting nproc would also obey.
 FACTS_SCRIPT = r"""
 echo "arch=$(uname -m)"
 echo "kernel=$(uname -r)"
 echo "hostname=$(uname -n)"
-echo "cores=$(nproc 2>/dev/null || echo 0)"
+echo "cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 0)"
 m=$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')
 echo "cpu_model=$m"
 echo "memory_kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null)"
