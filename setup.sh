@@ -38,8 +38,10 @@ if ((${#missing[@]})); then
 fi
 
 # Python environment with pinned dependencies.
-if [ ! -x .venv/bin/python ]; then
+# pip is the last thing venv installs: without it an earlier attempt was cut short, so start again.
+if [ ! -x .venv/bin/pip ]; then
   echo "==> python3 -m venv .venv"
+  rm -rf .venv
   python3 -m venv .venv
 fi
 if ! cmp -s requirements.lock .venv/.requirements.lock; then
