@@ -577,6 +577,10 @@ params = { replicas = [1, 2], workers = 1, balancer = "service", file_size = 600
     assert all(s["metadata"]["runtime_class"] == "gvisor" and s["metadata"]["runtime"] == "runsc" for s in gv)
     assert all(s["metadata"]["runtime_class"] is None and s["metadata"]["runtime"] == "runc"
                for s in samples if s["environment"] == "pods")
+    # the monitor reads gVisor pods' CPU and memory from their sandbox's cgroup on this machine, labelled so
+    mon = {(s["environment"], s["metric"]): s for s in samples if s["workload"] == "system"}
+    assert mon[("gvisor", "main.cpu_util_mean")]["metadata"]["scope"] == "host side (the sandbox's cgroup) + inside"
+    assert mon[("gvisor", "main.mem_used_peak")]["value"] > 10 and mon[("pods", "main.cpu_util_mean")]
     # nginx's tcp_nopush (on by default): gVisor's servers do not cork, and their figures say they wait
     # for wrk's delayed ACK (docs/runtimes.md); runc's do not
     p50 = [s for s in samples if s["workload"] == "web" and s["metric"] == "latency_p50_ms"]

@@ -25,7 +25,8 @@ from .groups import Group, leftover_cluster_objects
 from .machine import KubePodMachine
 from .phases import RESOLUTION, from_pod_object
 from ..base import GuestImageInstance
-from ..base import Instance, Problem, Traits
+from ..base import HostSideScope, Instance, Problem, Traits
+from ..container import ociruntime
 
 SERVICE_SETTLE_S = 2.0
 
@@ -62,6 +63,8 @@ class ClusterPod(PodRecord, GuestImageInstance):
                       "exec_via": "api-server exec (websocket v5.channel.k8s.io)"}
         self.events: list[dict[str, Any]] = []
         self._ports: dict[int, tuple[str, int]] = {}
+        # "containerd://<id>": the id the node's runtime knows the pod's container by
+        self.container_id = ((statuses[0].get("containerID") or "") if statuses else "").rpartition("://")[2]
 
     @property
     def node(self) -> str | None:
@@ -95,6 +98,21 @@ class ClusterPod(PodRecord, GuestImageInstance):
 
     def scratch_dir(self) -> str:
         return scratch_path(self.pod, bool(self.group.scratch_claim))
+
+    def host_side_scope(self) -> HostSideScope | None:
+        """HostSideMonitoring: a gVisor pod of this machine's testbed cluster (its nodes run here) is
+        read from its sandbox's cgroup, which holds gVisor's sentry and every gofer of the pod; found
+        through the gofer of the pod's container, whose arguments name the container's id. None on
+        another cluster (its nodes' cgroups are not reachable from here) or under another runtime."""
+        if ociruntime.kind(str(self.facts.get("runtime") or "")) != "runsc" or not self.facts.get("cluster_testbed") \
+                or not self.container_id or not self.machine.is_local:
+            return None
+        res = self.machine.run(["ps", "-ww", "-eo", "pid=,args="], timeout=30)  # -ww: whole arguments, any width
+        for line in res.stdout.splitlines() if res.ok else []:
+            pid, _, args = line.strip().partition(" ")
+            if args.startswith("runsc-gofer") and self.container_id in args and pid.isdigit():
+                return HostSideScope(int(pid), ociruntime.NO_COUNTERS_INSIDE)
+        return None
 
     def alive(self) -> bool:
         if self._torn_down:
