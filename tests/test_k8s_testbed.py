@@ -73,14 +73,14 @@ def _env(name="pods", shape=None, **opts):
 
 
 def _virtbench_pods(lay):
-    from virtbench.drivers.pods.kubernetes import Cluster
+    from virtbench.drivers.pods.kubernetes_backend import Cluster
 
     return [p["metadata"]["name"] for p in Cluster().core.list_namespaced_pod("default", label_selector="virtbench=1").to_dict()["items"]]
 
 
 def _gone_within(seconds: float) -> None:
     """Every object virtbench labels is gone from the cluster within `seconds`."""
-    from virtbench.drivers.pods.kubernetes import Cluster
+    from virtbench.drivers.pods.kubernetes_backend import Cluster
 
     deadline = time.monotonic() + seconds
     while (left := Cluster().labelled("virtbench=1")) and time.monotonic() < deadline:
@@ -236,7 +236,7 @@ def test_pod_exec_through_the_api_server(k8s, guest_image, tmp_path):
 
 
 def test_claims_of_the_testbeds_storage_class_serve_pods_on_both_nodes(k8s, guest_image, tmp_path):
-    from virtbench.drivers.pods.kubernetes import Cluster
+    from virtbench.drivers.pods.kubernetes_backend import Cluster
 
     d = _driver(tmp_path, guest_image)
     env = _env(pvc="64Mi")
@@ -274,7 +274,7 @@ def test_unschedulable_pod_fails_with_the_schedulers_reason(k8s, guest_image, tm
         d.provision(env, 1, "main")
     assert time.monotonic() - t0 < 60
     assert "Insufficient cpu" in exc.value.message and "0 of 1 pods" in exc.value.message
-    from virtbench.drivers.pods.kubernetes import Cluster
+    from virtbench.drivers.pods.kubernetes_backend import Cluster
 
     _gone_within(60)  # the Deployment went with the failure (Foreground deletion: its pods first)
 
@@ -292,7 +292,7 @@ def test_an_image_the_nodes_cannot_pull_fails_at_once_with_the_kubelets_reason(k
 
 
 def test_api_server_down_is_one_line_naming_the_server(k8s, tmp_path, monkeypatch):
-    from virtbench.drivers.pods.kubernetes import Cluster
+    from virtbench.drivers.pods.kubernetes_backend import Cluster
 
     kc = yaml.safe_load(k8s.kubeconfig.read_text())
     kc["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:1"
@@ -309,7 +309,7 @@ def test_expired_client_certificate_and_wrong_ca_are_clear(k8s, tmp_path, monkey
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
-    from virtbench.drivers.pods.kubernetes import Cluster
+    from virtbench.drivers.pods.kubernetes_backend import Cluster
 
     key = serialization.load_pem_private_key((k8s.pki / "ca.key").read_bytes(), None)
     ca = pki.CA(key, x509.load_pem_x509_certificate((k8s.pki / "ca.crt").read_bytes()))
@@ -336,7 +336,7 @@ def test_expired_client_certificate_and_wrong_ca_are_clear(k8s, tmp_path, monkey
 
 def test_a_killed_runs_objects_are_swept_by_the_next_run(k8s, guest_image, tmp_path):
     from virtbench.drivers.pods import manifests
-    from virtbench.drivers.pods.kubernetes import Cluster
+    from virtbench.drivers.pods.kubernetes_backend import Cluster
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -443,7 +443,7 @@ def test_a_kubelet_killed_mid_run_fails_its_cells_then_heal_and_retry_complete_t
     with the reason (exec through a dead kubelet), the host's go on, the run ends with exit 3. Then
     what a user does: `virtbench testbed k8s heal` starts the kubelet again (every node Ready), and
     `virtbench run --resume RUN_ID --retry-failed` gives every cell of the run results."""
-    from virtbench.drivers.pods.kubernetes import Cluster
+    from virtbench.drivers.pods.kubernetes_backend import Cluster
 
     suite = tmp_path / "k.toml"
     suite.write_text("""

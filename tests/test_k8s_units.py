@@ -96,7 +96,7 @@ def test_every_pinned_component_has_a_main():
 
 def test_an_api_server_that_does_not_answer_is_one_line(tmp_path, monkeypatch):
     """A real refused connection (nothing listens on port 1)."""
-    from virtbench.drivers.pods.kubernetes import Cluster
+    from virtbench.drivers.pods.kubernetes_backend import Cluster
 
     ca = pki.CA.new("x")
     crt, key = ca.issue("u", client=True)

@@ -139,7 +139,7 @@ def test_owner_file_finder_kills_and_removes_only_gone_owners():
 
 
 def test_cluster_objects_are_judged_by_the_same_owner_labels_once_per_run():
-    """The Kubernetes finder hands the cluster's own sweep (drivers/pods/kubernetes.py, tested against a real
+    """The Kubernetes finder hands the cluster's own sweep (drivers/pods/kubernetes_backend.py, tested against a real
     cluster in test_k8s_testbed.py) the ledger's rule; here a stand-in cluster lists label sets."""
     from virtbench.drivers.pods.kubernetes_driver import KubernetesDriver
     from virtbench.model import EnvSpec, Shape

@@ -5,7 +5,7 @@ bound to it by name, mounted at /vb-nfs in every container (pure: the manifests 
 import pytest
 import yaml
 
-from virtbench.drivers.pods import kubeplay, manifests
+from virtbench.drivers.pods import kubeplay_backend, manifests
 
 
 def _containers(dep):
@@ -41,7 +41,7 @@ def test_kube_play_gets_the_same_export_as_a_podman_nfs_volume():
     assert ann["volume.podman.io/type"] == "nfs" and ann["volume.podman.io/device"] == "nfs.example.org:/export"
     assert ann["volume.podman.io/mount-options"] == "vers=4.1,proto=tcp,hard"
     assert "claimRef" not in docs[0]["spec"]  # no namespace: kube play
-    assert [d["kind"] for d in kubeplay.playable(docs)] == ["PersistentVolumeClaim", "Deployment"]
+    assert [d["kind"] for d in kubeplay_backend.playable(docs)] == ["PersistentVolumeClaim", "Deployment"]
 
 
 def test_ipv6_server_is_bracketed_in_the_podman_device():

@@ -99,7 +99,7 @@ def cluster_check() -> dict[str, Any]:
     testbed cluster up on this machine, whatever its name (`virtbench testbed k8s up [--name X]`):
     which one, server version, nodes and whether each is Ready."""
     from ..drivers.pods.testbed.status import describe, which_cluster
-    from ..drivers.pods.kubernetes import explain_failure
+    from ..drivers.pods.kubernetes_backend import explain_failure
 
     kc, what = which_cluster()
     if kc is None:

@@ -147,7 +147,7 @@ def cluster_detail(kubeconfig: str | None, testbed: bool) -> str:
     old = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = kubeconfig
     try:
-        from ..drivers.pods.kubernetes import PROBE_TIMEOUT, Cluster
+        from ..drivers.pods.kubernetes_backend import PROBE_TIMEOUT, Cluster
 
         c = Cluster()
         items = c.core.list_node(_request_timeout=PROBE_TIMEOUT).items

@@ -17,8 +17,8 @@ from ...model import EnvSpec
 from . import manifests
 from .common import PodRecord, PodsDriverBase, scratch_path
 from .groups import Group
-from .kubeplay import KubePlay, container_name
-from .kubeplay import leftovers as kubeplay_leftovers
+from .kubeplay_backend import KubePlay, container_name
+from .kubeplay_backend import leftovers as kubeplay_leftovers
 from ..container import driver as container
 from ..base import Instance, Problem, Traits
 

@@ -198,7 +198,7 @@ class KubernetesDriver(PodsDriverBase):
         self._clusters: dict[tuple[str, str], Any] = {}
 
     def _cluster(self, opts: dict[str, Any]):
-        from .kubernetes import Cluster
+        from .kubernetes_backend import Cluster
 
         key = (opts["context"], opts["namespace"])
         if key not in self._clusters:
@@ -240,7 +240,7 @@ class KubernetesDriver(PodsDriverBase):
     def testbeds_used(cls, env: EnvSpec) -> list[Path]:
         """A `virtbench testbed k8s` cluster, when the kubeconfig the driver loads is its."""
         from .testbed.configs import testbed_of_kubeconfig
-        from .kubernetes import kubeconfig_path
+        from .kubernetes_backend import kubeconfig_path
 
         state = testbed_of_kubeconfig(kubeconfig_path())
         return [state] if state else []
