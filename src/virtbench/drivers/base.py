@@ -1,7 +1,7 @@
 """The environment driver interface: turn an EnvSpec into running instances and back into nothing.
 
 Drivers know nothing about workloads. Workloads only see `Instance`. Here, below the drivers, vm/
-and cpuset, so that all of them import downward (drivers/base.py re-exports these names).
+and cpuset, so that all of them import downward.
 
 What an instance *is* is said by its `Traits`, and what it can do beyond running commands by the
 ability protocols at the end (rebootable, disk hot-plug, snapshot, volume attach, guest relay):
