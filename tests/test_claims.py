@@ -90,7 +90,8 @@ def synthetic(claim, holds: bool, *, accel: str = "kvm") -> list[Group]:
         in_params = key in s["params"] or key == "image_size"
         return [Group(_exp(s), s["workload"], {**_concrete(s["params"], {}), **({key: along(x)} if in_params else {})},
                       {**_concrete(s["condition"], {}), **({} if in_params else {key: along(x)})},
-                      s["kind"][0], s["kind"][0], s["metric"], "s", False, [per(x) + d for d in (-0.5, 0.0, 0.5)],
+                      s["kind"][0], s["kind"][0], s["metric"], "s", False,
+                      [per(x) + d for d in (-0.5, -0.3, -0.1, 0.0, 0.1, 0.2, 0.3, 0.5)],  # 8: the line check's
                       {"accelerator": accel}) for x in (1, 2, 4)]
     if claim.rule == "efficiency":
         t1, t2 = (10.0, 5.0) if holds else (10.0, 8.0)
@@ -210,13 +211,16 @@ def test_published_fio_latencies_hold_the_container_claim():
     assert v.verdict == HOLDS and math.isclose(v.value, 30014.3 / 25018.4, rel_tol=1e-6)
 
 
+NINE = (0.99, 0.995, 0.997, 0.999, 1.0, 1.001, 1.003, 1.005, 1.01)
+
+
 def test_published_boot_table_holds_both_boot_claims():
     # Table 7 (Eucalyptus 2.0): 2/5/10/20 GB at 1 instance, and 2 GB at 1 and 8 instances
     size, conc = by_id("000-boot-size"), by_id("000-boot-concurrency")
     rows = {2: 131, 5: 264, 10: 518, 20: 1008}
     groups = [Group("000-boot-size", "boot", {"image_mode": "copy", "concurrency": 1, "image_size": f"{gb}G"}, {},
-                    "vm", "vm", "running", "s", False, [t * 0.99, t, t * 1.01], {"accelerator": "tcg"})
-              for gb, t in rows.items()]
+                    "vm", "vm", "running", "s", False, [t * f for f in NINE], {"accelerator": "tcg"})
+              for gb, t in rows.items()]  # 9 a size: 4 sizes' medians together at 97.5 %
     groups += [Group("000-boot-concurrency", "boot", {"image_mode": "copy", "concurrency": n, "image_size": "2G"}, {},
                      "vm", "vm", "running", "s", False, [t * 0.99, t, t * 1.01, t * 1.005, t * 0.995], {})
                for n, t in ((1, 131), (4, 126), (8, 242))]
@@ -342,6 +346,58 @@ def test_order_level_and_slope_follow_the_same_rule():
                     list(map(float, vals)), {}) for x, vals in noisy.items()]
     v = score.score(size, Evidence(groups, KVM))
     assert v.verdict == NOT_MEASURED and v.ci[0] < 0 < v.ci[1], v.measured
+
+
+# -- a slope's straight-line check: the medians' R^2 read over their intervals together, never as a point ---
+
+def _sizes(per_size: dict[int, list[float]]) -> Evidence:
+    s = by_id("000-boot-size").args["select"]
+    return Evidence([Group(_exp(s), "boot", {"concurrency": 1, "image_size": f"{x}G"}, {}, "vm", "vm", "running", "s",
+                           False, list(map(float, vals)), {}) for x, vals in per_size.items()], KVM)
+
+
+def test_slope_curved_medians_with_tight_spread_differ():
+    size = by_id("000-boot-size")
+    tight = (0.995, 0.997, 0.998, 0.999, 1.0, 1.001, 1.002, 1.005)  # 8 a size: 3 sizes' medians at 99.2 % each
+    curved = {1: 10.0, 2: 100.0, 4: 105.0}  # rises, then flattens: a line through them has R^2 0.62
+    v = score.score(size, _sizes({x: [m * f for f in tight] for x, m in curved.items()}))
+    assert v.verdict == DIFFERS and v.ci[0] > 0, v.measured  # the slope rises; the medians are no line
+    assert "R^2 of a line through the medians [0.6" in v.measured and v.level >= 0.95, v.measured
+    line = {1: 70.0, 2: 120.0, 4: 220.0}
+    assert score.score(size, _sizes({x: [m * f for f in tight] for x, m in line.items()})).verdict == HOLDS
+
+
+def test_slope_straight_line_with_noise_never_differs():
+    """Medians of a true line scattered by noise: a point R^2 of the medians falls below 0.9 in some of
+    these trials (the old rule's 'differs'); the interval of R^2 never lies wholly below it."""
+    import numpy as np
+    from scipy import stats as sps
+
+    size = by_id("000-boot-size")
+    rng = np.random.default_rng(7)
+    point_below, verdicts = 0, []
+    for _ in range(40):
+        data = {x: list(20.0 + 50.0 * x + rng.normal(0.0, 40.0, 8)) for x in (1, 2, 4)}
+        meds = [float(np.median(data[x])) for x in (1, 2, 4)]
+        point_below += sps.linregress([1, 2, 4], meds).rvalue ** 2 < 0.9
+        verdicts.append(score.score(size, _sizes(data)).verdict)
+    assert point_below > 0 and DIFFERS not in verdicts, (point_below, verdicts)
+    quieter = [score.score(size, _sizes({x: list(20.0 + 50.0 * x + rng.normal(0.0, 10.0, 8)) for x in (1, 2, 4)}))
+               for _ in range(10)]
+    assert sum(v.verdict == HOLDS for v in quieter) >= 8, [v.measured for v in quieter]
+
+
+def test_slope_line_check_with_too_few_repetitions_says_what_it_needs():
+    size = by_id("000-boot-size")
+    curved = {1: 10.0, 2: 100.0, 4: 105.0}
+    v = score.score(size, _sizes({x: [m * f for f in (0.99, 1.0, 1.01)] for x, m in curved.items()}))
+    assert v.verdict == NOT_MEASURED and "too few repetitions" in v.reason, v.reason
+    assert "it needs 8 per image_size for 3 values' medians at 99.2% each" in v.reason, v.reason
+    four = {x: [10.0 * x * f for f in (0.99, 0.995, 1.0, 1.005, 1.01, 1.0, 1.002, 0.998)] for x in (1, 2, 4, 8)}
+    v = score.score(size, _sizes(four))  # 8 a size is short for 4 sizes
+    assert v.verdict == NOT_MEASURED and "it needs 9 per image_size for 4 values' medians" in v.reason, v.reason
+    assert score.repetitions_for_level("slope", points=3) == 8 and score.repetitions_for_level("slope", points=4) == 9
+    assert score.repetitions_for_level("slope") == 1  # the slope alone (min_r2 = 0) reads every value at once
 
 
 # -- a range that stops short of the published extreme decides nothing about it --------------------------

@@ -26,7 +26,7 @@ def in_priority(studies: list[Study]) -> tuple[Experiment, ...]:
 def with_repetitions_for_level(exps: list[Experiment], findings: list[Finding]) -> tuple[Experiment, ...]:
     """Each experiment's tiers raised to the repetitions the findings reading it need for a 95 %
     interval (score.repetitions_for_level: 4 per side for a ratio, 6 for a median, 5 for the network
-    penalty and for a peak over 3 or 4 values; fewer where a boot grid's instances started at once
+    penalty and for a peak over 3 or 4 values, 8 per size for a slope's straight-line check over 3 sizes; fewer where a boot grid's instances started at once
     give several values a repetition), the label saying so; extra
     tiers that then repeat no more than the largest ordinary one go."""
     reading: dict[str, list[Finding]] = {}
@@ -57,6 +57,9 @@ def _needed(exp: Experiment, tier: Tier, f: Finding) -> int:
     if f.rule == "peak":  # every pair of the tier's x values compared at once: more points need more
         xs = tier.select.get(f.args["x"]) or exp.where.get(f.args["x"]) or []
         return score.repetitions_for_level("peak", points=len(xs) if isinstance(xs, list) else 3)
+    if f.rule == "slope" and f.args.get("min_r2", 0) > 0:  # each x's median for the straight-line check
+        xs = (tier.boot.get("sizes_gb") if exp.boot else tier.select.get(f.args["x"]) or exp.where.get(f.args["x"]))
+        return score.repetitions_for_level("slope", points=max(len(xs) if isinstance(xs, list) else 3, 3))
     if f.rule in ("order", "steps"):  # more steps need more of each step's interval
         return score.repetitions_for_level(f.rule, points=len(f.args["chain"]) - 1 if f.rule == "order"
                                            else len(f.args["steps"]))

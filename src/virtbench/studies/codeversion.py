@@ -14,7 +14,8 @@ from .. import __version__
 # The scoring sources, relative to the package: the rules and the evidence (studies/), and the
 # statistics modules they import (stats/ and what it imports of its own; tests/test_scoring_version.py
 # checks that none is missing).
-SOURCES = ("studies/score.py", "studies/evidence.py", "stats/__init__.py", "stats/exact.py", "stats/bootstrap.py")
+SOURCES = ("studies/score.py", "studies/evidence.py", "stats/__init__.py", "stats/exact.py", "stats/bootstrap.py",
+           "stats/linearity.py")
 _ROOT = Path(__file__).resolve().parents[1]
 
 

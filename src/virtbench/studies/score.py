@@ -14,7 +14,8 @@ needs for that (repetitions_for_level) is NOT_MEASURED, "too few repetitions for
 ...)", with the level they could give and what it needs; each verdict carries its interval's actual
 level. A verdict read from several intervals at once (a peak: every pair of x values; the network
 penalty: four ratios) has each at 1 - 0.05 / their number, so they hold together at 95 % (Bonferroni),
-and that joint level is the one it carries. The study's own printed numbers (`reproduce --published`,
+and that joint level is the one it carries (a slope's straight line: the k medians' intervals at
+1 - 0.025 / k each, the slope's equal-tailed interval taking the other 2.5 %). The study's own printed numbers (`reproduce --published`,
 score(points=True)) decide as points where a group has one value, and whatever level their interval
 reaches is said, never required.
 
@@ -38,6 +39,7 @@ from typing import Any
 
 from .. import stats
 from ..stats import exact as stats_exact
+from ..stats import linearity as stats_linearity
 from .model import Finding
 
 HOLDS, DIFFERS, NOT_MEASURED = "holds", "differs", "not measured"
@@ -302,8 +304,11 @@ def repetitions_for_level(rule: str, per_repetition: tuple[int, int] = (1, 1), *
     points: 5, 5 to 7: 6, 8 or 9: 7; 3 when `points` is not given); a ratio against the best of
     `points` values, each of the num's ratios at 1 - 0.05 / points (4 values: 5 per side); an order of
     `points` steps, each at 1 - 0.1 / points from 3 steps on (4 per side up to 3 steps, 5 from 4); the network
-    penalty, its 4 ratios' at 98.75 % each (5 per side);
-    1 where the interval comes from all the points together (a slope)."""
+    penalty, its 4 ratios' at 98.75 % each (5 per side); a slope's straight-line check over `points` x
+    values, each x's median order-statistic interval at 1 - 0.025 / points (3 values: 8 per x, 4 to
+    6: 9, 7: 10); 1 where the interval comes from all the points together (the slope alone)."""
+    if rule == "slope":
+        return stats_exact.min_n("median", _line_each(points)) if points else 1
     if rule == "ratio" and points and points > 1 and per_repetition == (1, 1):  # against the best of `points` values
         return stats_exact.min_n("mann-whitney", _each_level(points))
     if rule in ("order", "steps") and points and per_repetition == (1, 1):  # `points` steps
@@ -499,7 +504,44 @@ def _x_of(g: Group, key: str) -> float:
 _X_UNITS = {"image_size": "GB", "delay_ms": "ms"}  # how a slope's x reads in its text
 
 
+# The slope's t interval is equal-tailed at 95 %: it lies wholly on the wrong side of 0 with probability
+# at most 2.5 %. The medians' box then gets the rest of the 5 %: a wrong verdict (either part wholly on
+# the wrong side) stays below 5 % when the box holds together at 97.5 %.
+SLOPE_MISS = (1.0 - LEVEL) / 2
+LINE_LEVEL = LEVEL + SLOPE_MISS
+
+
+def _line_each(points: int) -> float:
+    """The level each x's median interval needs for `points` of them to hold together at LINE_LEVEL."""
+    return 1.0 - (1.0 - LINE_LEVEL) / points
+
+
+def _line_check(c: Finding, groups: list[Group], key: str, xs: list[float]):
+    """Whether the medians are a straight line (R^2 of a line through them >= min_r2), read from the
+    range of R^2 over every median vector the x values' order-statistic intervals allow together
+    (each at 1 - 0.025 / k: the box at 97.5 %, Bonferroni): (decided, text, the box's joint level)."""
+    each = _line_each(len(xs))
+    vals = {x: [v for g in groups if _x_of(g, key) == x for v in g.values] for x in xs}
+    bounds = []
+    for x in xs:
+        lo, hi, level = stats.median_ci(vals[x], each)
+        m = statistics.median(vals[x])
+        bounds.append((lo, hi, level) if math.isfinite(lo) else (m, m, math.nan))  # one value: the point
+    if len(xs) > stats_linearity.MAX_POINTS:
+        raise _NoData(f"the straight-line check reads at most {stats_linearity.MAX_POINTS} {key} values; "
+                      f"measured {len(xs)}")
+    r2lo, r2hi = stats_linearity.r2_range(xs, [b[0] for b in bounds], [b[1] for b in bounds])
+    joint = _bonferroni([b[2] for b in bounds])
+    ok = decide(r2lo, r2lo, r2hi, {"at_least": c.args["min_r2"]})
+    text = (f"R^2 of a line through the medians [{r2lo:.3f}, {r2hi:.3f}] over their intervals together"
+            + (f" (at {_pct(joint)}, each at {_pct(each)})" if math.isfinite(joint) else ""))
+    return ok, text, joint
+
+
 def _rule_slope(c: Finding, ev: Evidence, tcg: bool):
+    """The slope's t interval (least squares through every value) above 0 and, where the finding
+    asks for a straight line (min_r2 > 0), the range of the medians' R^2 (_line_check) at or above
+    min_r2: holds when both are met wholly, differs when either is wholly missed."""
     from scipy import stats as sps
 
     s, key = c.args["select"], c.args["x"]
@@ -510,22 +552,30 @@ def _rule_slope(c: Finding, ev: Evidence, tcg: bool):
         raise _NoData(f"a slope needs at least 3 {key} values; measured {len(xs)}")
     pts = [(_x_of(g, key), v) for g in groups for v in g.values]
     fit = sps.linregress([p[0] for p in pts], [p[1] for p in pts])
-    t = sps.t.ppf(0.975, len(pts) - 2) if len(pts) > 2 else math.nan
+    t = sps.t.ppf(1.0 - SLOPE_MISS, len(pts) - 2) if len(pts) > 2 else math.nan
     lo, hi = fit.slope - t * fit.stderr, fit.slope + t * fit.stderr
     med = {x: statistics.median([v for g in groups if _x_of(g, key) == x for v in g.values]) for x in xs}
-    mfit = sps.linregress(xs, [med[x] for x in xs])
-    r2 = mfit.rvalue ** 2
-    rising = decide(fit.slope, lo, hi, {"above": 0.0})
-    # not a straight line (R^2 of the medians is a plain number; none when they are all equal)
-    # differs whatever the slope's interval
-    ok = False if not r2 >= c.args["min_r2"] else rising
+    decided = [decide(fit.slope, lo, hi, {"above": 0.0})]
     unit = groups[0].unit
     per = _X_UNITS.get(key, key)
-    text = (f"slope {_fmt(fit.slope)} {unit}/{per}{_ci_text(lo, hi)}, R^2 of the medians {r2:.3f}; medians "
-            + ", ".join(f"{_fmt(x)} {per}: {_fmt(med[x])} {unit}" for x in xs))
+    text = f"slope {_fmt(fit.slope)} {unit}/{per}{_ci_text(lo, hi)}"
     # the t interval of the slope is at 95 % where it exists (normal errors about the line)
+    level, need, n = (LEVEL if math.isfinite(lo) else math.nan), "", str(len(pts))
+    if c.args.get("min_r2", 0) > 0:
+        straight, line_text, joint = _line_check(c, groups, key, xs)
+        decided.append(straight)
+        text += f", {line_text}"
+        # a wrong verdict: the slope's interval wholly on the wrong side (2.5 %) or the box missing
+        level = joint - SLOPE_MISS if math.isfinite(level) and math.isfinite(joint) else math.nan
+        counts = [sum(len(g.values) for g in groups if _x_of(g, key) == x) for x in xs]
+        n = " / ".join(map(str, counts)) + f" per {key}"
+        need = (f"{repetitions_for_level('slope', points=len(xs))} per {key} for {len(xs)} values' medians at "
+                f"{_pct(_line_each(len(xs)))} each (together {_pct(LINE_LEVEL)}, with the slope's 2.5 % a "
+                f"95 % verdict)")
+    text += "; medians " + ", ".join(f"{_fmt(x)} {per}: {_fmt(med[x])} {unit}" for x in xs)
+    ok = False if False in decided else UNDECIDED if UNDECIDED in decided else True
     return ok, text, fit.slope, ([lo, hi] if math.isfinite(lo) else None), sorted({g.env for g in groups}), \
-        Level(0.95 if math.isfinite(lo) else math.nan, str(len(pts)))
+        Level(level, n, need)
 
 
 def _rule_level(c: Finding, ev: Evidence, tcg: bool):
