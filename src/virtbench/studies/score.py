@@ -534,7 +534,8 @@ def _line_check(c: Finding, groups: list[Group], key: str, xs: list[float]):
     joint = _bonferroni([b[2] for b in bounds])
     ok = decide(r2lo, r2lo, r2hi, {"at_least": c.args["min_r2"]})
     text = (f"R^2 of a line through the medians [{r2lo:.3f}, {r2hi:.3f}] over their intervals together"
-            + (f" (at {_pct(joint)}, each at {_pct(each)})" if math.isfinite(joint) else ""))
+            + (f" (at {_pct(joint)}, each at {_pct(each)})" if math.isfinite(joint)
+               else " (an x with one value: its point, no interval)"))
     return ok, text, joint
 
 
