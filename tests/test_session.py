@@ -47,3 +47,28 @@ def test_check_drains_the_pool_at_its_end(drains):
         checks.run_checks("host", log=log.append)
     assert len(drains) == 1
     assert "removed a leftover of an earlier run: vb-late-leftover" in log
+
+
+def test_a_signal_inside_nested_deferral_is_raised_once_at_the_outer_end_and_held_stays_held():
+    """What keeps a work directory and its owner file together (owners.local_workdir inside the
+    monitor's or the session's own deferral; owners.remove_local inside the session's held end): a
+    real SIGINT inside the inner block goes on only when the outer block ends, and never out of
+    interrupts_held."""
+    import os
+    import signal
+
+    from virtbench import procs
+
+    reached, before = [], signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        with procs.interrupts_deferred():
+            with procs.interrupts_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                reached.append("inner end")
+            reached.append("outer end")  # the inner block did not raise
+    assert reached == ["inner end", "outer end"]
+    with procs.interrupts_held():
+        with procs.interrupts_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+        reached.append("held")  # ignored, not raised by the deferral inside
+    assert reached[-1] == "held" and signal.getsignal(signal.SIGINT) is before

@@ -40,8 +40,16 @@ def interrupts_deferred():
     """Ctrl-C and SIGTERM held until the block ends, then raised as KeyboardInterrupt: for teardown
     in the normal course of a run, which an interrupt must neither cut in half (leaking what is not
     yet removed) nor lose. A no-op outside the main thread."""
+    now = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    if getattr(now[0], "deferring", False) or now == (signal.SIG_IGN, signal.SIG_IGN):
+        yield  # inside another such block (it raises at its end, after all it covers) or interrupts_held
+        return
     got: list[int] = []
-    with _handling(lambda signum, frame: got.append(signum)):
+
+    def handler(signum, frame):
+        got.append(signum)
+    handler.deferring = True
+    with _handling(handler):
         yield
     if got:  # reached only when the block ended without an exception of its own
         raise KeyboardInterrupt(f"signal {got[0]}")
