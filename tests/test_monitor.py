@@ -271,6 +271,50 @@ def _our_samplers() -> list[int]:
     return out
 
 
+def _our_monitor_dirs() -> list[str]:
+    """This process's virtbench-monitor-* directories (by their owner files) in the temp dir."""
+    import tempfile
+
+    out = []
+    for owner in Path(tempfile.gettempdir()).glob("virtbench-monitor-*.owner"):
+        try:
+            if json.loads(owner.read_text()).get("pid") == os.getpid():
+                out.append(str(owner))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+@pytest.mark.parametrize("moment", ["samplers starting", "after the workload"])
+def test_an_interrupt_mid_repetition_leaves_no_monitor_behind(tmp_path, monkeypatch, moment):
+    """Ctrl-C (a real SIGINT to this process) at the two moments where it once left the repetition's
+    virtbench-monitor-* directory for the next run's sweep: while the samplers start (the session
+    never reached the runner), and between the workload's end and the samplers' stop."""
+    import signal
+
+    from virtbench.monitor import session as monitor_session
+    from virtbench.run import runner
+
+    def interrupting(real):
+        def call(*args, **kwargs):
+            out = real(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGINT)  # handled in the main thread, mid-repetition
+            return out
+        return call
+
+    if moment == "samplers starting":
+        monkeypatch.setattr(monitor_session, "_machine_sampler", interrupting(monitor_session._machine_sampler))
+    else:
+        monkeypatch.setattr(runner.cpugiven, "between", interrupting(runner.cpugiven.between))
+    store = Store(tmp_path / "r.sqlite")
+    m = suite.adhoc("system", {"test": "dhrystone", "copies": "1", "duration": "0.1"}, ["host"], repeat=1)
+    m.policy.warmup = 0
+    with pytest.raises(KeyboardInterrupt):
+        Runner(store, m).start()
+    assert store.run(store.runs()[0]["id"])["status"] == "interrupted"
+    assert not _our_monitor_dirs() and not _our_samplers()
+
+
 def test_runner_without_monitor(tmp_path):
     store = Store(tmp_path / "r.sqlite")
     m = suite.adhoc("system", {"test": "dhrystone", "copies": "1", "duration": "0.3"}, ["host"], repeat=1)

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .. import procs
 from ..hostdirs import start_ticks as process_start
 from .base import Machine, MachineUnreachable
 
@@ -90,17 +91,22 @@ def claim(machine: Machine, path: str, run_id: str | None = None) -> None:
 def local_workdir(prefix: str, run_id: str | None = None) -> Path:
     """A new temporary directory of this process (tempfile.mkdtemp) with its owner file beside it,
     so that after a SIGKILL the next run's sweep removes it (ledger: "local work directories");
-    `remove_local` removes both. run_id None: the run this process works for now (`running`)."""
-    path = Path(tempfile.mkdtemp(prefix=prefix))
-    Path(str(path) + OWNER).write_text(json.dumps(record(run_id)))
+    `remove_local` removes both. run_id None: the run this process works for now (`running`).
+    A signal in between is held until both exist (a directory without its owner file is never
+    swept); a caller that must not lose the path holds interrupts around its assignment too."""
+    with procs.interrupts_deferred():
+        path = Path(tempfile.mkdtemp(prefix=prefix))
+        Path(str(path) + OWNER).write_text(json.dumps(record(run_id)))
     return path
 
 
 def remove_local(path: Path) -> None:
-    """Remove a `local_workdir` and its owner file."""
-    shutil.rmtree(path, ignore_errors=True)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(str(path) + OWNER)
+    """Remove a `local_workdir` and its owner file, both or (on a signal) still both: the owner file
+    goes last, so that what is left is always swept."""
+    with procs.interrupts_deferred():
+        shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(str(path) + OWNER)
 
 
 def listed(machine: Machine, root: str, names: str = "*") -> list[tuple[str, dict[str, Any]]]:

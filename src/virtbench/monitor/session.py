@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import fanout, kernels
+from .. import fanout, kernels, procs
 from ..drivers.base import HostSideMonitoring, Instance
 from ..machines import Machine, local, owners
 from ..model import Sample
@@ -172,9 +172,21 @@ class Session:
               lifetime: float = 3600.0, host: bool = True) -> Session:
         """Start the host's sampler, one on each remote machine that holds containers or VMs, and one
         in each instance; failures become notes."""
-        session = cls(environment, interval)
-        life = lifetime + LIFETIME_MARGIN
-        token = secrets.token_hex(4)
+        session = None
+        try:
+            # Made whole or not at all: a signal in between would leave a directory nobody removes.
+            with procs.interrupts_deferred():
+                session = cls(environment, interval)
+            session._begin(instances, lifetime + LIFETIME_MARGIN, secrets.token_hex(4), host)
+        except BaseException:
+            # Ctrl-C or SIGTERM while the samplers start: the caller never gets this session, so
+            # it stops what started and removes its directory itself before the interrupt goes on.
+            if session is not None:
+                session.discard()
+            raise
+        return session
+
+    def _begin(self, instances: dict[str, list[Instance]], life: float, token: str, host: bool) -> None:
         machines = [(local(), True)] if host else []
         seen, targets = set(), []
         for pool in instances.values():
@@ -196,19 +208,33 @@ class Session:
 
         def begin(job):
             kind, what = job
-            if kind == "machine":
-                return _machine_sampler(*what, session._dir, interval, life, token)
-            if kind == "host side":
-                return _host_side_sampler(*what, session._dir, interval, life, token)
-            return _instance_sampler(what[0], what[1], interval, life, token)
+            sampler = make(kind, what)
+            self._samplers.append(sampler)  # as it starts: an interrupt must find it to stop it
+            return sampler
 
-        for (kind, what), sampler, exc in fanout.each(begin, jobs):
+        def make(kind, what):
+            if kind == "machine":
+                return _machine_sampler(*what, self._dir, self.interval, life, token)
+            if kind == "host side":
+                return _host_side_sampler(*what, self._dir, self.interval, life, token)
+            return _instance_sampler(what[0], what[1], self.interval, life, token)
+
+        results = fanout.each(begin, jobs)
+        for (kind, what), _, exc in results:
             if exc is not None:
                 where = "host: " if kind == "machine" and what[1] else ""
-                session.notes.append(f"monitor: {where}{exc}")
-            else:
-                session._samplers.append(sampler)
-        return session
+                self.notes.append(f"monitor: {where}{exc}")
+        self._samplers = [sampler for _, sampler, exc in results if exc is None]  # in the jobs' order
+
+    def discard(self) -> None:
+        """Stop every sampler started so far and remove the directory, keeping nothing: for an
+        interrupted start, which a second Ctrl-C must not cut short."""
+        with procs.interrupts_held():
+            try:
+                fanout.each(lambda s: s.stop(), list(self._samplers))
+            finally:
+                owners.remove_local(self._dir)
+                self._samplers = []
 
     def stop(self, window: tuple[float, float] | None = None) -> Result:
         """Stop every sampler, read what they recorded; summaries over `window` (epoch seconds,

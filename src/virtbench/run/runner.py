@@ -331,12 +331,15 @@ class Runner(Rounds):
             if applied.metadata:
                 meta["condition"] = dict(applied.metadata)
             ctx = RunContext(timeout=timeout, condition=cell["condition"], repetition=repetition, applied=applied)
-            session = self._monitor_start(state, instances, timeout)
-            given = _cpu_snapshot(self._own_markers())
-            try:
-                raw = wl.execute(instances, cell["params"], ctx)
+            session = None
+            try:  # whatever is interrupted after the samplers start, they are stopped (and their directory removed)
+                session = self._monitor_start(state, instances, timeout)
+                given = _cpu_snapshot(self._own_markers())
+                try:
+                    raw = wl.execute(instances, cell["params"], ctx)
+                finally:
+                    meta["cpu_given"] = cpugiven.between(given, _cpu_snapshot(self._own_markers()))
             finally:
-                meta["cpu_given"] = cpugiven.between(given, _cpu_snapshot(self._own_markers()))
                 watched = self._monitor_stop(session, ctx)
             found = wl.parse(raw, cell["params"])
             if not found:

@@ -39,8 +39,9 @@ class Session:
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> Session:
-        self.workdir = owners.local_workdir(f"virtbench-{self.run_id}-", self.run_id)
         try:
+            with procs.interrupts_deferred():  # a signal waits until the path is kept for _end
+                self.workdir = owners.local_workdir(f"virtbench-{self.run_id}-", self.run_id)
             self.machines = machines.pool_for(self.inventory)
             self.context = DriverContext(self.run_id, self.workdir, None, self.machines)
             self._stack.enter_context(self._testbeds_used())
