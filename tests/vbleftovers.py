@@ -89,3 +89,11 @@ def assert_clean(pid: int | None = None, *, containers_alive: bool = False) -> N
         snap["mounts"] = [m for m in snap["mounts"] if not re.search(r"/ctr/[^/]+$", m)]
     left = {k: v for k, v in snap.items() if v}
     assert not left, f"left behind: {left}"
+
+
+def run_events(store, run_id: str) -> list[str]:
+    """The kinds of a run's events, in order, without its sweeps' removals of other runs' leftovers:
+    on a shared machine earlier killed runs (tests that kill runs on purpose, other checkouts) leave
+    some, and any run's sweep removes them and records a 'removed' event. A removal that names this
+    run stays in: the run's own teardown (also an interrupted one) should have removed that."""
+    return [e["kind"] for e in store.events(run_id) if e["kind"] != "removed" or run_id in (e["detail"] or "")]
