@@ -37,7 +37,9 @@ sys.path.insert(0, str(ROOT / "src"))
 from virtbench import image, procs, stats  # noqa: E402
 from virtbench.drivers.container import driver as ctr  # noqa: E402
 from virtbench.drivers.base import DriverContext  # noqa: E402
-from virtbench.drivers.vm.driver import SCRATCH, VmDriver  # noqa: E402
+from virtbench.drivers.container.engine import Engine  # noqa: E402
+from virtbench.drivers.vm.driver import VmDriver  # noqa: E402
+from virtbench.drivers.vm.instance import SCRATCH  # noqa: E402
 from virtbench.machines import local  # noqa: E402
 from virtbench.model import EnvSpec, Shape  # noqa: E402
 from virtbench.drivers.vm import disk, qemu  # noqa: E402
@@ -58,7 +60,7 @@ def container_virtbench(driver: ctr.ContainerDriver, env: EnvSpec) -> tuple[floa
     return to_ready, wall
 
 
-def container_by_hand(engine: ctr.Engine, info: image.ImageInfo) -> float:
+def container_by_hand(engine: Engine, info: image.ImageInfo) -> float:
     name = f"vb-hand-{uuid.uuid4().hex[:8]}"
     cli = engine.cli()
     t0 = time.monotonic()

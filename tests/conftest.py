@@ -26,9 +26,9 @@ def guest_image():
             pytest.skip("guest image not built and VIRTBENCH_SKIP_IMAGE_BUILD is set")
         info = image.build()  # a failing build is a test error, not a skip
     if shutil.which("podman") and procs.run(["podman", "info"], timeout=60).ok:
-        from virtbench.drivers.container import driver as container
+        from virtbench.drivers.container import engine
 
-        container.ensure_image("podman", info)
+        engine.ensure_image("podman", info)
     return info
 
 

@@ -11,6 +11,7 @@ from virtbench.run import checks
 from virtbench import procs
 from virtbench.cli import cli
 from virtbench.drivers.base import Instance
+from virtbench.drivers.checks_base import LifecycleOps, identity
 from virtbench.model import EnvSpec, ExecResult, Shape
 
 
@@ -29,7 +30,7 @@ class Box(Instance):
     def _destroy(self): ...
 
 
-class OnlyFirst(checks.LifecycleOps):
+class OnlyFirst(LifecycleOps):
     """The Eucalyptus 2.0 bug: reboot-instances with several ids rebooted only the first."""
 
     def reboot(self, instances):
@@ -45,7 +46,7 @@ def test_reboot_check_catches_only_first_rebooted():
 
 
 def test_identity_joins_boot_id_and_pid1_start():
-    assert checks.identity(Box("a", "abc:42")) == "abc:42"
+    assert identity(Box("a", "abc:42")) == "abc:42"
 
 
 @pytest.mark.podman

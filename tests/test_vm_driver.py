@@ -22,6 +22,7 @@ from virtbench.drivers.base import DriverContext
 from virtbench.machines import ledger, local
 from virtbench.model import EnvSpec, Shape
 from virtbench.drivers.vm import disk, site
+from virtbench.drivers.vm.instance import BootFailure
 
 pytestmark = pytest.mark.slow
 
@@ -172,7 +173,7 @@ def test_bad_kernel_argument_is_a_failure_with_console_tail(guest_image, tmp_pat
     driver = _driver(guest_image, tmp_path)
     env = EnvSpec("vm", "vm", Shape("t", 1, 256), {"kernel_args": "root=/dev/vdz", "ready_timeout": 20.0})
     t0 = time.monotonic()
-    with pytest.raises(vmdrv.BootFailure) as err:
+    with pytest.raises(BootFailure) as err:
         driver.provision(env)
     assert time.monotonic() - t0 < 120
     msg = str(err.value)

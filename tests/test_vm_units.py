@@ -18,6 +18,7 @@ from virtbench.drivers.base import DriverContext
 from virtbench.machines import Pool
 from virtbench.machines.ssh import remote_command
 from virtbench.drivers.vm import disk, guest, initrd, guest_kernels as kernels, accel_probe as probe, qemu
+from virtbench.hostdirs import start_ticks
 
 
 # -- the remote command string (the guest's and every SSH host's) ----------------------------------
@@ -280,7 +281,7 @@ def test_the_sweep_removes_dead_runs_only(tmp_path, monkeypatch):
     (stale / "i1" / "qemu.pid").write_text(str(other.pid))
     live = root / "cafecafe"
     live.mkdir()
-    (live / "owner.json").write_text(json.dumps({"pid": os.getpid(), "pidstart": vmdrv._process_start(os.getpid()),
+    (live / "owner.json").write_text(json.dumps({"pid": os.getpid(), "pidstart": start_ticks(os.getpid()),
                                                  "run_id": "y"}))
     try:
         pool = Pool()
@@ -301,7 +302,7 @@ def test_the_sweep_removes_dead_runs_only(tmp_path, monkeypatch):
 def test_cluster_segment_hands_out_distinct_addresses():
     import ipaddress
 
-    from virtbench.drivers.vm.driver import Segment
+    from virtbench.drivers.vm.segment import Segment
 
     seg = Segment(3, "239.213.1.2", 40000, ipaddress.IPv4Network("10.213.3.0/24"))
     a, b = seg.allocate("a"), seg.allocate("b")

@@ -12,7 +12,7 @@ import pytest
 
 from virtbench import analysis, shapes, suite, workloads
 from virtbench.kernels import native_bin_dir
-from virtbench.drivers.container import driver as container
+from virtbench.drivers.container import engine
 from virtbench.drivers.base import DriverContext
 from virtbench.drivers.host.driver import HostDriver
 from virtbench.errors import UserError
@@ -201,7 +201,7 @@ def test_dataset_share_against_a_vm_disk_and_memory():
 
 @pytest.mark.skipif(not shutil.which("podman"), reason="podman not installed")
 def test_dataset_above_the_container_engines_free_space():
-    where, free = container.engine_storage("auto")
+    where, free = engine.engine_storage("auto")
     assert where and free > 0  # asked of the real engine
     tx = int(free / hpa.data_bytes(1, 1000, 10) * 1.5)  # half as much again as the disk holds
     env = EnvSpec("container", "container", shapes.resolve("native"), {"engine": "auto"})

@@ -283,9 +283,6 @@ def parse_size(text: str) -> int:
     return value
 
 
-human = sizes.human
-
-
 # -- leftovers of killed runs on this machine --------------------------------------------------------
 
 def _owner_alive(pid: int, start: str) -> bool:

@@ -28,7 +28,8 @@ from ..machines.nfsclient import kernel_nfs_client
 from . import hostnet, vmdisk
 from ..errors import ConditionUnavailable
 from .base import Applied, Instance
-from .hostres import (Helper, HostCommandFailed, free_bytes, human, is_mounted, is_root, loop_attach, loop_detach,
+from ..sizes import human
+from .hostres import (Helper, HostCommandFailed, free_bytes, is_mounted, is_root, loop_attach, loop_detach,
                       machine_dir, new_dir, next_id, remove_tree, require_root, require_tools, run, umount,
                       wait_for)
 

@@ -11,7 +11,7 @@ from ..stats.ratio_methods import ratio_phrase
 from ..render import mark as verdict_mark
 from ..render import num
 
-__all__ = ["num", "value", "ratio", "p_value", "mark", "levels", "level", "when", "seconds", "MARK_HELP",
+__all__ = ["value", "ratio", "p_value", "mark", "levels", "level", "when", "seconds", "MARK_HELP",
            "COMPARE_HELP", "ratio_note"]
 
 # Which test a ratio's CI inverts depends on the rows (paired rounds or not): ratio_note and the

@@ -93,7 +93,7 @@ def results(store: Store, run_id: str) -> dict[str, Any]:
         accel = sorted(accels)[0] if len(accels) == 1 else (",".join(sorted(accels)) or None)
         out["accelerator"] = accel
         if accel == "tcg":
-            from ..drivers.vm.driver import TCG_NOTE
+            from ..drivers.vm.instance import TCG_NOTE
 
             out["accelerator_note"] = TCG_NOTE
     if backends:  # which backend produced the figures (cloud: the API's endpoint host, or moto)

@@ -239,4 +239,4 @@ def _check_snapshot(ops: LifecycleOps, insts: list[Instance], workdir: Path, log
             cleanup()
 
 
-__all__ = ["run_checks", "CheckResult", "identity"]
+__all__ = ["run_checks"]

@@ -18,18 +18,14 @@ from .. import cpuset
 from . import engine, ociruntime
 from ... import hostdirs, image, procs
 from . import engine as engine_mod
-from .engine import CLI_TIMEOUT, Engine, ensure_image, mark_imported, pick_engine, probe, remove, tail
+from .engine import CLI_TIMEOUT, Engine, ensure_image, pick_engine, probe, remove, tail
 from ...errors import ConditionUnavailable, MissingTool, UserError
 from ...machines import Machine, ledger, local, ship
 from ...model import EnvSpec, ExecResult
 from ..base import GuestImageInstance
 from ..base import Driver, DriverContext, HostSideScope, Instance, OptionSpec, Problem, ScratchSpace, Traits
 
-# What other modules (pods, tests) read from here; the engine module holds them now.
-__all__ = ["ContainerDriver", "ContainerInstance", "SCRATCH", "CLI_TIMEOUT", "Engine", "pick_engine", "probe",
-           "ensure_image", "mark_imported", "engine_storage", "tail"]
-engine_storage = engine.engine_storage
-_tail = tail  # and this one
+__all__ = ["ContainerDriver", "ContainerInstance", "SCRATCH"]
 
 SCRATCH = "/tmp/vb-scratch"
 # gVisor mounts its own in-memory tmpfs over an image's empty /tmp, so scratch there would put disk and

@@ -20,6 +20,7 @@ from .groups import Group
 from .kubeplay_backend import KubePlay, container_name
 from .kubeplay_backend import leftovers as kubeplay_leftovers
 from ..container import driver as container
+from ..container.engine import Engine
 from ..base import Instance, Problem, Traits
 
 
@@ -28,7 +29,7 @@ class PlayPod(PodRecord, container.ContainerInstance):
 
     backend_name = "kube-play"
 
-    def __init__(self, pod: str, env: EnvSpec, role: str, index: int, engine: container.Engine,
+    def __init__(self, pod: str, env: EnvSpec, role: str, index: int, engine: Engine,
                  info: image.ImageInfo, group: Group, driver: KubePlayDriver):
         super().__init__(container_name(pod), env, role, index, engine, info, group.backend.machine)
         self.pod, self.group, self.driver = pod, group, driver

@@ -34,18 +34,17 @@ from typing import Any
 
 from .. import cpuset
 from ... import image, procs
-from ...errors import ConditionUnavailable, MissingTool, UserError
+from ...errors import ConditionUnavailable, UserError
 from ...machines import MachineUnreachable, ledger, owners, ship
 from ...model import EnvSpec
 from ...machines.ssh import KeyPair, make_keypair
 from . import disk, guest_kernels as kernels, qemu, segment, stale
-from .instance import DEFAULT_MEMORY_MB, NIC_MODULES, SCRATCH, TCG_NOTE, BootFailure, VmInstance
+from .instance import DEFAULT_MEMORY_MB, NIC_MODULES, VmInstance
 from .qemu import DEVICE_MODELS, NIC_DEVICES
 from .segment import Segment
 from .site import Site
 from ..base import Driver, Instance, OptionSpec, Problem, ScratchSpace, Traits
 
-_process_start = stale.process_start  # tests and older callers
 
 
 class VmDriver(Driver):
@@ -407,5 +406,4 @@ class VmDriver(Driver):
                     inst.teardown()
 
 
-__all__ = ["VmDriver", "VmInstance", "BootFailure", "Segment", "MissingTool", "SCRATCH", "DEFAULT_MEMORY_MB",
-           "TCG_NOTE"]
+__all__ = ["VmDriver"]

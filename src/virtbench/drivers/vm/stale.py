@@ -17,12 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ...hostdirs import start_ticks
 from ...machines import Machine, owners, ship
 from . import disk
-
-
-process_start = start_ticks  # drivers/vm/driver.py and tests read it from here
 
 
 def make_run_dir(root: Path, run_id: str) -> Path:

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ..fmt import num as fmt_num
+from ...render import num as fmt_num
 
 
 class Scale:
