@@ -9,6 +9,10 @@ import pytest
 from virtbench import image, kernels, paths, procs
 from virtbench.errors import MissingTool
 
+# instkit's fixtures (`driver`, a container driver; `host`, a bare-host instance), for the modules that
+# ask for them by name; a module's own fixture of the same name wins.
+pytest_plugins = ["instkit"]
+
 
 @pytest.fixture(scope="session")
 def guest_image():

@@ -1,7 +1,7 @@
 """Fixtures the driver and workload tests share: a container driver that removes whatever a failing
 test left behind, and one bare-host instance with its scratch directory in the test's tmp_path.
-A test module imports them (`from instkit import container_driver`) and asks for them by their
-fixture names, `driver` and `host`."""
+conftest.py loads this module as a plugin, so a test asks for them by their fixture names, `driver`
+and `host` (a module's own fixture of the same name still wins)."""
 
 import uuid
 

@@ -16,7 +16,7 @@ from virtbench.store import Store
 from virtbench.workloads import mpi
 from virtbench.workloads.base import RunContext
 
-from instkit import container_driver, ours  # noqa: F401  (container_driver: the fixture `driver`)
+from instkit import ours
 
 HAVE_PODMAN = bool(shutil.which("podman")) and procs.run(["podman", "info"], timeout=60).ok
 podman = pytest.mark.skipif(not HAVE_PODMAN, reason="podman is not installed or 'podman info' fails")

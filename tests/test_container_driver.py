@@ -16,7 +16,7 @@ from virtbench.errors import MissingTool, UserError
 from virtbench.machines import ledger, local
 from virtbench.model import EnvSpec, Shape
 
-from instkit import container_driver, ours  # noqa: F401  (container_driver: the fixture `driver`)
+from instkit import ours
 
 pytestmark = pytest.mark.podman
 

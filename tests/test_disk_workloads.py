@@ -12,8 +12,6 @@ from virtbench.workloads.bonnie import parse_csv
 from virtbench.workloads.ddsweep import parse_phases
 from virtbench.workloads.diskutil import parse_dd, scaled
 
-from instkit import host_instance  # noqa: F401  (the fixture `host`)
-
 DATA = Path(__file__).parent / "data"
 
 

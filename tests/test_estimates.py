@@ -23,7 +23,7 @@ def _facts_here() -> dict:
     return {"machine_facts": {"localhost": {"kind": "local", "cpu_model": model, "cores": cores}}}
 
 
-def _record(store: Store, matrix, walls: dict[str, list[float]], facts: dict | None = None) -> str:
+def record_walls(store: Store, matrix, walls: dict[str, list[float]], facts: dict | None = None) -> str:
     """A stored run of `matrix`'s first cell with the given wall times per environment (as the runner
     records them: start and end of each attempt), so the history is read from a real store."""
     run_id = store.create_run(matrix.to_spec(), suite_name="t", suite_path=None, baseline=matrix.baseline,
@@ -90,7 +90,7 @@ def test_models_follow_their_parameters():
 def test_history_is_the_median_of_this_machines_samples_of_the_same_cell_and_driver(tmp_path):
     store = Store(tmp_path / "h.sqlite")
     m = suite.adhoc("npb", {"kernel": "ep", "class": "S"}, ["host", "container"])
-    _record(store, m, {"host": [2.0, 3.0, 10.0], "container": [5.0]})
+    record_walls(store, m, {"host": [2.0, 3.0, 10.0], "container": [5.0]})
     hist = estimates.History(store, ["npb"])
     cell = m.cells[0]
     assert estimates.per_repetition(cell, "host", hist) == estimates.Estimate(3.0, "history", 3)
@@ -108,7 +108,7 @@ def test_history_is_the_median_of_this_machines_samples_of_the_same_cell_and_dri
 def test_history_from_another_machine_is_not_used(tmp_path):
     store = Store(tmp_path / "h.sqlite")
     m = suite.adhoc("npb", {"kernel": "ep", "class": "S"}, ["host"])
-    _record(store, m, {"host": [2.0]},
+    record_walls(store, m, {"host": [2.0]},
             facts={"machine_facts": {"localhost": {"kind": "local", "cpu_model": "Some Other CPU", "cores": 64}}})
     assert estimates.per_repetition(m.cells[0], "host", estimates.History(store, ["npb"])).source == "model"
 
@@ -116,7 +116,7 @@ def test_history_from_another_machine_is_not_used(tmp_path):
 def test_plan_mixes_history_and_model_and_says_so(tmp_path):
     store = Store(tmp_path / "h.sqlite")
     m = suite.adhoc("npb", {"kernel": "ep,cg", "class": "S"}, ["host"])
-    _record(store, m, {"host": [4.0, 4.0]})
+    record_walls(store, m, {"host": [4.0, 4.0]})
     line = next(ln for ln in plan.make(m, store=store).text().splitlines() if ln.startswith("  npb:"))
     assert "from 2 earlier samples (1 of 2 cell/environment pairs)" in line and "model (1 of 2)" in line
 

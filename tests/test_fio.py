@@ -14,8 +14,6 @@ from virtbench.errors import WorkloadFailed
 from virtbench.workloads import RunContext, get
 from virtbench.workloads.fio import parse_fio
 
-from instkit import host_instance  # noqa: F401  (the fixture `host`)
-
 DATA = Path(__file__).parent / "data" / "fio"
 
 

@@ -14,7 +14,7 @@ from virtbench.report.sections import ratios
 from virtbench.store import Store
 
 from test_report import html_rows
-from test_report_studies import _check_numbers, vb
+from test_report_studies import check_numbers, vb
 
 TWO_HOSTS_IOZONE = """
 [suite]
@@ -76,7 +76,7 @@ def _charted(path):
 def test_iozone_against_file_size(runs):
     path = runs["reports"]["iozone"]
     stored = analysis.results(Store(runs["db"]), runs["ids"]["iozone"])["results"]
-    _check_numbers(path, stored, "iozone-like")
+    check_numbers(path, stored, "iozone-like")
     text = path.read_text()
     assert "Storage: iozone-like" in text and "iozone-like: write against file size" in text
     rows = [(a, c) for a, c, cap in html_rows(path) if cap == "iozone-like: read against file size"]
@@ -93,7 +93,7 @@ def test_dd_against_measured_delay(runs):
     assert "dd" in runs["reports"], f"the iSCSI delay run failed: {runs['ids']['dd'][-300:]}"
     path = runs["reports"]["dd"]
     stored = analysis.results(Store(runs["db"]), runs["ids"]["dd"])["results"]
-    _check_numbers(path, stored, "dd")
+    check_numbers(path, stored, "dd")
     rows = [(a, c) for a, c, cap in html_rows(path) if cap == "dd: write against one-way delay"]
     assert rows
     by = {(r["cell_key"], r["metric"], r["environment"]): r for r in stored}

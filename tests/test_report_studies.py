@@ -78,7 +78,7 @@ def _report(store, name):
     return store["reports"][name], stored
 
 
-def _check_numbers(path, stored, workload):
+def check_numbers(path, stored, workload):
     """Every keyed row of the workload's tables shows the stored median and CI of its result."""
     by_key = {(r["cell_key"], r["metric"], r["environment"]): r for r in stored}
     seen, checked = set(), 0
@@ -107,7 +107,7 @@ def _check_numbers(path, stored, workload):
 def test_npb_mz_beside_study_001(store):
     """SP-MZ and BT-MZ times in their own keyed rows, beside study 001's single-node table (host = BMM)."""
     path, stored = _report(store, "npb")
-    assert _check_numbers(path, stored, "npb") >= 4
+    assert check_numbers(path, stored, "npb") >= 4
     beside = [(a, c) for a, c, cap in html_rows(path) if cap.startswith("NPB-MZ times beside study 001")]
     assert {c[0] for a, c in beside} == {"SP-MZ", "BT-MZ"} and len(beside) == 4  # 2 codes x threads 1, 2
     for attrs, cells in beside:
@@ -122,7 +122,7 @@ def test_eigen_beside_bloss_and_algorithmic_ideal(store):
     """vb-eigen's times beside study 001's Bloss column, and its efficiency curve with the Amdahl ideal from
     the duplicated fraction f its 1-rank run measured (study 001 Fig. 4)."""
     path, stored = _report(store, "eigen")
-    assert _check_numbers(path, stored, "eigen") >= 2
+    assert check_numbers(path, stored, "eigen") >= 2
     beside = [c for a, c, cap in html_rows(path) if cap.startswith("vb-eigen times beside study 001")]
     assert {c[0] for c in beside} == {"Bloss (min)"} and {c[1] for c in beside} == {"S · 1 x 1", "S · 2 x 1"}
     assert all(c[7] == "BMM" and c[8] == "21.06" for c in beside)
@@ -137,7 +137,7 @@ def test_eigen_beside_bloss_and_algorithmic_ideal(store):
 
 def test_mpi_section(store):
     path, stored = _report(store, "mpi")
-    assert _check_numbers(path, stored, "mpi") > len(stored)  # the curves and the full table
+    assert check_numbers(path, stored, "mpi") > len(stored)  # the curves and the full table
     text = path.read_text()
     assert "MPI PingPong: time per call against message size" in text
     assert "MPI Allreduce: throughput against message size" in text
@@ -157,7 +157,7 @@ def test_mpi_section(store):
 
 def test_hpa_section(store):
     path, stored = _report(store, "hpa")
-    _check_numbers(path, stored, "hpa")
+    check_numbers(path, stored, "hpa")
     text = path.read_text()
     assert "HPA: time against transactions" in text and "study 003, HPA datasets" in text
     assert "not the study&#39;s four sizes scaled" in text or "not the study's four sizes scaled" in text
@@ -189,7 +189,7 @@ def test_pass_medians_are_per_pass_medians():
 
 def test_web_section(store):
     path, stored = _report(store, "web")
-    _check_numbers(path, stored, "web")
+    check_numbers(path, stored, "web")
     text = path.read_text()
     assert "Web: requests/s against replicas" in text
     count, best = web_workload.peak(stored, environment="host")
@@ -200,7 +200,7 @@ def test_web_section(store):
 
 def test_boot_section(store):
     path, stored = _report(store, "boot")
-    _check_numbers(path, stored, "boot")
+    check_numbers(path, stored, "boot")
     text = path.read_text()
     assert "Boot grid, image mode overlay, shape m1.small: seconds to ready" in text
     assert "Boot phases, image mode overlay, shape m1.small" in text and "<svg" in text

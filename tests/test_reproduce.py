@@ -168,7 +168,7 @@ def test_without_a_recorded_time_the_estimate_is_the_child_runs_plan_plus_its_st
 def test_the_child_plan_reads_this_machines_earlier_samples(tmp_path):
     """With a store, the child plan takes the earlier attempts of the same cell from it (run/estimates.py)
     instead of the model: the reproduce estimate follows."""
-    from test_estimates import _record
+    from test_estimates import record_walls
 
     exp = _hpa()
     m = rp.matrix_for(exp, exp.tiers[0], ("host",))
@@ -178,7 +178,7 @@ def test_the_child_plan_reads_this_machines_earlier_samples(tmp_path):
     one.cells = one.cells[:1]
     runs = exp.tiers[0].repeat + 1  # 1 warm-up + the tier's repetitions per cell
     per_rep = plan_mod.make(one).seconds[1] / runs  # the model's figure for that one cell
-    _record(store, one, {"host": [40.0, 42.0, 41.0]})  # the first cell measured at 41 s a repetition
+    record_walls(store, one, {"host": [40.0, 42.0, 41.0]})  # the first cell measured at 41 s a repetition
     measured = rt.Estimator({}, None, store)(exp, 0, ("host",))
     assert measured == pytest.approx(model_only + runs * (41.0 - per_rep))
 

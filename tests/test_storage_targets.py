@@ -24,7 +24,7 @@ from virtbench.run.runner import Runner
 from virtbench.store import Store
 from virtbench.workloads import RunContext, get
 from delaykit import assert_condition_delay
-from vbleftovers import _cmd, _descendants, _runs_helper, assert_clean, snapshot
+from vbleftovers import cmdline, descendants, runs_helper, assert_clean, snapshot
 from waitkit import until
 
 AVAILABLE = targets.availability() if os.geteuid() == 0 else {}
@@ -199,7 +199,7 @@ def test_interrupt_tears_the_target_down(tmp_path):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             s = snapshot(proc.pid)
-            fio_running = any(_cmd(p).startswith("fio ") for p in _descendants(proc.pid))
+            fio_running = any(cmdline(p).startswith("fio ") for p in descendants(proc.pid))
             if s["mounts"] and any("vb-delayproxy" in h for h in s["helpers"]) and fio_running:
                 break
             time.sleep(0.2)
@@ -247,14 +247,14 @@ def test_leftovers_of_a_killed_run_are_removed_by_the_next(tmp_path):
     try:
         assert proc.stdout.readline().strip() == "ready"
         assert snapshot(proc.pid)["loops"] and snapshot(proc.pid)["netns"]
-        helpers = [p for p in _descendants(proc.pid) if _runs_helper(p)]
+        helpers = [p for p in descendants(proc.pid) if runs_helper(p)]
         assert helpers, "the condition started no helper process"
     finally:
         proc.kill()
         proc.wait()
     # helpers die with their parent (PR_SET_PDEATHSIG): a busy machine can take longer than a fixed
     # sleep to deliver that; one that lives on still fails here
-    assert until(lambda: not [p for p in helpers if _alive(p)]), [_cmd(p) for p in helpers if _alive(p)]
+    assert until(lambda: not [p for p in helpers if _alive(p)]), [cmdline(p) for p in helpers if _alive(p)]
     # The next run's pool sweeps this machine; conditions register their finder (machines/ledger.py).
     res = subprocess.run([sys.executable, "-c", "import virtbench.conditions; from virtbench.machines import Pool; "
                           "print('\\n'.join(Pool().sweep()))"], capture_output=True, text=True, timeout=120)

@@ -22,7 +22,7 @@ def _out(argv: list[str]) -> str:
         return ""
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -40,14 +40,14 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def _cmd(pid: int) -> str:
+def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return ""
 
 
-def _runs_helper(pid: int) -> bool:
+def runs_helper(pid: int) -> bool:
     """A helper program is one of the process's arguments (itself, or under a wrapper such as unshare or
     ip netns exec), by its file name: a VM whose QEMU arguments mention socat is not a socat."""
     try:
@@ -69,7 +69,7 @@ def snapshot(pid: int | None = None) -> dict[str, list[str]]:
     text = _out(["losetup", "--list", "--json", "--output", "NAME,BACK-FILE"])
     if text.strip():
         loops = [d["name"] for d in json.loads(text).get("loopdevices", []) if tag in (d.get("back-file") or "")]
-    helpers = [f"{p} {_cmd(p)}" for p in _descendants(pid) if _runs_helper(p)]
+    helpers = [f"{p} {cmdline(p)}" for p in descendants(pid) if runs_helper(p)]
     volumes = []
     if shutil.which("podman"):
         volumes = [v for v in _out(["podman", "volume", "ls", "--format", "{{.Name}}"]).split()
