@@ -480,3 +480,30 @@ def test_warnings_from_real_data():
     assert any(m.startswith("noisy:") for m in warnings_for(summarize(noisy)))
     spiky = list(clean) + [200.0]
     assert any("1 outlier(s)" in m for m in warnings_for(summarize(spiky)))
+
+
+def test_r2_range_is_the_exact_range_over_the_box():
+    """stats.linearity.r2_range against scipy's R^2: a point box gives the point's R^2; on random boxes
+    no corner or inside point falls outside the range, and sampled points come within 0.05 of both ends."""
+    import itertools
+
+    from scipy import stats as sps
+
+    from virtbench.stats.linearity import r2_range
+
+    xs = [1.0, 2.0, 4.0, 8.0]
+    point = [10.0, 100.0, 105.0, 300.0]
+    lo, hi = r2_range(xs, point, point)
+    assert lo == pytest.approx(sps.linregress(xs, point).rvalue ** 2, abs=2e-6) and hi - lo < 4e-6
+    rng = np.random.default_rng(3)
+    for _ in range(6):
+        low = rng.uniform(0.0, 10.0, 4)
+        high = low + rng.uniform(0.0, 3.0, 4)
+        lo, hi = r2_range(xs, low, high)
+        inside = [rng.uniform(low, high) for _ in range(400)]
+        corners = [np.where(np.array(c), high, low) for c in itertools.product((0, 1), repeat=4)]
+        r2 = [sps.linregress(xs, m).rvalue ** 2 for m in inside + corners]
+        assert lo <= min(r2) + 1e-6 and max(r2) <= hi + 1e-6, (lo, hi, min(r2), max(r2))
+        assert min(r2) - lo < 0.05 and hi - max(r2) < 0.05  # sampled points come close to both ends
+    with pytest.raises(ValueError, match="at least 3 distinct"):
+        r2_range([1.0, 2.0], [1.0, 2.0], [1.0, 2.0])
