@@ -32,7 +32,7 @@ from virtbench.workloads import nginx, web  # noqa: E402
 
 
 def start_nginx(tmp: Path, workers: int, size: int) -> tuple[int, Path]:
-    port = web._free_port()
+    port = web.free_port()
     (tmp / "www").mkdir(exist_ok=True)
     (tmp / "logs").mkdir(exist_ok=True)
     (tmp / "www" / "index.html").write_bytes(b"x" * size)
@@ -68,7 +68,7 @@ def stop_nginx(pidfile: Path) -> None:
 def run_wrk(port: int, threads: int, connections: int, duration: float, script: str) -> dict:
     argv = [shutil.which("wrk"), "-t", str(threads), "-c", str(connections), "-d", f"{duration:g}s", "--latency",
             "-s", script, f"http://127.0.0.1:{port}/index.html"]
-    run = web._run_measured(argv, timeout=duration + 30)
+    run = web.run_measured(argv, timeout=duration + 30)
     w = web.parse_wrk(run["stdout"])
     return {"threads": threads, "connections": connections, "rps": w["rps"], "p50_ms": w["p50_ms"],
             "p99_ms": w["p99_ms"], "errors": w["socket_errors"] + w["status_errors"],
@@ -88,7 +88,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "done.lua"
-        script.write_text(web._LUA_DONE)
+        script.write_text(web.LUA_DONE)
         for workers in sorted({1, cpus}):
             srv = Path(tmp) / f"nginx-{workers}"
             srv.mkdir()

@@ -96,5 +96,5 @@ def test_a_cached_detail_from_an_older_version_shows_no_pid():
         {"accel": "kvm", "cpu": None, "ok": False, "detail": "guest kernel did not finish booting within 20 s "
          "(qemu-system-x86_64: terminating on signal 15 from pid 20035 (/work/wt/other/.venv/bin/python3))"},
         {"accel": "tcg", "cpu": None, "ok": True, "detail": "kernel reached user-space hand-off in 4.51 s"}]}
-    why = probe._for(data, "auto")["kvm_problem"]
+    why = probe.answer_for(data, "auto")["kvm_problem"]
     assert why.endswith("terminating on signal 15)") and "20035" not in why and "/work/wt/other" not in why

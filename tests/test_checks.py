@@ -40,7 +40,7 @@ class OnlyFirst(LifecycleOps):
 
 def test_reboot_check_catches_only_first_rebooted():
     boxes = [Box(f"i{k}", f"boot-{k}:100") for k in range(3)]
-    result = checks._check_reboot(OnlyFirst(None, None), boxes, lambda m: None)
+    result = checks.check_reboot(OnlyFirst(None, None), boxes, lambda m: None)
     assert result.passed is False
     assert "1 of 3 rebooted" in result.detail and "NOT rebooted: i1, i2" in result.detail
 

@@ -144,8 +144,8 @@ def test_busy_machine_from_the_cpu_given_and_the_noise_warning_says_so():
     # the lagging load average says 0.4; the CPU other programs took says busy
     assert load["busy"] and load["others_cores_median"] == pytest.approx(0.55) and load["measured"] == "cpu_given"
     assert "other programs took a median 0.55 cores" in load["note"]
-    assert "0.55 cores" in analysis._busy_cause([{"cpu_given": busy}] * 3)
-    assert analysis._busy_cause([{"cpu_given": quiet}] * 3) == ""
+    assert "0.55 cores" in analysis.busy_cause([{"cpu_given": busy}] * 3)
+    assert analysis.busy_cause([{"cpu_given": quiet}] * 3) == ""
     old = [{"load_1m": 3.1, "cores_here": 2, "load_before_run": 0.2}] * 4  # a run from before cpu_given
     assert analysis.machine_load(old)["busy"] and analysis.machine_load(old)["measured"] == "load average"
 

@@ -151,7 +151,7 @@ def test_the_clusters_processes_are_those_up_started_not_those_naming_its_files(
 
     lay = Layout("tb", 1, tmp_path)
     lay.state.mkdir()
-    ours = cluster._spawn(lay, "comp", ["sh", "-c", "sleep 60 & wait"])
+    ours = cluster.spawn(lay, "comp", ["sh", "-c", "sleep 60 & wait"])
     decoy = subprocess.Popen(["sleep", "60"])  # a process of the user's
     naming = subprocess.Popen(["sh", "-c", "sleep 60", "kubectl", "--kubeconfig", str(lay.kubeconfig)])
     (lay.state / "pids" / "stale.pid").write_text(f"{decoy.pid} 1")  # right pid, wrong start time

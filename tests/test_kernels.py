@@ -58,14 +58,14 @@ def test_package_build_once_then_reused(as_package):
 
 
 def test_doctor_advice_per_install_kind(as_package, monkeypatch):
-    check = doctor._kernels_check()
+    check = doctor.kernels_check()
     assert not check["ok"] and "installed package" in check["detail"]
     assert check["fix"].endswith("virtbench build")
     monkeypatch.setattr(kernels.shutil, "which", lambda name: None)  # no compiler, no MPI
-    fix = doctor._kernels_check()["fix"]
+    fix = doctor.kernels_check()["fix"]
     assert fix == "apt-get install build-essential libopenmpi-dev openmpi-bin && virtbench build"
     monkeypatch.setattr(paths, "is_clone", lambda: True)
-    assert doctor._kernels_check()["fix"].endswith("&& make -C native")
+    assert doctor.kernels_check()["fix"].endswith("&& make -C native")
 
 
 def test_version_names_the_install():

@@ -186,8 +186,8 @@ def test_machine_busy_counts_the_instances_machine():
 
 def test_web_entitlement_is_the_instances_machine():
     far = RecordingMachine("far", facts={"cores": 48})
-    assert Web._entitlement(Box("a", far)) == 48.0
-    assert Web._entitlement(Box("b", far, vcpus=2)) == 2.0
+    assert Web.cpu_entitlement(Box("a", far)) == 48.0
+    assert Web.cpu_entitlement(Box("b", far, vcpus=2)) == 2.0
 
 
 def test_every_driver_declares_its_traits():

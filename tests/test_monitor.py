@@ -303,7 +303,7 @@ def test_an_interrupt_mid_repetition_leaves_no_monitor_behind(tmp_path, monkeypa
         return call
 
     if moment == "samplers starting":
-        monkeypatch.setattr(monitor_session, "_machine_sampler", interrupting(monitor_session._machine_sampler))
+        monkeypatch.setattr(monitor_session, "machine_sampler", interrupting(monitor_session.machine_sampler))
     else:
         monkeypatch.setattr(runner.cpugiven, "between", interrupting(runner.cpugiven.between))
     store = Store(tmp_path / "r.sqlite")

@@ -79,7 +79,7 @@ def test_kube_play_refusal_matches_the_containers_on_this_kernel():
     if ok:
         assert got is None
         return
-    ctr = nfs._host_mount_refusal(SimpleNamespace(env=EnvSpec("c", "container", Shape("native"), {}), name="c",
+    ctr = nfs.host_mount_refusal(SimpleNamespace(env=EnvSpec("c", "container", Shape("native"), {}), name="c",
                                                       traits=traits_of("container")))
     assert got.startswith("storage=nfs in a kube-play pod: nfs_share 10.0.0.5:/vb is a podman NFS volume")
     assert got.endswith(why) and ctr.endswith(why) and "no NFS client" in why

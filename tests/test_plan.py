@@ -81,7 +81,7 @@ def test_warnings_group_cells_and_show_only_what_differs():
             rows.append({"workload": c["workload"], "params": c["params"], "metric": "seconds",
                          "environment": env, "warnings": ["noisy: coefficient of variation 7.5% ..."]})
     buf = io.StringIO()
-    render._warnings(Console(file=buf, width=400), {"results": rows})
+    render.print_warnings(Console(file=buf, width=400), {"results": rows})
     text = buf.getvalue()
     (line,) = [ln for ln in text.splitlines() if "noisy" in ln]
     assert "avg_size" not in text and "confidence" not in text and "total_vcpus" not in text
@@ -90,7 +90,7 @@ def test_warnings_group_cells_and_show_only_what_differs():
     for r, cv in zip(rows, (3.0, 7.5, 12.0, 9.1, 4.0, 6.2, 8.0, 2.0)):
         r["warnings"] = [f"noisy: coefficient of variation {cv}% ..."] if cv > 5 else []
     buf = io.StringIO()
-    render._warnings(Console(file=buf, width=400), {"results": rows})
+    render.print_warnings(Console(file=buf, width=400), {"results": rows})
     (line,) = [ln for ln in buf.getvalue().splitlines() if "noisy" in ln]
     assert line.count("seconds@") == 5 and "seconds@vm (transactions=50000) cv 7.5%" in line and "every" not in line
 
@@ -103,7 +103,7 @@ def test_a_warned_result_is_named_by_what_tells_it_from_the_runs_other_results()
              "warnings": ["noisy: coefficient of variation 9.0% ..."] if c == "1" else []}
             for c in ("1", "vcpus") for t in ("dhrystone", "pipe")]
     buf = io.StringIO()
-    render._warnings(Console(file=buf, width=400), {"results": rows})
+    render.print_warnings(Console(file=buf, width=400), {"results": rows})
     (line,) = [ln for ln in buf.getvalue().splitlines() if "noisy" in ln]
     assert line.endswith("— dhrystone@host (copies=1) cv 9.0%; pipe@host (copies=1) cv 9.0%")
 

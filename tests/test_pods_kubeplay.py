@@ -215,7 +215,7 @@ def test_nfs_share_in_kube_play_pods(driver, tmp_path):
     try:
         share = "127.0.0.1:/vb"
         if ok:  # a real server for the real mount
-            srv = nfs._Ganesha(type("I", (), {"machine": local()})(), applied, "test")
+            srv = nfs.Ganesha(type("I", (), {"machine": local()})(), applied, "test")
             share = f"{srv.link.ns_addr}:{nfs.NFS_PSEUDO}"
         insts = driver.provision(EnvSpec("pods", "pods", SMALL, {"nfs_share": share}), 2, "main")
         run = f"virtbench.run={driver.context.run_id}"

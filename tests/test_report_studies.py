@@ -279,7 +279,7 @@ def test_beside_study_labels_a_kubernetes_testbed_and_an_emulated_vm():
                    instances=[], attempts=[], sample_count=0)
     peaks = [("replicas", "balancer=service", {"environment": "pods", "median": 14670.0, "params": {"replicas": 1}}, {}),
              ("workers", "", {"environment": "vm", "median": 788.6, "params": {"workers": 2}}, {})]
-    (table,) = web._beside_study(data, peaks)
+    (table,) = web.beside_study(data, peaks)
     ours = {row[1]: row[5] for row in table.rows}
     assert ours["32 pods"] == "pods (Kubernetes testbed on one machine; balancer=service)"  # one bracket
     assert ours["1 VM, 8 workers"].startswith("vm (emulated: TCG")

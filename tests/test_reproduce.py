@@ -194,7 +194,7 @@ def test_every_experiment_builds_from_its_suite_file():
                 if "sizes_gb" not in tier.boot and g.driver != "cloud":
                     assert g.image_sizes == ["auto"]  # the suite's own: the image as it is
                 continue
-            m = rp.matrix_for(exp, tier, rp._envs_for(exp, KVM))
+            m = rp.matrix_for(exp, tier, rp.envs_for(exp, KVM))
             assert m.cells and m.policy.min_repetitions == m.policy.max_repetitions == tier.repeat
             assert all(c["workload"] == exp.workload for c in m.cells if exp.workload)
 
@@ -210,7 +210,7 @@ def test_web_on_a_cluster_puts_the_pods_behind_a_service_with_the_testbeds_own_i
     default = next(p.default for p in reproduce.params if p.name == "pods_image")
     assert default == ""
     assert "testbed" in CliRunner().invoke(reproduce, ["--help"]).output
-    m = rp.matrix_for(exp, exp.tiers[0], rp._envs_for(exp, KVM), kubeconfig="/k/kubeconfig", pods_image=default)
+    m = rp.matrix_for(exp, exp.tiers[0], rp.envs_for(exp, KVM), kubeconfig="/k/kubeconfig", pods_image=default)
     pods = [c for c in m.cells if "pods" in c.get("environments", ["pods"])]
     assert sorted(c["params"]["replicas"] for c in pods) == [1, 2, 4, 8]
     assert {c["params"]["balancer"] for c in pods} == {"service"}

@@ -44,11 +44,11 @@ def test_each_caller_keeps_its_own_rules_and_words():
     with pytest.raises(ValueError, match="not a positive size"):
         diskutil.parse_size("0")
     assert hostres.parse_size("1.5g") == 3 << 29
-    assert mpi._size("0") == 0 and mpi._size("64K") == 65536
+    assert mpi.message_size("0") == 0 and mpi.message_size("64K") == 65536
     with pytest.raises(ValueError, match="4096, 64K, 4M or 1G"):
-        mpi._size("1T")  # vb-mpibench reads K, M and G only
+        mpi.message_size("1T")  # vb-mpibench reads K, M and G only
     with pytest.raises(ValueError, match="outside 0 .. 1G"):
-        mpi._size("2G")
+        mpi.message_size("2G")
     decimal = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
     assert mpijob.suffixed_int("1.5M", decimal, decimals=True) == 1_500_000
 

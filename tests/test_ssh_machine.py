@@ -158,7 +158,7 @@ def test_kernels_built_there_when_the_shipped_ones_cannot_run(pool):
     the same sources shipped and built on the host, the compiler recorded."""
     m = pool.get("vbtsh2")
     m.run(["rm", "-rf", f"{ship.remote_dir(m)}/native-src"])
-    built = ship._build_there(m, "test: shipped binaries taken as unrunnable")
+    built = ship.build_there(m, "test: shipped binaries taken as unrunnable")
     assert built.how == "built" and built.compiler.startswith(("cc", "gcc"))
     assert built.bin_dir.startswith(f"{ship.remote_dir(m)}/native-src/src-")
     res = m.run([f"{built.bin_dir}/vb-system", "dhrystone", "--duration", "0.2"], timeout=60)

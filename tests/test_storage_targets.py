@@ -148,7 +148,7 @@ def test_ganesha_serves_nfsv3_to_qemus_client(host):
     (inst,) = host["main"]
     applied = conditions.Applied()
     try:
-        srv = nfs._Ganesha(inst, applied, "storage=nfs-datastore", v3=True)
+        srv = nfs.Ganesha(inst, applied, "storage=nfs-datastore", v3=True)
         url = f"nfs://{srv.link.ns_addr}{nfs.NFS_PSEUDO}/t.img"
         res = subprocess.run(["qemu-img", "create", "-q", "-f", "raw", url, "8M"], capture_output=True,
                              text=True, timeout=60)

@@ -128,9 +128,9 @@ def test_down_after_killed_up(tmp_path):
     """An `up` killed half way leaves namespaces, links, a stray process and its state dir: down
     finds them all by name."""
     testbed.up(2, tmp_path / "inv.yml", prefix="vbtc", subnet="10.219.0.0/24")
-    for pid in testbed._pids("vbtc"):
+    for pid in testbed.testbed_pids("vbtc"):
         os.kill(pid, signal.SIGKILL)  # the sshds die with the killed run ...
-    testbed._children.pop("vbtc", None)  # ... and the process that started them is gone
+    testbed.sshd_children.pop("vbtc", None)  # ... and the process that started them is gone
     # ... while another process still runs inside host 2's namespace
     stray = subprocess.Popen(["ip", "netns", "exec", "vbtc-2", "sleep", "300"], start_new_session=True)
     try:
@@ -153,10 +153,10 @@ def test_orphaned_sshd_is_found_and_ssh_clients_are_not(tmp_path):
     client = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)",
                                str(testbed.state_dir("vbtc") / "id_ed25519")])
     try:
-        sshd = testbed._pids("vbtc")
+        sshd = testbed.testbed_pids("vbtc")
         assert client.pid not in sshd and len(sshd) == 1
         subprocess.run(["ip", "netns", "del", "vbtc-1"], check=True)
-        assert testbed._pids("vbtc") == sshd
+        assert testbed.testbed_pids("vbtc") == sshd
         testbed.down("vbtc")
         assert testbed.leftovers("vbtc") == [] and client.poll() is None
     finally:

@@ -88,7 +88,7 @@ def test_down_refuses_under_a_live_run_and_names_it(bed, tmp_path):
 
 
 def test_force_and_no_zombie_after_down(bed):
-    sshd = [p for p in testbed._pids(PREFIX)]
+    sshd = [p for p in testbed.testbed_pids(PREFIX)]
     assert sshd
     with testbed_owner.used_by([PREFIX], "test-run"):
         with pytest.raises(UserError, match="in use by run test-run"):

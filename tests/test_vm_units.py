@@ -217,13 +217,13 @@ def test_accel_choice_from_probe_record():
     tried = [{"accel": "kvm", "cpu": "host", "ok": False, "detail": "aborted"},
              {"accel": "kvm", "cpu": None, "ok": False, "detail": "hung"},
              {"accel": "tcg", "cpu": None, "ok": True, "detail": "ok"}]
-    got = probe._for({"accel": "tcg", "tried": tried}, "auto")
+    got = probe.answer_for({"accel": "tcg", "tried": tried}, "auto")
     assert got["accel"] == "tcg" and "hung" in got["kvm_problem"]
-    assert probe._for({"accel": "tcg", "tried": tried}, "kvm")["accel"] is None
+    assert probe.answer_for({"accel": "tcg", "tried": tried}, "kvm")["accel"] is None
     ok_kvm = [{"accel": "kvm", "cpu": "host", "ok": True, "detail": "ok"}]
-    assert probe._for({"accel": "kvm", "tried": ok_kvm, "at": 1.5e9}, "auto") == {
+    assert probe.answer_for({"accel": "kvm", "tried": ok_kvm, "at": 1.5e9}, "auto") == {
         "accel": "kvm", "cpu": "host", "kvm_problem": "", "tried": ok_kvm, "probed_at": 1.5e9}
-    assert probe._for({"accel": "kvm", "tried": ok_kvm}, "tcg")["accel"] == "tcg"
+    assert probe.answer_for({"accel": "kvm", "tried": ok_kvm}, "tcg")["accel"] == "tcg"
 
 
 # -- instance disks ---------------------------------------------------------------------------------

@@ -73,10 +73,10 @@ def test_parse_failed_verification_is_a_result_with_a_warning():
 
 
 def test_byte_counts_and_padding():
-    assert eigen._bytes("1G") == 1024**3 and eigen._bytes("256M") == 256 * 1024**2 and eigen._bytes(4096) == 4096
+    assert eigen.byte_count("1G") == 1024**3 and eigen.byte_count("256M") == 256 * 1024**2 and eigen.byte_count(4096) == 4096
     for bad in ("1.5G", "12Q", "-1", True):
         with pytest.raises(ValueError):
-            eigen._bytes(bad)
+            eigen.byte_count(bad)
     assert eigen.reduced_bytes({"class": "S", "allreduce_bytes": 0}) == 589824
     assert eigen.reduced_bytes({"class": "S", "allreduce_bytes": 1_000_001}) == 1_000_008  # whole doubles
     assert eigen.mem_per_rank({"class": "B", "allreduce_bytes": 1024**3}) > 1024**3

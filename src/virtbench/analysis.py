@@ -230,7 +230,7 @@ def machine_load(metas: list[dict]) -> dict[str, Any] | None:
     return out
 
 
-def _busy_cause(metas: list[dict]) -> str:
+def busy_cause(metas: list[dict]) -> str:
     """For a noisy row: what other programs took while its repetitions ran, if that was much."""
     given = _given(metas)
     others = _median_of(given, "others_cores")
@@ -310,7 +310,7 @@ def _row(cell, metric, env, samples_, base_values, is_baseline, failures, reason
     monitor = bool(meta.get("monitor"))
     # Resource use varies by nature; its spread is not a measurement-quality problem.
     warnings = stats.warnings_for(summary) if values and not monitor else []
-    cause = _busy_cause(metas)
+    cause = busy_cause(metas)
     warnings = [w + cause if w.startswith("noisy") else w for w in warnings]
     warnings += _sample_warnings(metas)
     warnings += ratio_notes

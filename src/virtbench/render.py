@@ -143,7 +143,7 @@ def results_tables(console: Console, data: dict[str, Any], db_option: str = "") 
         console.print(f"[dim]resource use while running ({len(metrics)} monitor metrics: "
                       f"{', '.join(metrics[:6])}{' ...' if len(metrics) > 6 else ''}) is in --json and "
                       f"`virtbench report`[/dim]", highlight=False)
-    _warnings(console, data)
+    print_warnings(console, data)
     failed_cells(console, data, db_option)
 
 
@@ -241,7 +241,7 @@ def _extent(extras: list[str]) -> str:
     return f", {lo.group(1)}{lo.group(2)}{lo.group(3)}" + (f"-{hi.group(2)}{hi.group(3)}" if hi.group(2) != lo.group(2) else "")
 
 
-def _warnings(console: Console, data: dict[str, Any]) -> None:
+def print_warnings(console: Console, data: dict[str, Any]) -> None:
     """One line per kind of warning with the results it applies to, each named by the parameters
     that tell them apart (a suite's shared parameters would only repeat). Cells without any result
     are listed apart, by failed_cells()."""

@@ -32,7 +32,7 @@ def checks() -> list[dict[str, Any]]:
         where = shutil.which(tool)
         out.append({"name": f"tool {tool}", "ok": bool(where), "detail": where or f"missing ({why})",
                     "fix": f"apt-get install {package}"})
-    out.append(_kernels_check())
+    out.append(kernels_check())
     out.append(_image_check())
     out.append(_db_check())
     with tempfile.TemporaryDirectory(prefix="virtbench-doctor-") as tmp:
@@ -225,7 +225,7 @@ def _podman_netns_check() -> dict[str, Any]:
             "fix": "; ".join(f"ip netns delete {n}" for n in orphans)}
 
 
-def _kernels_check() -> dict[str, Any]:
+def kernels_check() -> dict[str, Any]:
     """Built or not, and what builds them for the way virtbench was installed (clone or package)."""
     bin_dir = kernels.native_bin_dir()
     built = sorted(p.name for p in bin_dir.glob("vb-*")) if bin_dir.exists() else []

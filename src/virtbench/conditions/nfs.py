@@ -58,7 +58,7 @@ exec ganesha.nfsd -F -L "$2" -f "$1" -p "$3"
 """
 
 
-def _host_mount_refusal(inst: Instance) -> str | None:
+def host_mount_refusal(inst: Instance) -> str | None:
     """Why the host-mounted ways cannot serve `inst` here, or None."""
     ok, why = kernel_nfs_client()
     if ok:
@@ -98,7 +98,7 @@ def pod_nfs_choice(backend: str, share: str, refusal: str | None, routed: bool) 
             "storage_nfs_share": share}
 
 
-class _Ganesha:
+class Ganesha:
     """nfs-ganesha exporting a fresh directory on a server link (NFSv4.1; NFSv3 + rpcbind with v3)."""
 
     def __init__(self, inst: Instance, applied: Applied, what: str, v3: bool = False):
@@ -139,11 +139,11 @@ def nfs(inst: Instance, size: int | None, applied: Applied) -> tuple[str, dict]:
     if isinstance(inst, SharedNfsMount):
         return _nfs_pod(inst, applied)
     m = here_only(inst, "storage=nfs")
-    refusal = _host_mount_refusal(inst)
+    refusal = host_mount_refusal(inst)
     if refusal:
         raise ConditionUnavailable(refusal)
     require_tools(m, "storage=nfs", {"mount.nfs4": "nfs-common"})
-    srv = _Ganesha(inst, applied, "storage=nfs")
+    srv = Ganesha(inst, applied, "storage=nfs")
     host, port = applied.route(srv.link.ns_addr, NFS_PORT)
     mount_dir, inside = mount_point(inst, "nfs", applied)
     run(m, ["mount", "-t", "nfs4", "-o", f"vers=4.1,proto=tcp,port={port},hard,timeo=600",
@@ -177,7 +177,7 @@ def _nfs_guest(inst: Instance, applied: Applied) -> tuple[str, dict]:
                                    "to the NFS server (no guestfwd)")
     m = here_only(inst, "storage=nfs")
     require_tools(m, "storage=nfs in a VM", {"socat": "socat"})
-    srv = _Ganesha(inst, applied, "storage=nfs")
+    srv = Ganesha(inst, applied, "storage=nfs")
     target = applied.route(srv.link.ns_addr, NFS_PORT)
     addr, port = inst.set_relay(NFS_PORT, target)
     applied.defer(lambda: inst.set_relay(NFS_PORT, None))
@@ -195,7 +195,7 @@ def nfs_datastore(inst: Instance, size: int | None, applied: Applied) -> tuple[s
     if not list(Path("/usr/lib").glob("*/qemu/block-nfs.so")):
         raise ConditionUnavailable("storage=nfs-datastore: QEMU's NFS block driver is missing "
                                    "(apt-get install qemu-block-extra)")
-    srv = _Ganesha(inst, applied, "storage=nfs-datastore", v3=True)
+    srv = Ganesha(inst, applied, "storage=nfs-datastore", v3=True)
     # NFSv3 asks the portmapper (port 111) for the MOUNT and NFS ports and dials them on the same
     # address: a delay proxy in the path must keep every port number (network.route_same_port).
     routes = {network.route_same_port(applied, srv.link.ns_addr, p)

@@ -167,7 +167,7 @@ def ensure_native(machine: Machine, make_dirs: tuple[str, ...] = ()) -> Shipped:
         raise UserError(f"cannot make {', '.join(make_dirs)} on {machine.name}: {res.stderr.strip()}",
                         "check the host's virtbench_dir and its permissions")
     if code == 11:
-        shipped = _build_there(machine, "the shipped vb-system does not run there")
+        shipped = build_there(machine, "the shipped vb-system does not run there")
     elif code != 0:
         raise UserError(f"checking the native kernels on {machine.name} failed: {res.describe_failure()}",
                         "check the connection and the host's virtbench_dir")
@@ -181,7 +181,7 @@ def source_files() -> dict[str, Path]:
     return kernels.source_files()
 
 
-def _build_there(machine: Machine, why: str) -> Shipped:
+def build_there(machine: Machine, why: str) -> Shipped:
     """The shipped binaries do not run there: build the same sources on the machine."""
     files = source_files()
     h = kernels.sources_hash(files)

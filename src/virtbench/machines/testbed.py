@@ -45,7 +45,7 @@ SHARED_NOTE = ("testbed hosts share one kernel and CPU: their figures measure th
                "remote machinery, not separate machines")
 
 # sshd processes started by this Python process, reaped in down() so none stay as zombies.
-_children: dict[str, list[subprocess.Popen]] = {}
+sshd_children: dict[str, list[subprocess.Popen]] = {}
 
 
 def default_name() -> str:
@@ -104,7 +104,7 @@ def _links(prefix: str) -> list[str]:
     return [n for n in names if re.fullmatch(pat, n)]
 
 
-def _pids(prefix: str) -> list[int]:
+def testbed_pids(prefix: str) -> list[int]:
     """Processes in the testbed's namespaces, plus those outside this network namespace whose command
     line names the state dir (an sshd whose namespace name is already gone). ssh clients here that
     use the testbed's key are not the testbed's."""
@@ -135,7 +135,7 @@ def leftovers(prefix: str = "vbtb") -> list[str]:
     """What of testbed `prefix` is still on this machine; empty after a clean `down`."""
     items = [f"netns {n}" for n in _namespaces(prefix)]
     items += [f"link {n}" for n in _links(prefix)]
-    for pid in _pids(prefix):
+    for pid in testbed_pids(prefix):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
@@ -171,7 +171,7 @@ def check() -> list[str]:
 
 
 def _reap(prefix: str) -> None:
-    for p in _children.pop(prefix, []):
+    for p in sshd_children.pop(prefix, []):
         try:
             p.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -188,7 +188,7 @@ def down(prefix: str = "vbtb", *, force: bool = False) -> list[str]:
                         f"repetitions (made {owner_text(owner(prefix))})",
                         f"wait until the run ends, or remove it anyway: virtbench testbed down --name {prefix} --force")
     removed = [f"containers on {h}" for h in _remove_containers(prefix)]
-    pids = _pids(prefix)
+    pids = testbed_pids(prefix)
     killed = list(pids)
     if pids:
         removed.append(f"{len(pids)} process(es)")
@@ -405,7 +405,7 @@ def up(count: int, inventory_path, *, prefix: str = "vbtb", subnet: str | None =
         _run(["ip", "link", "set", bridge, "up"])
 
         host_keys, children = [], []
-        _children[prefix] = children
+        sshd_children[prefix] = children
         for k, addr in enumerate(addrs, 1):
             ns, veth, hdir = f"{prefix}-{k}", f"{prefix}-h{k}", state / "hosts" / f"h{k}"
             for d in (hdir / "data", hdir / "tmp", hdir / "home",
@@ -461,7 +461,7 @@ def start_host(k: int, prefix: str = "vbtb") -> None:
         raise UserError(f"testbed {prefix!r} has no host {k}")
     size = (hdir / "disk_size").read_text().strip() if (hdir / "disk_size").exists() else None
     child = _start_sshd(hdir, f"{prefix}-{k}", size or None)
-    _children.setdefault(prefix, []).append(child)
+    sshd_children.setdefault(prefix, []).append(child)
     addr = SSHD_ADDRESS.search((hdir / "sshd_config").read_text()).group(1)
     _wait_all(state, [addr], [child])
 

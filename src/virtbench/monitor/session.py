@@ -136,8 +136,8 @@ def _host_side_sampler(inst: Instance, how, directory: Path, interval: float, li
     return sampler
 
 
-def _machine_sampler(machine: Machine, as_host: bool, directory: Path, interval: float, lifetime: float,
-                     token: str) -> _Sampler:
+def machine_sampler(machine: Machine, as_host: bool, directory: Path, interval: float, lifetime: float,
+                    token: str) -> _Sampler:
     """The whole machine's series: this machine's (`as_host`: name and role `host`, watching
     virtbench's pid so it cannot outlive us), or another machine's that runs containers or VMs (its
     own name, role `machine`)."""
@@ -214,7 +214,7 @@ class Session:
 
         def make(kind, what):
             if kind == "machine":
-                return _machine_sampler(*what, self._dir, self.interval, life, token)
+                return machine_sampler(*what, self._dir, self.interval, life, token)
             if kind == "host side":
                 return _host_side_sampler(*what, self._dir, self.interval, life, token)
             return _instance_sampler(what[0], what[1], self.interval, life, token)

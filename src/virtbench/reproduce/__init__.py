@@ -78,7 +78,7 @@ def plan(budget_s: float, facts: dict[str, Any], *, studies: list[str] | None = 
     for exp in (in_priority(own) if own else EXPERIMENTS):
         if studies and exp.study not in studies:
             continue
-        step = Step(exp, 0, envs=_envs_for(exp, facts), platforms=_platform_note(exp, facts))
+        step = Step(exp, 0, envs=envs_for(exp, facts), platforms=_platform_note(exp, facts))
         missing = _missing(exp, facts)
         if missing:
             step.tier, step.why = None, missing
@@ -138,7 +138,7 @@ def _missing(exp: Experiment, facts: dict[str, Any]) -> str | None:
 
 
 
-def _envs_for(exp: Experiment, facts: dict[str, Any]) -> tuple[str, ...]:
+def envs_for(exp: Experiment, facts: dict[str, Any]) -> tuple[str, ...]:
     if exp.boot:
         return exp.envs or ("vm",)
     envs = exp.envs + (exp.kvm_envs if facts.get("accelerator") == "kvm" else ())

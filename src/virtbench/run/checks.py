@@ -131,7 +131,7 @@ def _run_checks(session: Session, driver: Driver, env: EnvSpec, count: int, only
                     out["accelerator_note"] = meta["accelerator_note"]
         # 2. reboot several in one call
         if "reboot_many" in wanted:
-            results.append(_check_reboot(ops, ready[:REBOOT_COUNT], log))
+            results.append(check_reboot(ops, ready[:REBOOT_COUNT], log))
         # 3. attach a disk
         if "attach_disk" in wanted:
             results.append(_check_attach(ops, ready[:1], log))
@@ -156,7 +156,7 @@ def _run_checks(session: Session, driver: Driver, env: EnvSpec, count: int, only
     return out
 
 
-def _check_reboot(ops: LifecycleOps, insts: list[Instance], log) -> CheckResult:
+def check_reboot(ops: LifecycleOps, insts: list[Instance], log) -> CheckResult:
     t0 = time.monotonic()
     if len(insts) < 2:
         return CheckResult("reboot_many", False, f"needs at least 2 ready instances, had {len(insts)}")

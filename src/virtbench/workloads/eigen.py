@@ -37,12 +37,12 @@ MODEL_MOPS = 3470
 MAX_ALLREDUCE = 64 * 1024**3  # vb-eigen's limit
 
 
-def _bytes(value: Any) -> int:
+def byte_count(value: Any) -> int:
     """A byte count with an optional binary suffix K, M, G (1M = 2^20), as vb-eigen reads them."""
     return mpijob.suffixed_int(value, {"": 1, "k": 1024, "K": 1024, "M": 1024**2, "G": 1024**3})
 
 
-_bytes.__name__ = "byte count"
+byte_count.__name__ = "byte count"
 
 
 def moments_bytes(cls: str) -> int:
@@ -79,7 +79,7 @@ class Eigen(Workload):
         *mpijob.cluster_params(ranks=1, instances=1),
         mpijob.THREADS,
         mpijob.TRANSPORT,
-        Param("allreduce_bytes", _bytes, 0, "bytes the one MPI_Allreduce sums: the moments padded with zeros "
+        Param("allreduce_bytes", byte_count, 0, "bytes the one MPI_Allreduce sums: the moments padded with zeros "
               "(K/M/G suffixes, 1M = 2^20; 0 = the moments' own size; study 001: ~1G)", min=0, max=MAX_ALLREDUCE),
         Param("points", int, 0, "quadrature points on the circle, even (0 = the class's 32); points/2 shifted "
               "systems are dealt out to the ranks", min=0, max=1024),

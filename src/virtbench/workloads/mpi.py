@@ -33,7 +33,7 @@ BUFFERS = {"pingpong": (1, 1), "sendrecv": (1, 1), "exchange": (1, 2), "bcast": 
 _KMG = {u: BINARY[u] for u in ("", "k", "m", "g")}  # what vb-mpibench reads
 
 
-def _size(value: Any) -> int:
+def message_size(value: Any) -> int:
     """Bytes: a whole number or one with a binary suffix K, M, G (as vb-mpibench reads them)."""
     try:
         n = parse_suffixed(value, _KMG, ignore_case=True, ib=True)
@@ -44,7 +44,7 @@ def _size(value: Any) -> int:
     return n
 
 
-_size.__name__ = "size"
+message_size.__name__ = "size"
 
 
 def sizes(op: str, min_bytes: int, max_bytes: int) -> list[int]:
@@ -68,9 +68,9 @@ class MPIBench(Workload):
     series_key = "bytes"
     params = (
         Param("op", str, list(STUDY_OPS), "operation (default: study 001's four)", choices=OPS),
-        Param("min_bytes", _size, 1, "smallest non-zero message size (rounded up to a power of two; 0 is always "
+        Param("min_bytes", message_size, 1, "smallest non-zero message size (rounded up to a power of two; 0 is always "
               "measured)"),
-        Param("max_bytes", _size, 1 << 22, "largest message size (K, M, G suffixes are binary); at most 1G"),
+        Param("max_bytes", message_size, 1 << 22, "largest message size (K, M, G suffixes are binary); at most 1G"),
         *mpijob.cluster_params(ranks=2, instances=1),
         mpijob.TRANSPORT,
         Param("map_by", str, "node", "rank placement: node = round robin over instances (IMB: one rank per node), "

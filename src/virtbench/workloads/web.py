@@ -65,7 +65,7 @@ WRK_TIMEOUT_S = 5  # a request slower than this counts as a timeout error
 BRIDGE_PORTS = 1024  # the Linux bridge's port limit (BR_MAX_PORTS): every container's veth is one
 
 # wrk's done() hook: its statistics as one JSON line (latencies in microseconds).
-_LUA_DONE = r"""
+LUA_DONE = r"""
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
@@ -98,7 +98,7 @@ def _mem_available_mb() -> float:
     return math.inf if avail is None else avail / mpijob.MB
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -304,7 +304,7 @@ class Web(Workload):
                 i, inst = item
                 if not _is_loopback(inst) and not inst.address and not isinstance(inst, PortForwarding):
                     raise WorkloadFailed(f"{inst.name} has no network address for the load generator to reach")
-                port = _free_port() if _is_loopback(inst) else PORT
+                port = free_port() if _is_loopback(inst) else PORT
                 kernels[id(inst)] = kernel_identity.read(inst) or {}
                 prefix = f"{inst.scratch_dir().rstrip('/')}/vb-web-{token}-s{i}"
                 listen = f"127.0.0.1:{port}" if _is_loopback(inst) else str(port)
@@ -326,7 +326,7 @@ class Web(Workload):
                 target = ctx.applied.route(address, port)
                 nginx.wait_ready(*target, params["file_size"])
             if lb is not None:
-                port = _free_port() if _is_loopback(lb) else PORT
+                port = free_port() if _is_loopback(lb) else PORT
                 listen = f"127.0.0.1:{port}" if _is_loopback(lb) else str(port)
                 upstreams = [f"{inst.address}:{p}" for inst, p in backends]
                 prefix = f"{lb.scratch_dir().rstrip('/')}/vb-web-{token}-lb"
@@ -338,12 +338,12 @@ class Web(Workload):
             # Load.
             threads = params["threads"] or min(params["connections"], host_cpus)
             with tempfile.NamedTemporaryFile("w", suffix=".lua", prefix="vb-wrk-", delete=False) as script:
-                script.write(_LUA_DONE)
+                script.write(LUA_DONE)
             argv = [wrk, "-t", str(threads), "-c", str(params["connections"]), "-d", f"{params['duration']:g}s",
                     "--timeout", f"{WRK_TIMEOUT_S}s", "--latency", "-s", script.name,
                     f"http://{target[0]}:{target[1]}/index.html"]
             try:
-                run = _run_measured(argv, timeout=params["duration"] + 30)
+                run = run_measured(argv, timeout=params["duration"] + 30)
             finally:
                 os.unlink(script.name)
             ctx.measure_window = (run["t0"], run["t1"])  # the monitor's summaries cover the load only
@@ -361,7 +361,7 @@ class Web(Workload):
                 text = stats.get(id(inst)) or ""
                 cpu_s, procs = parse_proc_stats(text) if text else (math.nan, 0)
                 entry = {"instance": inst.name, "driver": inst.env.driver, "cpu_s": cpu_s, "processes": procs,
-                         "killed": "KILLED" in text, "vcpus": self._entitlement(inst),
+                         "killed": "KILLED" in text, "vcpus": self.cpu_entitlement(inst),
                          "host_kernel": _shares_host_kernel(inst)}
                 if inst.role == "lb":
                     report["lb"] = entry
@@ -371,7 +371,7 @@ class Web(Workload):
         return json.dumps(report)
 
     @staticmethod
-    def _entitlement(inst: Instance) -> float:
+    def cpu_entitlement(inst: Instance) -> float:
         """CPUs one instance may use: its shape's, else its machine's (not this one's) on that
         machine's kernel, else what it reports (Instance.cpus_available)."""
         return float(inst.cpus_available())
@@ -491,7 +491,7 @@ def peak(results: Any, *, environment: str | None = None, metric: str = "request
 
 # -- helpers ------------------------------------------------------------------------------------
 
-def _run_measured(argv: list[str], timeout: float) -> dict[str, Any]:
+def run_measured(argv: list[str], timeout: float) -> dict[str, Any]:
     """Run argv, returning its output, wall time and CPU time (its rusage, from wait4)."""
     t0 = time.time()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

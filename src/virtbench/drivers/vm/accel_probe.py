@@ -76,7 +76,7 @@ def detect(machine: Machine, kernel: str, kernel_version: str, cache: Path, want
         try:
             data = json.loads(cache.read_text())
             if data.get("key") == key:
-                return _for(data, want)
+                return answer_for(data, want)
         except (OSError, ValueError):
             pass
         tried = []
@@ -96,8 +96,8 @@ def detect(machine: Machine, kernel: str, kernel_version: str, cache: Path, want
             tmp = cache.with_name(f"{cache.name}.partial-{os.getpid()}")
             tmp.write_text(json.dumps(data, indent=1))
             os.replace(tmp, cache)
-            return _for(data, want)
-        return _for({**data, "at": None}, want)
+            return answer_for(data, want)
+        return answer_for({**data, "at": None}, want)
 
 
 def _no_pid(text: str) -> str:
@@ -105,7 +105,7 @@ def _no_pid(text: str) -> str:
     return SIGNALLED_RE.sub(r"terminating on signal \1", text)
 
 
-def _for(data: dict, want: str) -> dict:
+def answer_for(data: dict, want: str) -> dict:
     """The probe's result as asked for: auto = the best that works; tcg always possible. probed_at:
     when the kept answer was probed (None: not kept, probed again next time)."""
     kvm = next((t for t in data.get("tried", []) if t["accel"] == "kvm" and t["ok"]), None)

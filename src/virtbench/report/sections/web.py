@@ -54,7 +54,7 @@ def build(data: RunData, rows: list[dict]) -> Section:
     else:
         section.blocks.append(Note("No sweep of replicas or workers with two or more points: no curve or peak to "
                                    "show (every result is in the table below)."))
-    section.blocks += _beside_study(data, peaks)
+    section.blocks += beside_study(data, peaks)
     hide = ("balancer", "file_size", "connections", *HIDE)
     section.blocks.append(all_results(data, "web", rows, lambda r: [r["metric"], describe(r["params"], r["condition"],
                                                                                            hide=hide)],
@@ -107,7 +107,7 @@ def _env_label(data: RunData, env: str, where: str) -> str:
     return f"{env} ({said})" if said else env
 
 
-def _beside_study(data: RunData, peaks: list) -> list:
+def beside_study(data: RunData, peaks: list) -> list:
     pub = published.table(*STUDY)
     cells = []
     for row, kind in pub.kinds.items():

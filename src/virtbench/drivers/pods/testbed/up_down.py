@@ -83,8 +83,8 @@ def preflight() -> None:
 
 # -- processes -------------------------------------------------------------------------------------
 
-def _spawn(lay: Layout, name: str, argv: list[str], netns: str | None = None,
-           env: dict[str, str] | None = None) -> int:
+def spawn(lay: Layout, name: str, argv: list[str], netns: str | None = None,
+          env: dict[str, str] | None = None) -> int:
     if netns:
         # nsenter, not `ip netns exec`: that one mounts a fresh /sys, the cgroup mounts vanish and
         # the kubelet cannot find them
@@ -106,7 +106,7 @@ def _spawn(lay: Layout, name: str, argv: list[str], netns: str | None = None,
 
 
 def _recorded(pidfile: Path) -> int | None:
-    """The process a pid file of `_spawn` names, if it still runs (same pid and start time)."""
+    """The process a pid file of `spawn` names, if it still runs (same pid and start time)."""
     try:
         pid, _, ticks = pidfile.read_text().strip().partition(" ")
         pid_ = int(pid)
@@ -241,7 +241,7 @@ def _start_relays(lay: Layout, i: int) -> None:
     """Node i's loopback ports of the API server and registry, relayed to this machine's loopback."""
     hostns = lay.state / HOST_NS_NAME
     for port in configs.RELAYED_PORTS:
-        _spawn(lay, f"relay-n{i}-{port}", [
+        spawn(lay, f"relay-n{i}-{port}", [
             "socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr",
             f"SYSTEM:exec nsenter --net={hostns} socat STDIO TCP\\:127.0.0.1\\:{port}"], netns=lay.netns(i))
 
@@ -332,17 +332,17 @@ def up(nodes: int = 2, name: str = configs.DEFAULT_NAME, log: Callable[[str], No
         _write_pki(lay)
         _setup_network(lay)
         _write_file(lay.state / "registry.yml", configs.registry_yaml(lay))
-        _spawn(lay, "registry", [bin_("registry"), "serve", str(lay.state / "registry.yml")])
-        _spawn(lay, "etcd", [bin_("etcd"), *configs.etcd_args(lay)])
+        spawn(lay, "registry", [bin_("registry"), "serve", str(lay.state / "registry.yml")])
+        spawn(lay, "etcd", [bin_("etcd"), *configs.etcd_args(lay)])
         _wait("the registry", lambda: urllib.request.urlopen(
             f"http://127.0.0.1:{configs.REGISTRY_PORT}/v2/", timeout=2).status == 200, 60, lay, ["registry"])
         push_pause(lay)
-        _spawn(lay, "kube-apiserver", [bin_("kube-apiserver"), *configs.apiserver_args(lay)])
+        spawn(lay, "kube-apiserver", [bin_("kube-apiserver"), *configs.apiserver_args(lay)])
         took = _wait("the API server's /readyz", lambda: _api_ready(lay), READY_TIMEOUT, lay,
                      ["etcd", "kube-apiserver"])
         log(f"API server ready at {configs.API_SERVER} ({took:.0f} s)")
-        _spawn(lay, "kube-controller-manager", [bin_("kube-controller-manager"), *configs.controller_manager_args(lay)])
-        _spawn(lay, "kube-scheduler", [bin_("kube-scheduler"), *configs.scheduler_args(lay)])
+        spawn(lay, "kube-controller-manager", [bin_("kube-controller-manager"), *configs.controller_manager_args(lay)])
+        spawn(lay, "kube-scheduler", [bin_("kube-scheduler"), *configs.scheduler_args(lay)])
         for i in range(1, nodes + 1):
             nd, ns = lay.node_dir(i), lay.netns(i)
             if ns:
@@ -356,11 +356,11 @@ def up(nodes: int = 2, name: str = configs.DEFAULT_NAME, log: Callable[[str], No
             _write_file(nd / "cni" / "10-pods.conflist", configs.cni_conflist(lay, i))
             _write_file(nd / "kubelet.yaml", configs.kubelet_yaml(lay, i))
             _write_file(nd / "kube-proxy.yaml", configs.kube_proxy_yaml(lay, i, nd / "kube-proxy.kubeconfig"))
-            _spawn(lay, f"containerd-n{i}", ["containerd", "--config", str(nd / "containerd.toml")], netns=ns)
+            spawn(lay, f"containerd-n{i}", ["containerd", "--config", str(nd / "containerd.toml")], netns=ns)
             _wait(f"node {i}'s containerd socket", lambda: lay.containerd_sock(i).is_socket(),  # noqa: B023
                   60, lay, [f"containerd-n{i}"])
-            _spawn(lay, f"kubelet-n{i}", [bin_("kubelet"), *configs.kubelet_args(lay, i)], netns=ns)
-            _spawn(lay, f"kube-proxy-n{i}", [bin_("kube-proxy"), f"--config={nd / 'kube-proxy.yaml'}"], netns=ns)
+            spawn(lay, f"kubelet-n{i}", [bin_("kubelet"), *configs.kubelet_args(lay, i)], netns=ns)
+            spawn(lay, f"kube-proxy-n{i}", [bin_("kube-proxy"), f"--config={nd / 'kube-proxy.yaml'}"], netns=ns)
         took = _wait(f"{nodes} Ready node(s)", lambda: len(ready_nodes(lay)) == nodes, READY_TIMEOUT, lay,
                      [p for i in range(1, nodes + 1) for p in (f"containerd-n{i}", f"kubelet-n{i}")])
         log(f"{nodes} node(s) Ready ({took:.0f} s)")
@@ -414,7 +414,7 @@ def heal(name: str = configs.DEFAULT_NAME, log: Callable[[str], None] = print) -
             continue
         cmd = json.loads((pids / f"{name}.cmd").read_text())
         log(f"starting {name} again")
-        _spawn(lay, name, cmd["argv"], env=cmd["env"])
+        spawn(lay, name, cmd["argv"], env=cmd["env"])
         restarted.append(name)
         if name.startswith("containerd-n"):  # its kubelet needs the socket
             i = int(name.rsplit("-n", 1)[1])
