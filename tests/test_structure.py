@@ -1,7 +1,7 @@
 """The structure stays seen: no import circle inside src/virtbench, no import against the layers of
-docs/architecture.md, no private name imported from another module, no import kept only for the
-linter, issue 30's bar (a small top level, the one-page map linking the package READMEs), and no
-circle between the C translation units of one native program.
+docs/architecture.md, no private name imported from another module (nor read through the module in
+tests and bench), no import kept only for the linter, issue 30's bar (a small top level, the one-page
+map linking the package READMEs), and no circle between the C translation units of one native program.
 
 A static check over the source text (ast for Python), so an import inside a function or under
 TYPE_CHECKING counts as much as one at the top: each is a dependency a reader has to follow.
@@ -169,6 +169,64 @@ def test_no_module_imports_a_private_name():
            for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
     assert not bad, "private names imported from another module (make them public, or use the public API):\n" + \
         "\n".join(bad)
+
+
+def module_names(tree: ast.Module, root: Path = ROOT) -> set[str]:
+    """Names a file binds to a virtbench module or a tests helper module (`import virtbench.x as y`,
+    `import virtbench.x` (binds virtbench), `from virtbench.a import b` where b is a module, `import vbleftovers`)."""
+    def is_module(dotted: str) -> bool:
+        base = (root / "src").joinpath(*dotted.split("."))
+        return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
+
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "virtbench" or (root / "tests" / f"{a.name}.py").exists():
+                    names.add(a.asname or a.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "virtbench":
+            names.update(a.asname or a.name for a in node.names if is_module(f"{node.module}.{a.name}"))
+    return names
+
+
+def private_reads(path: Path, root: Path = ROOT) -> list[str]:
+    """`mod._x` (or `virtbench.a._x`) where mod names a virtbench module: another module's private name."""
+    tree = ast.parse(path.read_text())
+    mods = module_names(tree, root)
+
+    def names_module(node: ast.expr) -> bool:
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        return isinstance(node, ast.Name) and node.id in mods
+
+    return [f"{path.relative_to(root)}:{node.lineno} {ast.unparse(node)}" for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+            and names_module(node.value)]
+
+
+def test_no_test_or_bench_script_reads_a_private_attribute():
+    """What a test or bench script needs of a module is public: `mod._helper` after `from virtbench.x import
+    mod` reaches past the API as much as importing `_helper` would (test it through the public function,
+    or make the seam public)."""
+    files = sorted([*(ROOT / "tests").glob("*.py"), *(ROOT / "bench").glob("*.py")])
+    bad = [hit for path in files for hit in private_reads(path)]
+    assert not bad, "private attributes of virtbench modules read (make them public, or use the public API):\n" + \
+        "\n".join(bad)
+
+
+def test_the_private_attribute_check_finds_each_way_of_naming_a_module(tmp_path):
+    (tmp_path / "src" / "virtbench" / "run").mkdir(parents=True)
+    for rel in ("__init__.py", "run/__init__.py", "run/checks.py", "render.py"):
+        (tmp_path / "src" / "virtbench" / rel).write_text("")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "helper.py").write_text("")
+    script = tmp_path / "tests" / "test_x.py"
+    script.write_text("import virtbench.render as r\nimport virtbench.run.checks\nimport helper\n"
+                      "from virtbench.run import checks as c, outcome\nfrom virtbench import render\n"
+                      "r._a(); virtbench.run.checks._b; helper._c; c._d; render._e.f\n"
+                      "outcome._fine; c.public; c.__name__; other._fine\n")
+    assert sorted(hit.split(" ", 1)[1] for hit in private_reads(script, tmp_path)) == \
+        ["c._d", "helper._c", "r._a", "render._e", "virtbench.run.checks._b"]
 
 
 def test_no_unused_import_kept_for_the_linter():
