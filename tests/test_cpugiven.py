@@ -29,7 +29,7 @@ def _proc(root, *, busy_ticks, steal_ticks, psi_us, procs, cgroups=None):
 
 
 def test_between_splits_the_machine_into_the_runs_share_and_the_rest(tmp_path, monkeypatch):
-    monkeypatch.setattr(cpugiven, "_TICK", 100)
+    monkeypatch.setattr(cpugiven, "CLOCK_TICKS", 100)
     procs = {1: (0, 0, "/sbin/init"), 10: (1, 0, "python virtbench"), 11: (10, 0, "vb-system dhrystone"),
              20: (1, 0, "conmon -n vb-2745ab12-a-main-0"), 21: (20, 0, "vb-system"), 30: (1, 0, "stress-ng")}
     _proc(tmp_path, busy_ticks=1000, steal_ticks=0, psi_us=0, procs=procs)
@@ -63,7 +63,7 @@ def _window(markers, start, seconds=1.0):
 def test_a_containers_processes_count_by_its_cgroup(tmp_path, monkeypatch):
     """An exec session starts and ends inside the window under a conmon that init reaps: its CPU is
     in no process tree at the end, but it is in the container's cgroup (cgroup v1 layout here)."""
-    monkeypatch.setattr(cpugiven, "_TICK", 100)
+    monkeypatch.setattr(cpugiven, "CLOCK_TICKS", 100)
     proc, cg = tmp_path / "proc", tmp_path / "cgroup"
     proc.mkdir()
     ctr = "/libpod_parent/libpod-abc"
@@ -90,7 +90,7 @@ def test_an_exec_sessions_conmon_that_outlives_podman_exec_does_not_count_the_te
     """podman exec returns while the session's conmon, which reaped the test, often still runs
     (seen in 6 of 8 execs here, its cutime the test's CPU): the test's CPU is in the container's
     cgroup, so the conmon's reaped time must not count again. Our own children's still does."""
-    monkeypatch.setattr(cpugiven, "_TICK", 100)
+    monkeypatch.setattr(cpugiven, "CLOCK_TICKS", 100)
     proc, cg = tmp_path / "proc", tmp_path / "cgroup"
     proc.mkdir()
     ctr = "/libpod_parent/libpod-abc"

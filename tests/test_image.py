@@ -23,8 +23,8 @@ def fake_env(tmp_path, monkeypatch):
     (bindir / "vb-other").write_bytes(b"other")
     monkeypatch.setenv("VIRTBENCH_BIN", str(bindir))
     monkeypatch.setenv("VIRTBENCH_DATA", str(tmp_path / "data"))
-    monkeypatch.setattr(image, "_mmdebstrap", lambda: "/usr/bin/mmdebstrap")
-    monkeypatch.setattr(image, "_mmdebstrap_version", lambda exe: "mmdebstrap 1.3.5")
+    monkeypatch.setattr(image, "find_mmdebstrap", lambda: "/usr/bin/mmdebstrap")
+    monkeypatch.setattr(image, "mmdebstrap_version", lambda exe: "mmdebstrap 1.3.5")
     return bindir
 
 
@@ -120,7 +120,7 @@ def test_interrupted_build_leaves_no_partial_files(fake_env, monkeypatch, exc):
             f.write(b"half a tarball")
         raise exc
 
-    monkeypatch.setattr(image, "_run_streaming", fake_mmdebstrap)
+    monkeypatch.setattr(image, "run_streaming", fake_mmdebstrap)
     with pytest.raises(type(exc)):
         image.build()
     d = image.images_dir() / current_hash()
@@ -143,7 +143,7 @@ def test_build_passes_packages_kernels_and_hook(fake_env, monkeypatch):
         with open(_target(argv), "wb") as f:
             f.write(b"x" * 1000)
 
-    monkeypatch.setattr(image, "_run_streaming", fake_mmdebstrap)
+    monkeypatch.setattr(image, "run_streaming", fake_mmdebstrap)
     lines = []
     info = image.build(log=lines.append)
     assert "--include=" + ",".join(sorted(image.PACKAGES)) in seen["argv"]
@@ -153,7 +153,7 @@ def test_build_passes_packages_kernels_and_hook(fake_env, monkeypatch):
     assert image.find() == info
     assert any("built guest image" in line for line in lines)
     # cached: a second build does not run mmdebstrap again
-    monkeypatch.setattr(image, "_run_streaming", lambda *a: pytest.fail("rebuilt a cached image"))
+    monkeypatch.setattr(image, "run_streaming", lambda *a: pytest.fail("rebuilt a cached image"))
     assert image.build() == info
 
 

@@ -190,7 +190,8 @@ def module_names(tree: ast.Module, root: Path = ROOT) -> set[str]:
 
 
 def private_reads(path: Path, root: Path = ROOT) -> list[str]:
-    """`mod._x` (or `virtbench.a._x`) where mod names a virtbench module: another module's private name."""
+    """`mod._x` (or `virtbench.a._x`) where mod names a virtbench module, and `monkeypatch.setattr(mod, "_x", ..)`
+    or `setattr("virtbench.a._x", ..)`: another module's private name."""
     tree = ast.parse(path.read_text())
     mods = module_names(tree, root)
 
@@ -199,15 +200,26 @@ def private_reads(path: Path, root: Path = ROOT) -> list[str]:
             node = node.value
         return isinstance(node, ast.Name) and node.id in mods
 
+    def private(name: object) -> bool:
+        return isinstance(name, str) and name.startswith("_") and not name.startswith("__")
+
+    def patches_private(node: ast.Call) -> bool:  # (monkeypatch.)setattr(mod, "_x", ...) / ("virtbench.a._x", ...)
+        if getattr(node.func, "id", getattr(node.func, "attr", None)) != "setattr" or not node.args:
+            return False
+        first, name = node.args[0], node.args[1] if len(node.args) > 1 else None
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            return first.value.startswith("virtbench.") and private(first.value.rsplit(".", 1)[-1])
+        return names_module(first) and isinstance(name, ast.Constant) and private(name.value)
+
     return [f"{path.relative_to(root)}:{node.lineno} {ast.unparse(node)}" for node in ast.walk(tree)
-            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-            and names_module(node.value)]
+            if (isinstance(node, ast.Attribute) and private(node.attr) and names_module(node.value))
+            or (isinstance(node, ast.Call) and patches_private(node))]
 
 
 def test_no_test_or_bench_script_reads_a_private_attribute():
     """What a test or bench script needs of a module is public: `mod._helper` after `from virtbench.x import
     mod` reaches past the API as much as importing `_helper` would (test it through the public function,
-    or make the seam public)."""
+    or make the seam public); so is `monkeypatch.setattr(mod, "_helper", ...)`."""
     files = sorted([*(ROOT / "tests").glob("*.py"), *(ROOT / "bench").glob("*.py")])
     bad = [hit for path in files for hit in private_reads(path)]
     assert not bad, "private attributes of virtbench modules read (make them public, or use the public API):\n" + \
@@ -224,9 +236,12 @@ def test_the_private_attribute_check_finds_each_way_of_naming_a_module(tmp_path)
     script.write_text("import virtbench.render as r\nimport virtbench.run.checks\nimport helper\n"
                       "from virtbench.run import checks as c, outcome\nfrom virtbench import render\n"
                       "r._a(); virtbench.run.checks._b; helper._c; c._d; render._e.f\n"
-                      "outcome._fine; c.public; c.__name__; other._fine\n")
+                      "outcome._fine; c.public; c.__name__; other._fine\n"
+                      "mp.setattr(c, '_g', 1); mp.setattr('virtbench.render._h', 1); setattr(r, '_i', 1)\n"
+                      "mp.setattr(c, 'public', 1); mp.setattr(other, '_fine', 1); mp.setattr('os._fine', 1)\n")
     assert sorted(hit.split(" ", 1)[1] for hit in private_reads(script, tmp_path)) == \
-        ["c._d", "helper._c", "r._a", "render._e", "virtbench.run.checks._b"]
+        ["c._d", "helper._c", "mp.setattr('virtbench.render._h', 1)", "mp.setattr(c, '_g', 1)", "r._a", "render._e",
+         "setattr(r, '_i', 1)", "virtbench.run.checks._b"]
 
 
 def test_no_unused_import_kept_for_the_linter():

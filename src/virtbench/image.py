@@ -95,14 +95,14 @@ def images_dir() -> Path:
 
 
 @lru_cache(maxsize=None)
-def _mmdebstrap_version(exe: str) -> str:
+def mmdebstrap_version(exe: str) -> str:
     res = procs.run([exe, "--version"], timeout=60)
     if not res.ok:
         raise UserError(f"'{exe} --version' failed: {res.describe_failure()}")
     return (res.stdout + res.stderr).strip()
 
 
-def _mmdebstrap() -> str:
+def find_mmdebstrap() -> str:
     exe = shutil.which("mmdebstrap")
     if not exe:
         raise MissingTool("mmdebstrap", "mmdebstrap", "it builds the guest image")
@@ -136,7 +136,7 @@ def inputs() -> dict:
         "mirrors": list(aptsources.sources(SUITE)),
         "packages": sorted(PACKAGES),
         "dpkg_options": list(DPKG_OPTIONS),
-        "mmdebstrap": _mmdebstrap_version(_mmdebstrap()),
+        "mmdebstrap": mmdebstrap_version(find_mmdebstrap()),
         "hook": CUSTOMIZE_HOOK,
         "guest_paths": [GUEST_BIN_DIR, GUEST_MANIFEST],
         "native": {name: sha256_of(path) for name, path in native_files().items()},
@@ -222,7 +222,7 @@ def users_text(users: list[dict]) -> str:
 def build(force: bool = False, log: Callable[[str], None] | None = None) -> ImageInfo:
     """Build the image for the current inputs (or return the cached one unless force)."""
     log = log or (lambda line: None)
-    exe = _mmdebstrap()
+    exe = find_mmdebstrap()
     inp = inputs()
     h = input_hash(inp)
     d = images_dir() / h
@@ -297,7 +297,7 @@ def _build_into(exe: str, inp: dict, h: str, d: Path, log: Callable[[str], None]
         log(f"building guest image {h}: mmdebstrap --variant={VARIANT}, {len(PACKAGES)} packages, "
             f"{len(inp['native'])} native kernels")
         started = time.time()
-        _run_streaming(argv, log, BUILD_TIMEOUT)
+        run_streaming(argv, log, BUILD_TIMEOUT)
         seconds = time.time() - started
         packages = dict(line.split("\t", 1) for line in pkgout.read_text().splitlines() if "\t" in line)
         size = tmp_tar.stat().st_size
@@ -320,7 +320,7 @@ def _build_into(exe: str, inp: dict, h: str, d: Path, log: Callable[[str], None]
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def _run_streaming(argv: list[str], log: Callable[[str], None], timeout: float) -> None:
+def run_streaming(argv: list[str], log: Callable[[str], None], timeout: float) -> None:
     """Run argv, passing each output line to log; kill its process group on timeout or Ctrl-C."""
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def _proc_stat(root: Path) -> tuple[float, float] | None:
         return None
     v = [int(x) for x in line[1:]] + [0] * 10
     user, nice, system, idle, iowait, irq, softirq, steal = v[:8]  # guest time is inside user/nice
-    return (user + nice + system + irq + softirq) / _TICK, steal / _TICK
+    return (user + nice + system + irq + softirq) / CLOCK_TICKS, steal / CLOCK_TICKS
 
 
 def _psi_some(root: Path) -> int | None:
@@ -81,8 +81,8 @@ def _processes(root: Path) -> dict[int, tuple[int, float, float]]:
         fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
         try:
             ppid = int(fields[1])
-            mine = (int(fields[11]) + int(fields[12])) / _TICK  # utime stime
-            reaped = (int(fields[13]) + int(fields[14])) / _TICK  # cutime cstime
+            mine = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime stime
+            reaped = (int(fields[13]) + int(fields[14])) / CLOCK_TICKS  # cutime cstime
         except (IndexError, ValueError):
             continue
         out[int(entry.name)] = (ppid, mine, reaped)
