@@ -3,6 +3,7 @@
 
 import os
 import shutil
+import signal
 
 import pytest
 
@@ -12,6 +13,13 @@ from virtbench.errors import MissingTool
 # instkit's fixtures (`driver`, a container driver; `host`, a bare-host instance), for the modules that
 # ask for them by name; a module's own fixture of the same name wins.
 pytest_plugins = ["instkit"]
+
+# The Ctrl-C tests act as a user at a terminal, where SIGINT raises KeyboardInterrupt. A test run
+# started as a background job of a non-interactive shell (`cmd &`) inherits SIGINT ignored, and an
+# ignored signal stays ignored across exec, so neither this process nor the virtbench children the
+# tests interrupt would ever see it. Python's own handler here is reset to the default at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
