@@ -60,15 +60,21 @@ def _window(markers, start, seconds=1.0):
     return cpugiven.between(a, cpugiven.snapshot(markers))
 
 
-def test_a_containers_processes_count_by_its_cgroup(tmp_path, monkeypatch):
-    """An exec session starts and ends inside the window under a conmon that init reaps: its CPU is
-    in no process tree at the end, but it is in the container's cgroup (cgroup v1 layout here)."""
+def _container_tree(tmp_path, monkeypatch):
+    """A fake /proc and a cgroup v1 tree with one container's cpuacct.usage: (proc, cgroot, its cgroup, usage file)."""
     monkeypatch.setattr(cpugiven, "CLOCK_TICKS", 100)
     proc, cg = tmp_path / "proc", tmp_path / "cgroup"
     proc.mkdir()
     ctr = "/libpod_parent/libpod-abc"
     usage = cg / "cpuacct" / "libpod_parent" / "libpod-abc" / "cpuacct.usage"
     usage.parent.mkdir(parents=True)
+    return proc, cg, ctr, usage
+
+
+def test_a_containers_processes_count_by_its_cgroup(tmp_path, monkeypatch):
+    """An exec session starts and ends inside the window under a conmon that init reaps: its CPU is
+    in no process tree at the end, but it is in the container's cgroup (cgroup v1 layout here)."""
+    proc, cg, ctr, usage = _container_tree(tmp_path, monkeypatch)
     (cg / "cpuacct" / "cpuacct.usage").write_text("900000000000\n")  # the root cgroup: the whole machine
     procs = {1: (0, 0, "/sbin/init"), 10: (1, 0, "python virtbench"),
              20: (1, 0, "conmon -n vb-2745ab12-c-main-0"), 21: (20, 30, "sleep infinity"),
@@ -90,12 +96,7 @@ def test_an_exec_sessions_conmon_that_outlives_podman_exec_does_not_count_the_te
     """podman exec returns while the session's conmon, which reaped the test, often still runs
     (seen in 6 of 8 execs here, its cutime the test's CPU): the test's CPU is in the container's
     cgroup, so the conmon's reaped time must not count again. Our own children's still does."""
-    monkeypatch.setattr(cpugiven, "CLOCK_TICKS", 100)
-    proc, cg = tmp_path / "proc", tmp_path / "cgroup"
-    proc.mkdir()
-    ctr = "/libpod_parent/libpod-abc"
-    usage = cg / "cpuacct" / "libpod_parent" / "libpod-abc" / "cpuacct.usage"
-    usage.parent.mkdir(parents=True)
+    proc, cg, ctr, usage = _container_tree(tmp_path, monkeypatch)
     procs = {1: (0, 0, "/sbin/init"), 10: (1, 0, "python virtbench"),
              20: (1, 0, "conmon -n vb-2745ab12-c-main-0"), 21: (20, 0, "sleep infinity")}
     groups = {20: "/libpod_parent/conmon", 21: ctr}
