@@ -283,6 +283,50 @@ def test_string_registries_resolve():
     assert not bad, "registry entries that name nothing:\n" + "\n".join(bad)
 
 
+def unresolved_imports(src: Path = SRC) -> list[str]:
+    """Every import of virtbench's, module-level or inside a function (the lazy ones run only when
+    that path is taken), that names a module which does not exist or a name its module lacks."""
+    import importlib
+
+    mods = modules(src)
+    bad = []
+    for mod, (path, is_pkg) in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                wanted = [(a.name, None) for a in node.names if a.name.startswith("virtbench")]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    target = ".".join(base[:len(base) - node.level + 1] + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                wanted = [(target, a.name) for a in node.names] if target.startswith("virtbench") else []
+            else:
+                continue
+            for target, name in wanted:
+                where = f"{path.relative_to(src)}:{node.lineno}"
+                if target not in mods:
+                    bad.append(f"{where}: no module {target}")
+                elif name and f"{target}.{name}" not in mods and not hasattr(importlib.import_module(target), name):
+                    bad.append(f"{where}: {target} has no {name}")
+    return bad
+
+
+def test_every_import_resolves_lazy_ones_too():
+    """A rename that misses an import inside a function breaks only the command that reaches it."""
+    bad = unresolved_imports()
+    assert not bad, "imports that name nothing:\n" + "\n".join(bad)
+
+
+def test_the_import_check_finds_a_lazy_import_of_a_renamed_module(tmp_path):
+    pkg = tmp_path / "virtbench"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "backend.py").write_text("def f():\n    return 1\n")
+    (pkg / "user.py").write_text("def g():\n    from .old_name import f\n    return f()\n")
+    assert unresolved_imports(tmp_path) == ["virtbench/user.py:2: no module virtbench.old_name"]
+
+
 def test_the_docs_show_these_layers():
     """docs/architecture.md's layer diagram has a row per entry of LAYERS, in this order, that starts
     with its title and names its modules (packages as `vm/`, `vm/lifecycle`)."""

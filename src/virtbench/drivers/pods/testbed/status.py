@@ -65,7 +65,7 @@ def which_cluster(name: str | None = None) -> tuple[Path | None, str]:
     kubeconfig when there is none of these."""
     import os
 
-    from ..kubernetes import kubeconfig_path
+    from ..kubernetes_backend import kubeconfig_path
 
     if os.environ.get("KUBECONFIG") and not name:
         return kubeconfig_path(), "KUBECONFIG's cluster"
@@ -79,7 +79,7 @@ def cluster_rows(name: str | None = None) -> tuple[str, list[dict[str, Any]]]:
     """`virtbench hosts --kubernetes`: which cluster (`which_cluster`: 'testbed cluster vbk8s
     (kubeconfig PATH)') and one row per node of it."""
     from ....errors import UserError
-    from ..kubernetes import explain_failure
+    from ..kubernetes_backend import explain_failure
 
     kc, what = which_cluster(name)
     if kc is None or not kc.is_file():
