@@ -28,11 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from virtbench.conditions.hostnet import free_port  # noqa: E402
 from virtbench.workloads import nginx, web  # noqa: E402
 
 
 def start_nginx(tmp: Path, workers: int, size: int) -> tuple[int, Path]:
-    port = web.free_port()
+    port = free_port()
     (tmp / "www").mkdir(exist_ok=True)
     (tmp / "logs").mkdir(exist_ok=True)
     (tmp / "www" / "index.html").write_bytes(b"x" * size)

@@ -41,7 +41,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -49,6 +48,7 @@ import time
 from typing import Any
 
 from .. import fanout, kernel_identity
+from ..conditions.hostnet import free_port
 from ..drivers import traits_for, traits_of
 from ..drivers.base import Instance, PortForwarding, ServiceBalancing
 from ..errors import MissingTool, WorkloadFailed
@@ -96,12 +96,6 @@ def _mem_available_mb() -> float:
     """This machine's available memory in MB (infinite when unknown: nothing is refused for it)."""
     avail = mpijob.mem_available()
     return math.inf if avail is None else avail / mpijob.MB
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _shares_host_kernel(inst: Instance) -> bool:
